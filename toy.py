@@ -1,6 +1,6 @@
 """The toy demonstration: CREDO's readout learns a calibrated confidence on an ordinary machine.
 
-    python toy.py            # or: bash run.sh toy   (2 CPU cores: ~11 min, ~7 min once .cache/toy exists)
+    python toy.py            # or: bash run.sh toy   (2 CPU cores: ~11-13 min, 7-9 min once .cache/toy exists)
     python toy.py --quick    # the shortened run of tests/test_toy.py (CREDO only, ~2 min with the world cached)
 
 What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
@@ -33,9 +33,9 @@ What to expect (docs/toy.md has the measured numbers): the untrained readout
 sits near AUROC 0.5; after training, CREDO's readout separates right from
 wrong answers with a continuum of values (many effective levels), while the
 verbalized reports stay on a handful of values. Measured: readout AUROC 0.50 -> 0.81,
-382 effective levels vs RLCR's 5; ECE 0.44 -> 0.16, short of 0.08 because the readout is
-calibrated at the training temperature (1.0) and evaluated at the protocol's 0.7, where the
-model is more accurate (docs/toy.md).
+ECE 0.44 -> 0.05, 388 effective levels vs RLCR's 1.4. The toy trains at the evaluation
+temperature 0.7 (the paper trains at 1.0): a readout is calibrated to the rollouts it is
+trained on, and this small model's accuracy depends strongly on temperature (docs/toy.md).
 """
 
 from __future__ import annotations
