@@ -43,6 +43,7 @@ Worked example (six samples, three tie groups)::
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -1000,12 +1001,22 @@ class Checkpoint:
     cfg: dict
 
 
+def latest_checkpoint(run_dir: Path) -> Path:
+    """The checkpoint of a run directory with the most optimizer steps."""
+    steps = sorted((run_dir / "ckpt").glob("step_*[0-9]"))
+    if not steps:
+        raise FileNotFoundError(f"{run_dir} is a run directory without a finished checkpoint under ckpt/")
+    return steps[-1]
+
+
 def describe_checkpoint(path: str, channel: str | None, method: str | None, base_config: str = "math") -> Checkpoint:
-    """A training checkpoint carries its resolved config.yaml; anything else is a base model,
-    read through the verbalized channel as the paper's Base rows are, with the budgets and
-    engine settings of `base_config`."""
+    """A training checkpoint carries its resolved config.yaml (a run directory stands for its
+    latest checkpoint); anything else is a base model, read through the verbalized channel as
+    the paper's Base rows are, with the budgets and engine settings of `base_config`."""
     import credo
 
+    if (Path(path) / "ckpt").is_dir():
+        path = str(latest_checkpoint(Path(path)))
     config_file = Path(path) / "config.yaml"
     if config_file.exists():
         cfg = credo.load_config(str(config_file))
@@ -1035,17 +1046,7 @@ def load_set(name: str, domain: str, path: Path) -> list[dict]:
 
     if not path.exists():
         raise FileNotFoundError(f"evaluation set {name!r}: {path} does not exist (prepare the data first)")
-    if domain == "math":
-        return credo.load_math_rows(str(path))
-    rows = []
-    for line_no, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            row = json.loads(line)
-            for key in ("id", "problem", "tests"):
-                if key not in row:
-                    raise ValueError(f"{path}:{line_no}: missing field {key!r} (code rows need id, problem, tests)")
-            rows.append(row)
-    return rows
+    return credo.load_rows(str(path), domain)
 
 
 def readout_confidences(model, tokenizer, rollouts, high_id: int, low_id: int, batch_size: int, dtype=None) -> list[float | None]:
@@ -1058,17 +1059,10 @@ def readout_confidences(model, tokenizer, rollouts, high_id: int, low_id: int, b
     with torch.no_grad():
         for start in range(0, len(rollouts), batch_size):
             chunk = rollouts[start : start + batch_size]
-            _, z_diff = credo.policy_forward(model, credo.collate(chunk, tokenizer.pad_token_id), high_id, low_id,
-                                             dtype or torch.float32)
+            z_diff = credo.policy_forward(model, credo.collate(chunk, tokenizer.pad_token_id), high_id, low_id,
+                                          dtype or torch.float32).z_diff
             out += [float(torch.sigmoid(z)) if r.segments.slot is not None else None for r, z in zip(chunk, z_diff)]
     return out
-
-
-def _single_token(tokenizer, text: str) -> int:
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) != 1:
-        raise ValueError(f"the digit expectation needs {text!r} to be one token; this tokenizer gives {ids}")
-    return ids[0]
 
 
 def digit_expectations(model, tokenizer, rollouts, batch_size: int, dtype=None) -> list[float | None]:
@@ -1077,39 +1071,23 @@ def digit_expectations(model, tokenizer, rollouts, batch_size: int, dtype=None) 
     Integer position (right after <confidence>): candidates "0", "1", renormalised -> p0, p1.
     Decimal position (after "0."): candidates "0".."9", renormalised -> q_d.
     c = p1 * 1.0 + p0 * E[d] / 10. None where the rollout has no <confidence> tag
-    ending on a token boundary (there is no confidence position to read).
+    ending on a token boundary (there is no confidence position to read). The same
+    forward as training's (credo.collate with teacher-forced digits, credo.policy_forward).
     """
     import torch
 
-    digits = [_single_token(tokenizer, str(d)) for d in range(10)]
-    zero, dot = digits[0], _single_token(tokenizer, ".")
-    lm_head = model.get_output_embeddings().weight
-    out: list[float | None] = [None] * len(rollouts)
-    todo = []
-    for i, r in enumerate(rollouts):
-        slot = ro.parse_segments(tokenizer, r.completion_ids, "readout", "").slot   # end of <confidence>
-        if slot is not None:
-            todo.append((i, r.prompt_ids + r.completion_ids[:slot] + [zero, dot]))
+    import credo
+
+    digits = credo.digit_token_ids(tokenizer)
+    high_id, low_id = (tokenizer.convert_tokens_to_ids(t) for t in credo.RESERVED_TOKENS)
+    at_slot = [dataclasses.replace(r, segments=ro.parse_segments(tokenizer, r.completion_ids, "readout", "")) for r in rollouts]
+    out: list[float | None] = []
     with torch.no_grad():
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start : start + batch_size]
-            width = max(len(seq) for _, seq in chunk)
-            ids = torch.full((len(chunk), width), tokenizer.pad_token_id)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, (_, seq) in enumerate(chunk):
-                ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
-            dtype = dtype or torch.float32
-            with torch.autocast(model.device.type, dtype=dtype, enabled=dtype != torch.float32):
-                hidden = model.model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).last_hidden_state
-            ends = mask.sum(1) - 1                                         # position of "." in each row
-            rows = torch.arange(len(chunk))
-            h_int, h_dec = hidden[rows, ends - 2].float(), hidden[rows, ends].float()   # before "0", after "."
-            p_int = torch.softmax(h_int @ lm_head[[zero, digits[1]]].float().T, dim=-1)   # [n, 2]
-            q_dec = torch.softmax(h_dec @ lm_head[digits].float().T, dim=-1)             # [n, 10]
-            expected_digit = q_dec @ torch.arange(10, dtype=torch.float32, device=q_dec.device)
-            conf = p_int[:, 1] + p_int[:, 0] * expected_digit / 10
-            for (i, _), value in zip(chunk, conf.tolist()):
-                out[i] = value
+        for start in range(0, len(at_slot), batch_size):
+            chunk = at_slot[start : start + batch_size]
+            batch = credo.collate(chunk, tokenizer.pad_token_id, teacher_digits=digits)
+            c_digit = credo.policy_forward(model, batch, high_id, low_id, dtype or torch.float32).c_digit
+            out += [float(c) if pos >= 0 else None for c, pos in zip(c_digit, batch.digit_pos)]
     return out
 
 
@@ -1145,8 +1123,11 @@ def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperatur
         for ckpt in ckpts:
             model, tokenizer, high_id, low_id = credo.load_policy(ckpt.path, device)
             model.eval()
+            # Generation follows the evaluation channel only (training-time variants such as a
+            # sampled slot token or a stop at the slot do not apply).
             cfg = {**ckpt.cfg, "temperature": temperature, "engine": engine_kind,
-                   "channel": "readout" if ckpt.channel == "readout" else "verbalized"}
+                   "channel": "readout" if ckpt.channel == "readout" else "verbalized",
+                   "confidence": "auto", "conf_train": "regression"}
             if engine is None:
                 engine = ro.make_engine(cfg, model, tokenizer, ckpt.path, out_dir / "engine", credo.compute_dtype(cfg))
                 engine_vocab = tokenizer.get_vocab()
@@ -1196,7 +1177,11 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description="Evaluate checkpoints: accuracy, calibration, tables and figures.")
-    parser.add_argument("--ckpt", required=True, help="checkpoint directories (comma-separated: one row per method, seeds averaged)")
+    parser.add_argument("--ckpt", required=True,
+                        help="comma-separated [label=]path: checkpoints, run directories (their latest checkpoint) or "
+                             "base models; one table row per label (default: the method), seeds averaged")
+    parser.add_argument("--base-seeds", default=None,
+                        help="comma-separated evaluation seeds for base models (no training seed): one run per seed")
     parser.add_argument("--sets", required=True, help=f"comma-separated: {', '.join(EVAL_SETS)} or name=path.jsonl[:math|:code]")
     parser.add_argument("--n", type=int, default=None, help="samples per problem (default: tab:data's n per set)")
     parser.add_argument("--temperature", type=float, default=0.7)
@@ -1208,7 +1193,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="default: <run folder>/eval for a training checkpoint")
     args = parser.parse_args(argv)
 
-    ckpts = [describe_checkpoint(p, args.channel, args.method, args.config) for p in args.ckpt.split(",")]
+    ckpts = []
+    for entry in args.ckpt.split(","):
+        label, _, path = entry.rpartition("=")
+        ckpt = describe_checkpoint(path, args.channel, label or args.method, args.config)
+        if ckpt.train_domain is None and args.base_seeds:   # the base model's error bars: evaluation seeds
+            ckpts += [dataclasses.replace(ckpt, seed=int(s), label=f"{ckpt.label}/e{s}") for s in args.base_seeds.split(",")]
+        else:
+            ckpts.append(ckpt)
     if args.out:
         out_dir = Path(args.out)
     elif ckpts[0].train_domain is not None:

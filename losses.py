@@ -110,6 +110,46 @@ def calibration_loss(conf: torch.Tensor, target: torch.Tensor, valid: torch.Tens
     return sq_err.sum() / n_valid
 
 
+def auxiliary_head_loss(z_diff: torch.Tensor, correct: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of the readout c = sigmoid(z_diff) against a, mean over V.
+
+    The loss of the "GRPO + auxiliary head" arm of `app:decompose` (tab:decompose):
+    there `z_diff` is computed from the *detached* final hidden state, so only the head
+    (the two output rows of H and L) learns to predict per-rollout correctness, and the
+    policy is trained by GRPO alone. Computed from logits (log-sigmoid) for stability.
+    Rollouts outside V contribute nothing; V empty gives a zero attached to the graph.
+
+    >>> z = torch.tensor([0.0, 2.0, -1.0])
+    >>> auxiliary_head_loss(z, torch.tensor([1., 0., 1.]), torch.tensor([True, True, False]))
+    tensor(1.4100)
+    """
+    valid = valid.bool()
+    per_rollout = torch.nn.functional.binary_cross_entropy_with_logits(
+        z_diff, correct.to(z_diff.dtype), reduction="none")                        # [N]
+    per_rollout = torch.where(valid, per_rollout, torch.zeros_like(per_rollout))
+    n_valid = valid.sum()
+    if n_valid == 0:
+        return (z_diff * 0.0).nan_to_num(0.0).sum()
+    return per_rollout.sum() / n_valid
+
+
+def digit_expectation(int_logits: torch.Tensor, dec_logits: torch.Tensor) -> torch.Tensor:
+    """c = p_1 + p_0 E[d] / 10 from the logits of a verbalized confidence slot (`eq:digitexp`).
+
+    int_logits: [N, 2] logits of "0" and "1" at the integer position (right after
+    <confidence>); dec_logits: [N, 10] logits of "0".."9" at the decimal position (after
+    a teacher-forced "0."). Each candidate set is renormalised on its own; the result is
+    differentiable in both and covers [0, 1] continuously.
+
+    >>> digit_expectation(torch.tensor([[0.0, 0.0]]), torch.log(torch.eye(10)[[8]] + 1e-30))
+    tensor([0.9000])
+    """
+    p_int = torch.softmax(int_logits.float(), dim=-1)                               # [N, 2]
+    q_dec = torch.softmax(dec_logits.float(), dim=-1)                               # [N, 10]
+    expected_digit = q_dec @ torch.arange(10, dtype=q_dec.dtype, device=q_dec.device)   # [N]
+    return p_int[:, 1] + p_int[:, 0] * expected_digit / 10
+
+
 def discrepancy_weights(
     correct: torch.Tensor,
     conf: torch.Tensor,

@@ -289,9 +289,26 @@ class Sample:
     finish_reason: str             # "stop" or "length"
 
 
+def stop_strings(cfg: dict) -> list[str]:
+    """Where a rollout stops (besides EOS and the length budget).
+
+    * at `<confidence>`, kept in the output, when the confidence is read from the logits
+      at the slot: the readout channels, and the digit-expectation emission of
+      `app:decompose` (`method: credo` on the verbalized prompt, `confidence: digit_exp`);
+    * after `</confidence>` when the slot token itself is sampled and scored by the
+      reward (`conf_train: sampled`, the "readout + reward only" arm);
+    * nowhere else on the verbalized channel: the numeral is sampled as text.
+    """
+    if cfg.get("conf_train") == "sampled":
+        return [CONF_CLOSE]
+    if cfg["channel"].startswith("readout") or (cfg.get("method") == "credo" and cfg.get("confidence") == "digit_exp"):
+        return [CONF_OPEN]
+    return []
+
+
 def sampling_settings(cfg: dict) -> dict:
     """Every sampling parameter, explicit: nothing may come from generation_config.json."""
-    stop = [CONF_OPEN] if cfg["channel"].startswith("readout") else []
+    stop = stop_strings(cfg)
     return {
         "temperature": float(cfg["temperature"]),
         "top_k": int(cfg["top_k"]),
@@ -337,8 +354,25 @@ class VLLMEngine:
                 "max_num_batched_tokens": max(max_model_len, 8192),
             }
 
+        # Colocated with the trainer: under torchrun every rank runs its own engine (TP = 1) on
+        # its own GPU. vLLM then joins the job's process group instead of creating one
+        # ("external_launcher": each rank is a TP group of one, on cuda:LOCAL_RANK).
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1
+        if distributed:
+            platform["distributed_executor_backend"] = "external_launcher"
+            platform["tensor_parallel_size"] = 1
+        # Sleep mode frees the engine's GPU memory during the update; vLLM implements it with
+        # CUDA's virtual-memory allocator only. On CPU the engine stays resident (sleep/wake_up
+        # are no-ops there, on purpose: there is no device memory to hand back).
+        self.sleep_mode = torch.cuda.is_available()
+        if self.sleep_mode:
+            platform["enable_sleep_mode"] = True
+        self._asleep: set[str] = set()   # tags ("weights", "kv_cache") currently released
+
         self._params = SamplingParams
         self.settings = sampling_settings(cfg)
+        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(dtype, dtype)
         self.llm = LLM(
             model=model_dir,
             tokenizer=tokenizer_dir,
@@ -388,12 +422,45 @@ class VLLMEngine:
         (the CPU backend repacks linear weights, so a bare `load_weights` on
         the live model fails). Cached KV blocks were computed by the old
         weights: the prefix cache is reset after every push."""
-        weights = ((name, param.detach()) for name, param in model.named_parameters())
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        self.wake_up(("weights",))                    # the KV cache stays released until the push is done
+
+        def full_weights():
+            """(HF name, full tensor in the engine's dtype), one parameter at a time in module
+            order (layer by layer). A sharded (FSDP2 DTensor) parameter is all-gathered: a
+            collective, so every rank pushes into its own engine in the same order."""
+            from torch.distributed.tensor import DTensor
+
+            for name, param in model.named_parameters():
+                tensor = param.detach()
+                if isinstance(tensor, DTensor):
+                    tensor = tensor.full_tensor()
+                yield name, tensor.to(self.dtype)
+
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(), "is_checkpoint_format": True})
+        self.wake_up(("kv_cache",))
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight push")
 
+    def sleep(self) -> None:
+        """Release the GPU for the update (sleep level 1: weights copied to host memory, KV
+        cache dropped). No-op on CPU, where vLLM has no sleep mode."""
+        if self.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = {"weights", "kv_cache"}
+
+    def wake_up(self, tags=("weights", "kv_cache")) -> None:
+        """Re-allocate what sleep released, for the given tags (weights first, so a push
+        does not need room for the KV cache too). No-op when awake or on CPU."""
+        wanted = [tag for tag in tags if tag in self._asleep]
+        if wanted:
+            import torch
+
+            torch.cuda.empty_cache()   # blocks the update freed but torch's allocator still holds
+            self.llm.wake_up(tags=wanted)
+            self._asleep -= set(wanted)
+
     def close(self) -> None:
+        self.wake_up()
         del self.llm
 
 
@@ -461,8 +528,16 @@ class HFEngine:
         return ids, "length"
 
     def push_weights(self, model) -> None:
+        """Nothing to copy when the engine generates with the trainer's own model object (also
+        when it is sharded with FSDP2: generate then keeps the ranks in step, `synced_gpus`)."""
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
+
+    def sleep(self) -> None:
+        """No-op: the engine is the trainer's model and has no memory of its own."""
+
+    def wake_up(self, tags=("weights", "kv_cache")) -> None:
+        """No-op (see sleep)."""
 
     def close(self) -> None:
         pass

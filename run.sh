@@ -3,8 +3,15 @@
 #   bash run.sh setup                   create .venv (GPU or CPU stack) and the tiny local model
 #   bash run.sh test [pytest args]      the test suite
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
-#   bash run.sh toy [--quick]           the toy demonstration (CPU, ~11 min; report in runs/toy/)
-#   bash run.sh <config> [key=value]    train with configs/<config>.yaml, e.g. `bash run.sh tiny max_steps=2`
+#   bash run.sh toy [--quick]           the toy demonstration (CPU, ~11-13 min; report in runs/toy/)
+#   bash run.sh bench [--quick] [--only step,...]  the benchmarks of bench/ (~15 min on 2 CPU cores;
+#                                       results in bench/results/, docs/performance.md)
+#   bash run.sh list                    every config, and the paper's table rows it trains
+#   bash run.sh table <name>            the train + eval commands that regenerate a table (e.g. sens)
+#   bash run.sh <config> [key=value]    train with configs/<config>.yaml, e.g. `bash run.sh tiny max_steps=2`,
+#                                       `bash run.sh rlcr domain=code seed=44`
+#     NPROC=8 bash run.sh <config>      ... on 8 GPUs of this node (torchrun + FSDP2; docs/distributed.md)
+#     NNODES=2 NODE_RANK=0|1 MASTER_ADDR=host0 NPROC=8 bash run.sh <config>   ... on 2 nodes (run on each)
 # Any target runs set-up first when .venv is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -49,7 +56,7 @@ export TOKENIZERS_PARALLELISM=false
 target="${1:-help}"
 case "$target" in
   help|-h|--help)
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
     ;;
   setup)
     setup
@@ -69,9 +76,37 @@ case "$target" in
     setup
     exec "$PY" toy.py "$@"
     ;;
+  bench)
+    shift
+    setup
+    exec "$PY" bench/run_all.py "$@"
+    ;;
+  list)
+    setup
+    exec "$PY" credo.py --list
+    ;;
+  table)
+    shift
+    setup
+    exec "$PY" credo.py --table "$@"
+    ;;
   *)
     shift
     setup
-    exec "$PY" credo.py "$target" "$@"
+    NPROC="${NPROC:-1}" NNODES="${NNODES:-1}"
+    for var in NPROC NNODES; do
+      [[ "${!var}" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: $var must be a positive integer, got '${!var}'" >&2; exit 2; }
+    done
+    if [ "$NNODES" -gt 1 ]; then
+      # Several nodes: the same command on each, NODE_RANK 0 .. NNODES-1, rendezvous at MASTER_ADDR.
+      [ -n "${MASTER_ADDR:-}" ] && [ -n "${NODE_RANK:-}" ] || {
+        echo "run.sh: NNODES=$NNODES needs MASTER_ADDR (node 0's address) and NODE_RANK (0..$((NNODES - 1)))" >&2; exit 2; }
+      exec "$VENV/bin/torchrun" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC" \
+        --master_addr "$MASTER_ADDR" --master_port "${MASTER_PORT:-29500}" credo.py "$target" "$@"
+    elif [ "$NPROC" -gt 1 ]; then
+      # One node, NPROC processes (one per GPU); --standalone picks a free rendezvous port.
+      exec "$VENV/bin/torchrun" --standalone --nproc_per_node "$NPROC" credo.py "$target" "$@"
+    fi
+    exec "$PY" credo.py "$target" "$@"       # one process: no launcher
     ;;
 esac

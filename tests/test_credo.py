@@ -1,6 +1,7 @@
 """The training loop: configuration, data, reserved tokens, batching, credit routing, updates."""
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -71,19 +72,19 @@ def test_missing_field_names_file_line_and_field(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "problem": "2+2"}\n')
     with pytest.raises(ValueError, match=r"train.jsonl:2: missing field 'answer'"):
-        credo.load_math_rows(str(path))
+        credo.load_rows(str(path), "math")
 
 
 def test_missing_prepared_data_says_how_to_make_it():
     with pytest.raises(FileNotFoundError, match=r"data/math/deepscaler_train.jsonl.*bash run.sh prepare"):
-        credo.load_math_rows(credo.load_config("math")["train_data"])
+        credo.load_rows(credo.load_config("math")["train_data"], "math")
 
 
 def test_bad_json_names_the_line(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{oops\n')
     with pytest.raises(ValueError, match=r"train.jsonl:2: not valid JSON"):
-        credo.load_math_rows(str(path))
+        credo.load_rows(str(path), "math")
 
 
 def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
@@ -99,7 +100,7 @@ def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
     ]))
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append((a, k)) or str(snapshot))
-    rows = credo.load_math_rows("agentica-org/DeepScaleR-Preview-Dataset")
+    rows = credo.load_rows("agentica-org/DeepScaleR-Preview-Dataset", "math")
     assert calls == [(("agentica-org/DeepScaleR-Preview-Dataset",), {"repo_type": "dataset", "allow_patterns": ["*.json", "*.jsonl"]})]
     assert rows == [{"id": "deepscaler-0", "problem": "What is $1+1$?", "answer": "2"},
                     {"id": "deepscaler-1", "problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1"}]
@@ -109,7 +110,7 @@ def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     with pytest.raises(RuntimeError, match="could not fetch the dataset 'org/name'.*train_data=<local JSONL>"):
-        credo.load_math_rows("org/name")
+        credo.load_rows("org/name", "math")
 
 
 def test_question_stream_is_a_deterministic_sequence_of_epochs():
@@ -321,8 +322,8 @@ def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
     batch = credo.collate([Rollout("q", prompt, ids, "", "stop", ro.parse_segments(tok, ids, "readout", "\\boxed"))] * 2, tok.pad_token_id)
     cfg = credo.load_config("tiny", ["precision=bf16", "group_size=2", "per_device_batch_size=2", "grad_accum=1"])
     assert credo.compute_dtype(cfg) == torch.bfloat16
-    logp32, z32 = credo.policy_forward(model, batch, high, low)
-    logp16, z16 = credo.policy_forward(model, batch, high, low, torch.bfloat16)
+    logp32, z32, _ = credo.policy_forward(model, batch, high, low)
+    logp16, z16, _ = credo.policy_forward(model, batch, high, low, torch.bfloat16)
     assert logp16.dtype == z16.dtype == torch.float32
     assert 0 < float((logp16 - logp32).abs().max()) < 0.1          # bf16 compute, close to fp32
     recorder = GradientRecorder(model.named_parameters())
@@ -336,20 +337,42 @@ def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
 
 
 def test_every_config_resolves():
-    names = sorted(p.stem for p in credo.CONFIG_DIR.glob("*.yaml") if p.stem != "base")
+    names = [name for name in credo.config_names() if name != "base"]
     assert {"math", "tiny", "grpo", "rlcr", "dcpo", "credo_alpha0", "credo_noanalysis", "credo_noconfadv",
             "credo_kappa0", "credo_gated", "credo_noformat", "rlcr_sw", "dcpo_sw"} <= set(names)
     for name in names:
         credo.load_config(name)
-    with pytest.raises(ValueError, match="train_data is not set"):   # the schema alone is not a run
-        credo.load_config("base")
+        if name not in ("math", "code"):                  # a domain file fixes its own domain
+            for domain, kappa in (("math", 0.25), ("code", 0.5)):
+                cfg = credo.load_config(name, [f"domain={domain}"])
+                assert cfg["domain"] == domain and cfg["run_name"] == f"{name}-{domain}-s43"
+                if name in ("credo", "rlcr_sw", "dcpo_swd"):   # by_domain kappa: CREDO's value of tab:hyper
+                    assert cfg["kappa"] == kappa
+    code = credo.load_config("code")
+    assert (code["max_prompt_tokens"], code["max_completion_tokens"], code["kappa"]) == (2048, 6144, 0.5)
+    assert credo.load_config("base")["train_data"] == credo.load_config("math")["train_data"]   # filled by domain
+    with pytest.raises(ValueError, match="fixes the math values"):
+        credo.load_config("math", ["domain=code"])
+    with pytest.raises(TypeError, match="kappa"):
+        credo.load_config("credo", ["kappa=high"])
 
 
 def test_method_and_channel_must_agree():
     with pytest.raises(ValueError, match="method=rlcr needs the verbalized channel"):
         credo.load_config("rlcr", ["channel=readout"])
-    with pytest.raises(ValueError, match="alpha > 0 on the verbalized channel"):
+    with pytest.raises(ValueError, match="alpha > 0 needs a differentiable confidence"):
         credo.load_config("rlcr", ["alpha=0.03"])
+    with pytest.raises(ValueError, match="only the auxiliary-head arm"):
+        credo.load_config("grpo", ["channel=readout"])
+    with pytest.raises(ValueError, match="needs a confidence with logits"):
+        credo.load_config("credo", ["channel=verbalized"])
+    with pytest.raises(ValueError, match="set alpha=0"):
+        credo.load_config("credo_sampled", ["alpha=0.03"])
+    with pytest.raises(ValueError, match="needs a baseline method on a readout channel"):
+        credo.load_config("credo", ["conf_train=head"])
+    with pytest.raises(ValueError, match="needs the verbalized channel"):
+        credo.load_config("credo", ["confidence=digit_exp"])
+    assert credo.load_config("rlcr_swd")["confidence"] == "digit_exp"   # weights from eq:digitexp, rewards from q
 
 
 def standardized(values):
@@ -404,31 +427,226 @@ def test_ablation_without_confidence_advantage_zeroes_the_analysis():
     torch.testing.assert_close(got["adv_ans"], full["adv_ans"])
 
 
-@pytest.mark.parametrize("config", ["grpo", "rlcr", "dcpo", "dcpo_sw", "credo_noanalysis", "credo_alpha0", "credo_noconfadv"])
-def test_one_real_training_step_per_method(config, tiny_dir):
-    model, tok = load_tiny(tiny_dir)
-    high, low = credo.add_reserved_tokens(model, tok)
-    cfg = credo.load_config(config, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
+METHOD_CONFIGS = [name for name in credo.config_names() if name not in ("base", "math", "code", "tiny", "toy")]
+
+
+def method_rollouts(cfg, tok):
+    """Three hand-written rollouts of one group, shaped as this config's engine returns them."""
     prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
-    if cfg["channel"] == "verbalized":
+    channel = credo.segment_channel(cfg)
+    if cfg["conf_train"] == "sampled":
+        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence><CONF_HIGH></confidence>",
+                 "\\boxed{5} <analysis> a </analysis> <confidence><CONF_LOW></confidence>", "\\boxed{6}"]
+    elif channel == "verbalized":
         texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>0.9</confidence>",
                  "\\boxed{5} <analysis> a carry </analysis> <confidence>0.2</confidence>", "\\boxed{6}"]
-    elif cfg["channel"] == "readout_noanalysis":
+    elif channel == "readout_noanalysis":
         texts = ["\\boxed{4} <confidence>", "\\boxed{5} <confidence>", "\\boxed{6}"]
     else:
         texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>", "\\boxed{5} <analysis> a </analysis> <confidence>", "\\boxed{6}"]
     rollouts = []
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False)
-        rollouts.append(Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, cfg["channel"], "\\boxed")))
-    batch = credo.collate(rollouts, tok.pad_token_id)
+        seg = ro.parse_segments(tok, ids, channel, "\\boxed")
+        if cfg["conf_train"] == "sampled":   # as make_rollouts: F needs a reserved slot token
+            seg = dataclasses.replace(seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in credo.reserved_ids(tok))
+        rollouts.append(Rollout("q", prompt, ids, text, "stop", seg))
+    return rollouts
+
+
+def method_step(config, tiny_dir, correct=A, extra=()):
+    """One real update of the tiny model for a config, through the loop's own helpers."""
+    model, tok = load_tiny(tiny_dir)
+    high, low = credo.add_reserved_tokens(model, tok)
+    cfg = credo.load_config(config, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32", *extra])
+    rollouts = method_rollouts(cfg, tok)
+    batch = credo.training_batch(rollouts, tok, cfg)
     valid = torch.tensor([r.segments.slot is not None for r in rollouts])
-    verbalized = (torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
-                  if cfg["channel"] == "verbalized" else None)
-    if verbalized is not None:
-        assert verbalized[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(verbalized[2])
+    fmt = torch.tensor([float(r.segments.fmt) for r in rollouts])
+    reported = credo.reported_confidence(rollouts, cfg, tok)
+    weight_conf = credo.digit_weight_confidence(model, tok, rollouts, cfg, high, low)
     recorder = GradientRecorder(model.named_parameters())
-    stats = credo.train_on_batch(model, recorder, batch, torch.tensor(A), torch.tensor([float(r.segments.fmt) for r in rollouts]),
-                                 valid, cfg, step=100, high_id=high, low_id=low, verbalized=verbalized)
-    assert stats["loss_pg"] != 0 and all(torch.isfinite(g).all() for g in recorder.grads.values())
-    assert (stats["loss_cal"] > 0) == (cfg["channel"] != "verbalized")   # L_cal only where a readout exists
+    stats = credo.train_on_batch(model, recorder, batch, torch.tensor(correct), fmt, valid, cfg, step=100,
+                                 high_id=high, low_id=low, reported=reported, weight_conf=weight_conf)
+    return model, tok, cfg, rollouts, batch, reported, weight_conf, recorder.grads, stats
+
+
+@pytest.mark.parametrize("config", METHOD_CONFIGS)
+def test_one_real_training_step_per_method(config, tiny_dir):
+    _, _, cfg, rollouts, batch, reported, _, grads, stats = method_step(config, tiny_dir)
+    if cfg["channel"] == "verbalized" and cfg["method"] != "credo":
+        assert reported[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(reported[2])
+    assert stats["loss_pg"] != 0 and all(torch.isfinite(g).all() for g in grads.values())
+    has_c = any(r.segments.slot is not None for r in rollouts)
+    assert (stats["loss_cal"] > 0) == has_c   # L_cal (or the head's BCE) only where the model's c exists
+
+
+@pytest.mark.parametrize("config", ["credo", "credo_digitexp", "grpo_head"])
+def test_packed_micro_batches_equal_padded_ones(config, tiny_dir):
+    """Padding-free packing (one row, block-causal attention) changes no output and no gradient."""
+    model, tok = load_tiny(tiny_dir)
+    high, low = credo.add_reserved_tokens(model, tok)
+    cfg = credo.load_config(config, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
+    rollouts = method_rollouts(cfg, tok)
+    batch = credo.training_batch(rollouts, tok, cfg)
+    assert batch.attention_mask.sum() < batch.attention_mask.numel()          # the padded batch has padding
+    head = cfg["conf_train"] == "head"
+    padded = credo.policy_forward(model, batch, high, low, detach_readout=head, packed=False)
+    packed = credo.policy_forward(model, batch, high, low, detach_readout=head, packed=True)
+    mask = batch.completion_mask
+    torch.testing.assert_close(packed.logp[mask], padded.logp[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed.z_diff, padded.z_diff, atol=1e-5, rtol=1e-5)
+    if padded.c_digit is not None:
+        torch.testing.assert_close(packed.c_digit, padded.c_digit, atol=1e-6, rtol=1e-5)
+    grads = {}
+    for mode in ("false", "true"):
+        recorder = GradientRecorder(model.named_parameters())
+        stats = credo.train_on_batch(model, recorder, batch, torch.tensor(A), torch.ones(3),
+                                     torch.tensor([r.segments.slot is not None for r in rollouts]),
+                                     {**cfg, "pack_sequences": mode}, step=100, high_id=high, low_id=low)
+        grads[mode] = recorder.grads
+        assert (stats["pad_fraction"] == 0.0) == (mode == "true")
+        model.zero_grad(set_to_none=True)
+    for name, g in grads["false"].items():
+        torch.testing.assert_close(grads["true"][name], g, atol=1e-6, rtol=1e-4, msg=name)
+
+
+# --- tab:decompose and tab:sw_baseline: what each arm changes, on the hand-built group ---------
+
+
+def test_sampled_slot_token_is_scored_by_the_reward(tiny_dir):
+    """Readout + reward only: q = 1 for <CONF_HIGH>, 0 for <CONF_LOW>; r_conf = F (1 - (t - q)^2)
+    with t = 0.5 a + 0.5 mean(a) = [2/3, 1/6, 1/6]; the slot token joins the analysis advantage."""
+    _, tok, cfg, rollouts, batch, reported, _, _, stats = method_step("credo_sampled", tiny_dir)
+    assert reported[:2].tolist() == [1.0, 0.0] and torch.isnan(reported[2])
+    assert stats["r_conf"].tolist() == pytest.approx([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
+    assert stats["alpha"] == 0.0
+    for i in range(2):   # the slot column (predicting the sampled token) is in the confidence segment
+        slot_col = int(batch.slot_pos[i])
+        assert batch.conf_mask[i, slot_col] and batch.conf_mask[i, slot_col - 1] and not batch.conf_mask[i, slot_col + 1]
+    plain = credo.collate(rollouts, tok.pad_token_id)
+    assert not plain.conf_mask[0, int(plain.slot_pos[0])]   # without conf_train=sampled the slot gets no credit
+    adv_conf = standardized([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
+    assert stats["adv_conf"].tolist() == pytest.approx(adv_conf, abs=1e-6)
+    adv_tok = losses.token_advantages(stats["adv_ans"], stats["adv_conf"], stats["w"], batch.ans_mask, batch.conf_mask)
+    for i in range(2):   # the sampled <CONF_HIGH>/<CONF_LOW> token is trained with the analysis advantage
+        assert float(adv_tok[i, int(batch.slot_pos[i])]) == pytest.approx(adv_conf[i], abs=1e-6)
+
+
+def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
+    """The verbalized prompt stops at <confidence>; "0." is teacher-forced after it; c is eq:digitexp
+    from the same forward (checked against full logits), and L_cal's gradient reaches the trunk."""
+    model, tok, cfg, rollouts, batch, _, _, grads, stats = method_step("credo_digitexp", tiny_dir)
+    assert ro.stop_strings(cfg) == [ro.CONF_OPEN] and credo.segment_channel(cfg) == "readout"
+    digits, dot = credo.digit_token_ids(tok)
+    for i, r in enumerate(rollouts[:2]):
+        seq = r.prompt_ids + r.completion_ids + [digits[0], dot]
+        assert batch.input_ids[i, : len(seq)].tolist() == seq
+        assert not batch.completion_mask[i, len(seq) - 3 :].any()   # the teacher-forced "0." is not trained on
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0]            # [L, V]
+        p_int = torch.softmax(logits[len(seq) - 3, [digits[0], digits[1]]], -1)
+        q_dec = torch.softmax(logits[len(seq) - 1, digits], -1)
+        expected = float(p_int[1] + p_int[0] * (q_dec * torch.arange(10)).sum() / 10)
+        assert float(stats["conf"][i]) == pytest.approx(expected, abs=1e-5)
+    target = losses.hybrid_target(torch.tensor(A), 0.5, 3)
+    assert stats["loss_cal"] == pytest.approx(float(((stats["conf"][:2] - target[:2]) ** 2).mean()), abs=1e-6)
+    assert grads["model.layers.0.mlp.up_proj.weight"].abs().sum() > 0
+
+
+def test_auxiliary_head_trains_only_the_reserved_output_rows(tiny_dir):
+    """GRPO + auxiliary head: with every rollout correct the GRPO advantages are 0, so the only
+    gradient is the head's BCE on the detached trunk: the output rows of H and L, nothing else."""
+    model, tok, cfg, _, _, _, _, grads, stats = method_step("grpo_head", tiny_dir, correct=[1.0, 1.0, 1.0])
+    high, low = (tok.convert_tokens_to_ids(t) for t in credo.RESERVED_TOKENS)
+    head = grads.pop("lm_head.weight")
+    assert head[[high, low]].abs().sum() > 0
+    head[[high, low]] = 0
+    assert head.abs().sum() == 0 and all(g.abs().sum() == 0 for g in grads.values())
+    c = stats["conf"][:2]
+    assert stats["loss_cal"] == pytest.approx(float(-torch.log(c).mean()), abs=1e-5)   # BCE against a = 1
+
+
+def test_baseline_weights_from_the_digit_expectation(tiny_dir):
+    """tab:sw_baseline: rewards still read the parsed numeral; eq:sw's weights read eq:digitexp."""
+    _, _, cfg, _, _, reported, weight_conf, _, stats = method_step("rlcr_swd", tiny_dir)
+    assert torch.isfinite(weight_conf[:2]).all() and torch.isnan(weight_conf[2])   # the third has no <confidence>
+    correct = torch.tensor(A)
+    assert stats["r_ans"].tolist() == pytest.approx(losses.rlcr_reward(correct, reported).tolist())
+    w = losses.discrepancy_weights(correct, weight_conf, ~torch.isnan(weight_conf), stats["kappa"], 3)
+    assert stats["w"].tolist() == pytest.approx(w.tolist())
+    parsed = losses.discrepancy_weights(correct, reported, ~torch.isnan(reported), stats["kappa"], 3)
+    assert stats["w"].tolist() != pytest.approx(parsed.tolist())
+
+
+# --- the code domain: rows, the sandboxed reward, and a real step -------------------------------
+
+DOUBLE_TESTS = {"kind": "stdio", "inputs": ["3\n", "10\n"], "outputs": ["6\n", "20\n"]}
+
+
+def test_code_rows_need_tests_in_the_verifier_schema(tmp_path):
+    path = tmp_path / "code.jsonl"
+    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}) + "\n")
+    assert credo.load_rows(str(path), "code") == [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}]
+    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": "assert f(1) == 2"}) + "\n")
+    with pytest.raises(ValueError, match="code.jsonl:1: field 'tests' must be a dict with a 'kind'"):
+        credo.load_rows(str(path), "code")
+    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "answer": "2"}) + "\n")
+    with pytest.raises(ValueError, match="missing field 'tests'"):
+        credo.load_rows(str(path), "code")
+    with pytest.raises(ValueError, match="not from a hub id"):
+        credo.load_rows("agentica-org/DeepCoder-Preview-Dataset", "code")
+
+
+def test_code_rewards_come_from_the_sandbox():
+    cfg = credo.load_config("code", ["group_size=2", "per_device_batch_size=2", "grad_accum=1", "verify_workers=2"])
+    answers = ["```python\nprint(2 * int(input()))\n```", "```python\nprint(int(input()) + 2)\n```"]
+    rollouts = [Rollout("c1", [1], [2], text + " <analysis> ok </analysis> <confidence>", "stop",
+                        Segments(1, 1, 1, None, None, False, True, True)) for text in answers]
+    correct = credo.verify_rollouts(rollouts, [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}], cfg)
+    assert correct.tolist() == [1.0, 0.0]   # n + 2 passes the first test (n = 2 is not in it) but not 10 -> 12
+
+
+@pytest.mark.slow
+def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
+    data = tmp_path / "code_train.jsonl"
+    data.write_text("".join(json.dumps({"id": f"c{i}", "problem": f"Print {i} times the input.",
+                                        "tests": {"kind": "stdio", "inputs": ["2\n"], "outputs": [f"{2 * i}\n"]}}) + "\n"
+                            for i in range(4)))
+    run_tiny(tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
+    cfg = credo.load_config(str(tmp_path / "code" / "config.yaml"))
+    assert (cfg["domain"], cfg["kappa"]) == ("code", 0.5)   # kappa from the code profile (tab:hyper)
+    (metrics,) = read_metrics(tmp_path / "code")
+    assert metrics["acc"] == 0.0 and metrics["t_verify"] > 0   # the tiny model writes no programs: all fail, none crash
+    rows = [json.loads(line) for line in (tmp_path / "code" / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and all(row["a"] == 0.0 for row in rows)
+
+
+# --- the paper's tables as commands ---------------------------------------------------------------
+
+
+def test_every_table_row_is_a_runnable_config():
+    for key in credo.load_tables():
+        runs = credo.table_runs(key)
+        trained = [r for r in runs if r["train"]]
+        commands_of = {}
+        for r in trained:
+            words = r["train"].split()
+            assert words[:2] == ["bash", "run.sh"]
+            cfg = credo.load_config(words[2], words[3:])          # the printed command resolves ...
+            assert str(credo.run_dir_of(cfg)) == r["eval"]        # ... to the run directory eval.py reads
+            commands_of.setdefault(r["eval"], set()).add(r["train"])
+        assert all(len(c) == 1 for c in commands_of.values())    # one run directory, one training
+        text = credo.table_commands(key)
+        assert all(r["train"] in text for r in trained) and text.count("python eval.py") >= 1
+    sens = {(r["label"], r["domain"]): r["eval"] for r in credo.table_runs("sens")}
+    # tab:hyper's own values are the CREDO runs themselves (kappa 0.25 math, 0.5 code), not new trainings
+    assert sens[("kappa = 0.25", "math")] == sens[("alpha = 0.03", "math")] == "runs/credo-math-s43"
+    assert sens[("kappa = 0.5", "code")] == "runs/credo-code-s43" != sens[("kappa = 0.5", "math")]
+    main = credo.table_runs("main")
+    assert {r["seed"] for r in main if r["train"]} == {43, 44, 45} and any(r["eval"] == "Qwen/Qwen3-8B" for r in main)
+    listing = credo.list_configs()
+    for name in credo.config_names():
+        assert f"\n{name} " in "\n" + listing
+    with pytest.raises(KeyError, match="known: tab:main"):
+        credo.table_commands("tab:nope")

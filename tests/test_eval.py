@@ -430,16 +430,18 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir):
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
     result = subprocess.run(
-        [str(credo.ROOT / ".venv" / "bin" / "python"), "eval.py", "--ckpt", f"{tiny_dir / 'model'},{ckpt}",
-         "--sets", f"tiny={tmp_path / 'small.jsonl'}:math", "--n", "3", "--out", str(out), "--config", "tiny"],
+        [str(credo.ROOT / ".venv" / "bin" / "python"), "eval.py", "--ckpt", f"{tiny_dir / 'model'},Tiny CREDO={ckpt.parent.parent}",
+         "--sets", f"tiny={tmp_path / 'small.jsonl'}:math", "--n", "3", "--out", str(out), "--config", "tiny",
+         "--base-seeds", "43,44"],
         cwd=credo.ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     by_source = {s: [r for r in records if r["source"] == s] for s in ("readout", "verbalized", "digit")}
-    assert len(by_source["readout"]) == len(by_source["verbalized"]) == len(by_source["digit"]) == 6 * 3
-    assert {r["method"] for r in by_source["readout"]} == {"CREDO"}
-    assert {r["method"] for r in by_source["digit"]} == {"Base"}
+    # the base model once per evaluation seed; the run directory stands for its latest checkpoint
+    assert len(by_source["readout"]) == 6 * 3 and len(by_source["verbalized"]) == len(by_source["digit"]) == 2 * 6 * 3
+    assert {(r["method"], r["run"]) for r in by_source["readout"]} == {("Tiny CREDO", "credo/step_000001")}
+    assert {(r["method"], r["run"], r["seed"]) for r in by_source["digit"]} == {("Base", "model/e43", 43), ("Base", "model/e44", 44)}
     readouts = [r["c"] for r in by_source["readout"] if r["c"] is not None]
     digits = [r["c"] for r in by_source["digit"] if r["c"] is not None]
     assert readouts and all(0 < c < 1 for c in readouts)
@@ -450,7 +452,7 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir):
     pngs, pdfs = list(out.rglob("*.png")), list(out.rglob("*.pdf"))
     assert pngs and len(pngs) == len(pdfs)
     table = (out / "main.md").read_text()
-    assert "CREDO" in table and "Base-d" in table
+    assert "Tiny CREDO" in table and "Base-d" in table
 
 
 def test_digit_expectation_and_readout_read_the_right_positions(tiny_dir):

@@ -122,6 +122,19 @@ def test_no_analysis_variant(tiny_tokenizer):
     assert seg.fmt
 
 
+def test_where_each_arm_stops_generating():
+    import credo
+
+    def stops(config):
+        return ro.stop_strings(credo.load_config(config))
+
+    assert stops("credo") == stops("credo_noanalysis") == stops("grpo_head") == [ro.CONF_OPEN]   # read at the slot
+    assert stops("credo_digitexp") == [ro.CONF_OPEN]      # verbalized prompt, eq:digitexp read at the slot
+    assert stops("credo_sampled") == [ro.CONF_CLOSE]      # the slot token itself is sampled
+    assert stops("rlcr") == stops("rlcr_swd") == stops("grpo") == []   # the numeral is sampled as text
+    assert ro.sampling_settings(credo.load_config("credo_sampled"))["stop"] == [ro.CONF_CLOSE]
+
+
 def test_verbalized_rollouts(tiny_tokenizer):
     tok = tiny_tokenizer
     answer = enc(tok, ANSWER)
@@ -157,7 +170,7 @@ def policy(tiny_dir):
     torch.manual_seed(0)
     cfg = credo.load_config("tiny", ["group_size=3", "per_device_batch_size=3", "grad_accum=2", "max_completion_tokens=48"])
     model, tok, high, low = credo.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
-    rows = credo.load_math_rows(str(tiny_dir / "math_train.jsonl"))[:2]
+    rows = credo.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
     prompts = [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
     return cfg, model, tok, high, low, rows, prompts
 
@@ -182,7 +195,7 @@ def trainer_logprobs(policy, samples, prompts, group):
     import torch
 
     with torch.no_grad():
-        logp, _ = credo.policy_forward(model, batch, high, low)
+        logp = credo.policy_forward(model, batch, high, low).logp
     out = []
     for i, r in enumerate(rollouts):
         p, c = len(r.prompt_ids), len(r.completion_ids)
@@ -210,7 +223,7 @@ def test_vllm_engine_takes_more_prompt_tokens_than_one_step_holds(policy, vllm_e
     import credo
 
     cfg, model, tok, *_ = policy
-    rows = credo.load_math_rows(str(tiny_dir / "math_test.jsonl"))[:40]
+    rows = credo.load_rows(str(tiny_dir / "math_test.jsonl"), "math")[:40]
     prompts = [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
     assert sum(len(p) for p in prompts) * 4 > 4 * 8192
     samples = vllm_engine.generate(prompts, group_size=4, seed=5)

@@ -1,0 +1,272 @@
+"""Data parallelism (parallel.py): real 2-process gloo jobs on CPU against 1-process runs.
+
+The 2-rank jobs are real torchrun launches (FSDP2 `fully_shard` works with gloo on CPU in
+this torch). The exact-resume test runs the real engine (one vLLM CPU engine per rank,
+joined to the job through vLLM's `external_launcher`); a short generation covers the HF engine
+(transformers `generate` on the sharded model, ranks kept in step by `synced_gpus`),
+inside the gradient test's job.
+
+Run as a script by torchrun (see test_two_ranks_give_the_one_process_loss_and_gradient):
+    torchrun --standalone --nproc_per_node 2 tests/test_parallel.py OUT_FILE MODEL_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import credo  # noqa: E402
+import parallel  # noqa: E402
+import rollout as ro  # noqa: E402
+
+ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false",
+       "VLLM_CACHE_ROOT": str(ROOT / ".cache" / "vllm")}
+for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    ENV.pop(var, None)
+TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2"]
+
+# Two questions x G = 4: some right, some wrong, one without a readout, so that A^ans,
+# A^conf, w and L_cal are all non-trivial.
+GROUPS = [
+    ("What is 2 + 2?", ["2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
+                        "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
+                        "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
+                        "\\boxed{3}"], [1.0, 0.0, 1.0, 0.0]),
+    ("What is 3 * 5?", ["3 * 5 = 15. \\boxed{15} <analysis> the product </analysis> <confidence>",
+                        "3 * 5 = 35. \\boxed{35} <analysis> a slip </analysis> <confidence>",
+                        "3 * 5 = 8. \\boxed{8} <analysis> I added </analysis> <confidence>",
+                        "3 * 5 = 15. \\boxed{15} <analysis> none </analysis> <confidence>"], [1.0, 0.0, 0.0, 1.0]),
+]
+
+
+class RecordingAdamW(torch.optim.AdamW):
+    """AdamW that records the full gradients (gathered from their shards) before stepping."""
+
+    def __init__(self, named_params, **kwargs):
+        named = list(named_params)
+        self.names = [n for n, _ in named]
+        super().__init__([p for _, p in named], **kwargs)
+
+    def step(self, closure=None):
+        params = self.param_groups[0]["params"]
+        self.grads = {n: parallel.full_tensor(p.grad).clone() for n, p in zip(self.names, params)}
+        return super().step(closure)
+
+
+def group_rollouts(tokenizer, problem: str, texts: list[str]) -> list[ro.Rollout]:
+    prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    out = []
+    for text in texts:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        out.append(ro.Rollout(problem, prompt, ids, text, "stop", ro.parse_segments(tokenizer, ids, "readout", "\\boxed")))
+    return out
+
+
+def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[str]) -> dict:
+    """One optimizer step on GROUPS, as credo.train runs it: this rank's groups, global
+    denominators, the root unit gathered for the update. Full tensors of the gradients and
+    of the weights after the step, and the rank-averaged losses."""
+    world = parallel.init_world()
+    cfg = credo.load_config("tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5",
+                                     *overrides])
+    torch.manual_seed(0)
+    model, tokenizer, high, low = credo.load_policy(model_dir, world.load_device)
+    model.config.use_cache = False
+    if activation_checkpointing:
+        parallel.enable_activation_checkpointing(model)
+    model = parallel.shard_model(model, world, torch.float32)
+    optimizer = RecordingAdamW(model.named_parameters(), lr=1e-3)
+
+    mine = parallel.rank_slice(GROUPS, world)
+    rollouts = [r for problem, texts, _ in mine for r in group_rollouts(tokenizer, problem, texts)]
+    correct = torch.tensor([a for _, _, answers in mine for a in answers])                  # [N_rank]
+    fmt = torch.tensor([float(r.segments.fmt) for r in rollouts])
+    valid = torch.tensor([r.segments.slot is not None for r in rollouts])
+    counts = parallel.all_reduce({"n": len(rollouts), "valid": float(valid.sum())}, world)
+    n_total = counts["n"] / world.world_size if world.distributed else None
+    n_valid_total = counts["valid"] / world.world_size if world.distributed else None
+
+    batch = credo.training_batch(rollouts, tokenizer, cfg)
+    parallel.gather_root(model)
+    stats = credo.train_on_batch(model, optimizer, batch, correct, fmt, valid, cfg, step=100, high_id=high, low_id=low,
+                                 n_total=n_total, n_valid_total=n_valid_total)
+    losses = parallel.all_reduce({"loss_pg": stats["loss_pg"], "loss_cal": stats["loss_cal"]}, world, "mean")
+    weights = {name: parallel.full_tensor(p.detach()).clone() for name, p in model.named_parameters()}
+    return {"grads": optimizer.grads, "weights": weights, "grad_norm": stats["grad_norm"], **losses}
+
+
+def generate_on_shards(model_dir: str) -> dict:
+    """The HF engine on the FSDP2-sharded model, each rank its own prompt and seed: ranks stop
+    at different lengths, so generate must keep them in step (synced_gpus) or the job hangs.
+    Returns this rank's samples and how far the engine's log-probs are from the trainer's."""
+    world = parallel.init_world()
+    cfg = credo.load_config("tiny")
+    model, tokenizer, high, low = credo.load_policy(model_dir, world.load_device)
+    model = parallel.shard_model(model, world, torch.float32)
+    problem = ["What is 2 + 2?", "What is 31 * 7 + 12?"][world.rank]
+    prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    samples = ro.HFEngine(model, tokenizer, cfg).generate([prompt], 4, seed=parallel.rank_seed(2, world))
+    rollouts = [ro.Rollout(problem, prompt, s.token_ids, "", s.finish_reason, ro.parse_segments(tokenizer, s.token_ids, "readout", "\\boxed"),
+                           engine_logprobs=s.logprobs) for s in samples]
+    parallel.gather_root(model)
+    with torch.no_grad():
+        fwd = credo.policy_forward(model, credo.training_batch(rollouts, tokenizer, cfg), high, low)
+    batch = credo.training_batch(rollouts, tokenizer, cfg)
+    trainer_logp = [row[mask] for row, mask in zip(fwd.logp, batch.completion_mask)]
+    parallel.release_root(model)
+    return {"lengths": [len(s.token_ids) for s in samples], "gap": credo.engine_logprob_gap(rollouts, trainer_logp, world)}
+
+
+def worker(out_file: str, model_dir: str) -> None:
+    """torchrun entry: the update without and with activation checkpointing, and with micro-
+    batches that split groups (advantages from a separate no-grad readout pass); then the HF
+    engine generating on the shards."""
+    results = {"plain": one_update(model_dir, False, []),
+               "checkpointed": one_update(model_dir, True, []),
+               "split_groups": one_update(model_dir, False, ["per_device_batch_size=2", "grad_accum=4"])}
+    world = parallel.init_world()
+    results["generate"] = parallel.gather_on_main(generate_on_shards(model_dir), world)
+    if world.is_main:
+        torch.save(results, out_file)
+    parallel.shutdown(world)
+
+
+def assert_same_update(got: dict, want: dict) -> None:
+    assert got["loss_pg"] == pytest.approx(want["loss_pg"], abs=1e-6)
+    assert got["loss_cal"] == pytest.approx(want["loss_cal"], abs=1e-6)
+    assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-5)
+    assert set(got["grads"]) == set(want["grads"])
+    for name in want["grads"]:
+        torch.testing.assert_close(got["grads"][name], want["grads"][name], atol=1e-6, rtol=1e-4, msg=name)
+        torch.testing.assert_close(got["weights"][name], want["weights"][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
+    """2 ranks x 1 group (FSDP2 over gloo) == 1 process x 2 groups: losses, every parameter's
+    gradient, the clipped norm, and the weights after a real AdamW step."""
+    model_dir = str(tiny_dir / "model")
+    out = tmp_path / "two_ranks.pt"
+    result = subprocess.run([*TORCHRUN, str(Path(__file__)), str(out), model_dir], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    two = torch.load(out, weights_only=False)
+
+    one = one_update(model_dir, False, [])                       # this process: no launcher, no process group
+    assert one["grad_norm"] > 0.5 and one["loss_cal"] > 0 and one["loss_pg"] != 0   # non-trivial, and clipped (0.5)
+    moved = sum(float((one["weights"][n] - w0).abs().max() > 0) for n, w0 in
+                credo.load_policy(model_dir, torch.device("cpu"))[0].named_parameters())
+    assert moved == len(one["weights"])                          # every parameter took the step
+    for variant in ("plain", "checkpointed"):
+        assert_same_update(two[variant], one)
+    assert_same_update(two["split_groups"], one_update(model_dir, False, ["per_device_batch_size=2", "grad_accum=4"]))
+    # the HF engine on the shards: 4 samples per rank, the trainer's log-probs (all ranks' tokens)
+    assert [len(g["lengths"]) for g in two["generate"]] == [4, 4]
+    assert max(two["generate"][0]["lengths"]) < max(two["generate"][1]["lengths"])   # rank 0 waited for rank 1
+    assert two["generate"][0]["gap"] == two["generate"][1]["gap"] < 1e-4
+
+
+# --- the whole loop under torchrun -----------------------------------------------------------
+
+
+def run_tiny_ranks(out_dir: Path, *overrides: str, nproc: int = 2) -> subprocess.CompletedProcess:
+    result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides], cwd=ROOT,
+                            env={**ENV, "NPROC": str(nproc)}, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
+    """A straight 3-step run on 2 ranks with vLLM (checkpoint after step 2) vs resuming that
+    checkpoint on 2 ranks: the same questions, samples, losses and weights at step 3."""
+    result = run_tiny_ranks(tmp_path, "max_steps=3", "save_every=2", "run_name=run")
+    assert "[credo] world size 2" in result.stdout
+    run_dir = tmp_path / "run"
+    straight = read_metrics(run_dir)
+    assert [m["step"] for m in straight] == [0, 1, 2]
+    assert all(m["world_size"] == 2 for m in straight)
+    # after every push of gathered shards both engines sample from the trainer's weights
+    assert all(m["engine_logprob_gap"] < 1e-4 for m in straight)
+    assert all(len(m["questions"]) == 2 for m in straight)              # the step's questions, over both ranks
+    assert len((run_dir / "rollouts" / "step_000002.jsonl").read_text().splitlines()) == 8   # both ranks' rollouts
+    ckpt = run_dir / "ckpt" / "step_000002"
+    for name in ("model.safetensors", "tokenizer.json", "sharded/.metadata", "sharded/__0_0.distcp",
+                 "sharded/__1_0.distcp", "rng/rank_00000.pt", "rng/rank_00001.pt", "config.yaml"):
+        assert (ckpt / name).exists(), name
+    assert json.loads((ckpt / "trainer_state.json").read_text()) == {"step": 2, "data_cursor": 4, "world_size": 2}
+    straight_rollouts = (run_dir / "rollouts" / "step_000002.jsonl").read_text()
+    shutil.copytree(run_dir / "ckpt" / "step_000003", tmp_path / "straight_step3")
+
+    run_tiny_ranks(tmp_path, "max_steps=3", f"resume={ckpt}")          # continues in the same run directory
+    resumed = read_metrics(run_dir)
+    assert [m["step"] for m in resumed] == [0, 1, 2]
+    assert resumed[2]["questions"] == straight[2]["questions"]
+    assert (run_dir / "rollouts" / "step_000002.jsonl").read_text() == straight_rollouts    # the same samples
+    for key in ("loss_pg", "loss_cal", "grad_norm", "acc", "mean_c"):
+        assert resumed[2][key] == pytest.approx(straight[2][key], abs=1e-6), key
+    from safetensors.torch import load_file
+
+    want = load_file(tmp_path / "straight_step3" / "model.safetensors")
+    got = load_file(run_dir / "ckpt" / "step_000003" / "model.safetensors")
+    assert set(got) == set(want)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=0, msg=name)
+
+    # The same checkpoint on another world size is refused with the numbers.
+    with pytest.raises(ValueError, match="written by 2 process.*this run has 1"):
+        credo.restore_state(ckpt, None, credo.QuestionStream(10, 0))
+
+
+# --- cheap checks -----------------------------------------------------------------------------
+
+
+def test_a_world_size_that_does_not_divide_the_questions_is_refused():
+    cfg = credo.load_config("tiny")                               # 4 x 2 rollouts / G = 4 -> 2 questions
+    parallel.check_world(cfg, parallel.World(1, 2, 1, torch.device("cpu")))
+    with pytest.raises(ValueError, match=r"3 ranks cannot share 2 questions per step.*per_device_batch_size 4 x grad_accum 2"):
+        parallel.check_world(cfg, parallel.World(0, 3, 0, torch.device("cpu")))
+
+
+def test_rank_slices_cover_the_step_and_rank_zero_samples_like_one_process():
+    step = list(range(8))
+    worlds = [parallel.World(r, 4, r, torch.device("cpu")) for r in range(4)]
+    assert [parallel.rank_slice(step, w) for w in worlds] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert [parallel.rank_seed(43, w) for w in worlds] == [43, 43 + 7919, 43 + 2 * 7919, 43 + 3 * 7919]
+
+
+def test_run_sh_refuses_a_bad_nproc():
+    result = subprocess.run(["bash", "run.sh", "tiny"], cwd=ROOT, env={**ENV, "NPROC": "two"}, capture_output=True, text=True)
+    assert result.returncode == 2 and "NPROC must be a positive integer, got 'two'" in result.stderr
+
+
+def test_parameter_count_of_the_memory_estimate(tiny_dir):
+    """parallel.fit counts parameters from config.json: exact for the tiny model, and the
+    published sizes of Qwen3 (0.6 B, 8.2 B)."""
+    model, _, _, _ = credo.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
+    counted, _ = parallel.parameter_counts(parallel.model_shape(str(tiny_dir / "model")))
+    assert counted == sum(p.numel() for p in model.parameters())
+    assert parallel.parameter_counts(parallel.QWEN3_SHAPES["Qwen/Qwen3-0.6B"])[0] == pytest.approx(0.596e9, rel=0.01)
+    assert parallel.parameter_counts(parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"])[0] == pytest.approx(8.19e9, rel=0.01)
+    cfg = credo.load_config("math")
+    one_gpu = parallel.estimate_memory(cfg, parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"], 1, 80.0, checkpointing=True)
+    eight = parallel.estimate_memory(cfg, parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"], 8, 80.0, checkpointing=True)
+    assert not one_gpu["fits"] and one_gpu["update_gib"] > 16 * 8.19e9 / 2**30    # AdamW in fp32 alone: 122 GiB
+    assert eight["fits"]
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], sys.argv[2])
