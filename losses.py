@@ -28,7 +28,6 @@ Worked example (G = 2, one question, one right and one wrong rollout)::
 from __future__ import annotations
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 # A group whose rewards have a standard deviation at or below this value counts
 # as zero-variance: it carries no ranking information, so its advantage is 0.
@@ -295,15 +294,71 @@ def clipped_policy_loss(
     return -per_seq.mean()
 
 
-def _chunk_logprobs(hidden: torch.Tensor, lm_head: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log softmax(hidden @ lm_head.T)[target] for one chunk of rows, in fp32.
+class _LinearLogprobs(torch.autograd.Function):
+    """log softmax(hidden @ lm_head.T)[targets], `chunk` rows at a time, with its own backward.
 
-    hidden: [n, H], lm_head: [V, H], targets: [n] -> [n]. Peak extra memory is one
-    fp32 [n, V] logits block (plus its log-sum-exp workspace).
+    hidden: [M, H], lm_head: [V, H], targets: [M] -> [M] fp32. Forward keeps only the
+    per-row log-sum-exp; backward recomputes a block's logits once and turns them
+    into d logits = g (onehot(target) - softmax) in place. One fp32 [chunk, V]
+    buffer is reused for every block of both passes: no [M, V] tensor, and no fresh
+    allocation per block (on a CPU a fresh 300 MB block costs more in page faults
+    than the exp over it). Matmuls run in `dtype` (bf16 under autocast), every
+    softmax quantity in fp32, as `(hidden @ lm_head.T).float()` would.
     """
-    logits = (hidden @ lm_head.T).float()                                    # [n, V]
-    target_logit = logits.gather(1, targets[:, None]).squeeze(1)            # [n]
-    return target_logit - torch.logsumexp(logits, dim=1)
+
+    @staticmethod
+    def forward(ctx, hidden, lm_head, targets, chunk: int, dtype: torch.dtype):
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.to(dtype), lm_head.to(dtype)
+            rows = h_all.shape[0]
+            out = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+            lse = torch.empty_like(out)
+            buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
+            for s in range(0, rows, chunk):
+                h, y = h_all[s : s + chunk], targets[s : s + chunk]
+                logits = _block_logits(buf[: h.shape[0]], h, w)                  # [n, V] fp32
+                out[s : s + chunk] = logits.gather(1, y[:, None]).squeeze(1)
+                top = logits.amax(dim=1, keepdim=True)                           # [n, 1]
+                sumexp = logits.sub_(top).exp_().sum(dim=1)                      # [n]
+                lse[s : s + chunk] = top.squeeze(1) + sumexp.log()
+            out.sub_(lse)
+        ctx.save_for_backward(hidden, lm_head, targets, lse)
+        ctx.chunk, ctx.dtype = chunk, dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, lm_head, targets, lse = ctx.saved_tensors
+        chunk, dtype = ctx.chunk, ctx.dtype
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.to(dtype), lm_head.to(dtype)
+            rows = h_all.shape[0]
+            grad = grad.float()
+            grad_h = torch.empty_like(hidden) if need_h else None
+            grad_w = torch.zeros(lm_head.shape, dtype=torch.float32, device=lm_head.device) if need_w else None
+            buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
+            for s in range(0, rows, chunk):
+                h, y, g = h_all[s : s + chunk], targets[s : s + chunk], grad[s : s + chunk, None]
+                d_logits = _block_logits(buf[: h.shape[0]], h, w)
+                d_logits.sub_(lse[s : s + chunk, None]).exp_().mul_(-g)         # -g softmax
+                d_logits.scatter_add_(1, y[:, None], g)                          # + g onehot(target)
+                d = d_logits if dtype == torch.float32 else d_logits.to(dtype)
+                if need_h:
+                    grad_h[s : s + chunk] = d @ w
+                if need_w:
+                    if d.dtype == torch.float32 and h.dtype == torch.float32:
+                        grad_w.addmm_(d.T, h)
+                    else:
+                        grad_w += (d.T @ h).float()
+        return grad_h, grad_w.to(lm_head.dtype) if need_w else None, None, None, None
+
+
+def _block_logits(buf: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """buf <- (h @ w.T) in fp32, reusing buf's memory when the matmul itself is fp32."""
+    if h.dtype == torch.float32:
+        return torch.mm(h, w.T, out=buf)
+    return buf.copy_(h @ w.T)
 
 
 def token_logprobs_and_readout(
@@ -330,22 +385,22 @@ def token_logprobs_and_readout(
 
     The naive route materialises fp32 logits `[N, L, V]` (V = 151,936 for Qwen3:
     2.5 GB per 4k tokens) and a log_softmax of the same size. Here the rows are
-    processed `chunk_tokens` at a time under activation checkpointing, so both
-    the forward and the backward hold one `[chunk_tokens, V]` block at a time.
+    processed `chunk_tokens` at a time (`_LinearLogprobs`): forward and backward
+    each hold one fp32 `[chunk_tokens, V]` block, and backward recomputes a block's
+    logits once, from the saved log-sum-exp.
     The readout needs only two rows of `lm_head`: z_H - z_L = h_slot . (W_H - W_L),
     the same logits the slot's full distribution would give, without a softmax.
     """
     n_seq, seq_len, dim = hidden.shape
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+    else:
+        dtype = torch.promote_types(hidden.dtype, lm_head.dtype)
     flat_hidden = hidden[:, :-1].reshape(-1, dim)                            # [N*(L-1), H]
     flat_targets = input_ids[:, 1:].reshape(-1)                              # [N*(L-1)]
-    pieces = []
-    for start in range(0, flat_hidden.shape[0], chunk_tokens):
-        h, y = flat_hidden[start : start + chunk_tokens], flat_targets[start : start + chunk_tokens]
-        if torch.is_grad_enabled() and (h.requires_grad or lm_head.requires_grad):
-            pieces.append(checkpoint(_chunk_logprobs, h, lm_head, y, use_reentrant=False))
-        else:
-            pieces.append(_chunk_logprobs(h, lm_head, y))
-    logp = torch.cat(pieces).reshape(n_seq, seq_len - 1)                     # [N, L-1]
+    logp = _LinearLogprobs.apply(flat_hidden, lm_head, flat_targets, chunk_tokens, dtype)
+    logp = logp.reshape(n_seq, seq_len - 1)                                  # [N, L-1]
 
     has_slot = slot_pos >= 0                                                 # [N]
     h_slot = hidden[torch.arange(n_seq, device=hidden.device), slot_pos.clamp(min=0)]   # [N, H]

@@ -1,17 +1,29 @@
 """Peak memory and time of `token_logprobs_and_readout` against a naive full-vocabulary
-fp32 `log_softmax` + gather, forward and backward, each in a fresh process (CPU or GPU).
+fp32 `log_softmax` + gather, forward and backward, each run in a fresh process (CPU or GPU).
 
-    python bench/bench_logprobs.py [--seq 4096] [--vocab 151936] [--hidden 256]
+    python bench/bench_logprobs.py [--seq 1024 4096 8192] [--vocab 151936] [--hidden 256]
+                                   [--repeats 2] [--iters 2] [--impls chunked naive]
 
+For every sequence length the implementations run in separate child processes,
+interleaved (chunked, naive, chunked, naive, ...) `--repeats` times; each child runs
+forward + backward `--iters` times and reports its median time and its peak memory.
+Ratios are chunked / naive of the medians over the repeats, taken side by side.
 Memory is the peak above a baseline taken after the inputs exist: CUDA's allocator
-peak on a GPU, the process's peak RSS (ru_maxrss) on a CPU. Prints one JSON line
-(peak_mem_ratio, time_ratio, ...) and writes it to bench/results/.
+peak on a GPU, the process's peak RSS (ru_maxrss) on a CPU. `--impls` may add
+`checkpointed`, the previous formulation (row chunks under torch.utils.checkpoint),
+kept here to measure what the hand-written backward changed, and `grad_in_forward`,
+a prototype that computes the gradients during the forward (3 vocabulary matmuls
+instead of 4) for when the upstream gradient is known before it (fp32, CPU only).
+Prints one JSON line (peak_mem_ratio, time_ratio: the worst over the lengths; and
+per length) and writes it to bench/results/logprobs_<device>.json.
 """
 
 import argparse
 import json
+import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -26,7 +38,52 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
 
 
-def child(impl: str, seq: int, vocab: int, hidden: int) -> dict:
+def checkpointed(hidden, lm_head, input_ids, slot_pos, high_id, low_id, chunk_tokens=512):
+    """The previous `token_logprobs_and_readout`: row chunks under activation checkpointing."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    def chunk_logprobs(h, w, y):
+        logits = (h @ w.T).float()
+        return logits.gather(1, y[:, None]).squeeze(1) - torch.logsumexp(logits, dim=1)
+
+    n_seq, seq_len, dim = hidden.shape
+    flat_hidden, flat_targets = hidden[:, :-1].reshape(-1, dim), input_ids[:, 1:].reshape(-1)
+    pieces = [checkpoint(chunk_logprobs, flat_hidden[s:s + chunk_tokens], lm_head, flat_targets[s:s + chunk_tokens],
+                         use_reentrant=False) for s in range(0, flat_hidden.shape[0], chunk_tokens)]
+    logp = torch.cat(pieces).reshape(n_seq, seq_len - 1)
+    h_slot = hidden[torch.arange(n_seq), slot_pos.clamp(min=0)]
+    z = (h_slot @ (lm_head[high_id] - lm_head[low_id])).float()
+    return logp, torch.where(slot_pos >= 0, z, torch.zeros_like(z))
+
+
+def grad_in_forward(hidden, lm_head, input_ids, upstream, chunk=512):
+    """Prototype: the log-probs and their gradients in one pass, for when the upstream
+    gradient of every log-prob is known before the forward (the on-policy surrogate:
+    d loss / d logp = -A mask / |o| / N at rho = 1). Three vocabulary matmuls instead of
+    four (no recomputation). Returns (logp, grad_hidden, grad_lm_head), all without autograd."""
+    import torch
+
+    _, seq_len, dim = hidden.shape
+    h_all, y_all, c_all = hidden[0, :-1].detach(), input_ids[0, 1:], upstream[0]
+    w = lm_head.detach()
+    rows = h_all.shape[0]
+    buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
+    out, grad_h, grad_w = torch.empty(rows, device=hidden.device), torch.empty_like(h_all), torch.zeros_like(w)
+    for s in range(0, rows, chunk):
+        h, y, g = h_all[s:s + chunk], y_all[s:s + chunk], c_all[s:s + chunk, None]
+        logits = torch.mm(h, w.T, out=buf[:h.shape[0]])
+        target = logits.gather(1, y[:, None]).squeeze(1)
+        top = logits.amax(1, keepdim=True)
+        sumexp = logits.sub_(top).exp_().sum(1, keepdim=True)
+        out[s:s + chunk] = target - (top + sumexp.log()).squeeze(1)
+        logits.mul_(-g / sumexp).scatter_add_(1, y[:, None], g)                 # g (onehot - softmax)
+        grad_h[s:s + chunk] = logits @ w
+        grad_w.addmm_(logits.T, h)
+    return out, grad_h, grad_w
+
+
+def child(impl: str, seq: int, vocab: int, hidden: int, iters: int) -> dict:
     import torch
 
     import losses
@@ -46,51 +103,77 @@ def child(impl: str, seq: int, vocab: int, hidden: int) -> dict:
         z = logits[0, seq - 1, 7] - logits[0, seq - 1, 11]
         return logp, z
 
-    def chunked():
-        return losses.token_logprobs_and_readout(h, w, ids, slot, 7, 11)
-
-    fn = {"naive": naive, "chunked": chunked}[impl]
+    fn = {"naive": naive,
+          "chunked": lambda: losses.token_logprobs_and_readout(h, w, ids, slot, 7, 11),
+          "checkpointed": lambda: checkpointed(h, w, ids, slot, 7, 11),
+          "grad_in_forward": lambda: grad_in_forward(h, w, ids, grad_out)}[impl]
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated() / 2**20
     else:
         base = rss_mib()
-    start = time.perf_counter()
-    logp, z = fn()
-    ((logp * grad_out).sum() + z.sum()).backward()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() / 2**20
-    else:
-        peak = rss_mib()
-    return {"impl": impl, "peak_mib": peak - base, "seconds": time.perf_counter() - start, "device": str(device)}
+    times = []
+    for _ in range(iters):
+        h.grad = w.grad = None
+        start = time.perf_counter()
+        if impl == "grad_in_forward":   # fp32 CPU prototype: gradients come out of the forward
+            logp, z = fn()[0], None
+        else:
+            logp, z = fn()
+            ((logp * grad_out).sum() + z.sum()).backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        del logp, z
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else rss_mib()
+    return {"impl": impl, "peak_mib": peak - base, "seconds": statistics.median(times), "device": str(device)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--seq", type=int, nargs="+", default=[1024, 4096, 8192])
     parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--child", choices=["naive", "chunked"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=1)
+    parser.add_argument("--impls", nargs="+", default=["chunked", "naive"])
+    parser.add_argument("--child", choices=["naive", "chunked", "checkpointed", "grad_in_forward"])
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.seq, args.vocab, args.hidden)))
+        print(json.dumps(child(args.child, args.seq[0], args.vocab, args.hidden, args.iters)))
         return
-    runs = {}
-    for impl in ("chunked", "naive"):
-        out = subprocess.run([sys.executable, __file__, "--child", impl, "--seq", str(args.seq), "--vocab",
-                              str(args.vocab), "--hidden", str(args.hidden)], capture_output=True, text=True, check=True)
-        runs[impl] = json.loads(out.stdout.strip().splitlines()[-1])
+    load_before = os.getloadavg()[0]
+    per_seq, device = {}, "cpu"
+    for seq in args.seq:
+        runs = {impl: [] for impl in args.impls}
+        for _ in range(args.repeats):
+            for impl in args.impls:
+                out = subprocess.run([sys.executable, __file__, "--child", impl, "--seq", str(seq), "--vocab", str(args.vocab),
+                                      "--hidden", str(args.hidden), "--iters", str(args.iters)],
+                                     capture_output=True, text=True, check=True)
+                runs[impl].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        device = runs["naive"][0]["device"]
+        med = {impl: {"peak_mib": round(statistics.median(r["peak_mib"] for r in rs), 1),
+                      "seconds": round(statistics.median(r["seconds"] for r in rs), 3)} for impl, rs in runs.items()}
+        entry = {f"{impl}_{key}": value for impl, m in med.items() for key, value in m.items()}
+        for impl in args.impls:
+            if impl != "naive":
+                prefix = "" if impl == "chunked" else f"{impl}_"
+                entry[f"{prefix}peak_mem_ratio"] = round(med[impl]["peak_mib"] / med["naive"]["peak_mib"], 4)
+                entry[f"{prefix}time_ratio"] = round(med[impl]["seconds"] / med["naive"]["seconds"], 4)
+        per_seq[str(seq)] = entry
+        print(json.dumps({"seq": seq, **entry}), file=sys.stderr)
     result = {
-        "bench": "logprobs_readout", "seq": args.seq, "vocab": args.vocab, "hidden": args.hidden,
-        "device": runs["naive"]["device"], "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "naive_peak_mib": round(runs["naive"]["peak_mib"], 1), "chunked_peak_mib": round(runs["chunked"]["peak_mib"], 1),
-        "naive_s": round(runs["naive"]["seconds"], 3), "chunked_s": round(runs["chunked"]["seconds"], 3),
-        "peak_mem_ratio": round(runs["chunked"]["peak_mib"] / runs["naive"]["peak_mib"], 4),
-        "time_ratio": round(runs["chunked"]["seconds"] / runs["naive"]["seconds"], 4),
+        "bench": "logprobs_readout", "command": " ".join(["python"] + sys.argv), "device": device,
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus", "vocab": args.vocab, "hidden": args.hidden,
+        "repeats": args.repeats, "iters": args.iters,
+        "peak_mem_ratio": max(e["peak_mem_ratio"] for e in per_seq.values()),
+        "time_ratio": max(e["time_ratio"] for e in per_seq.values()),
+        "target_peak_mem_ratio": 0.25, "target_time_ratio": 1.0,
+        "by_seq": per_seq, "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
-    report(result, f"logprobs_{result['device']}_T{args.seq}")
+    report(result, f"logprobs_{device}")
 
 
 if __name__ == "__main__":

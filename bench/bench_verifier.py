@@ -129,7 +129,9 @@ def main() -> None:
     result["machine"]["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["code"]["target_stdio_overhead_ms"] = 50
     line = json.dumps(result)
-    out = ROOT / "bench" / "results" / "verifier.json"
+    from bench.results_io import RESULTS
+
+    out = RESULTS / "verifier.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(line + "\n")
     print(line)

@@ -1,9 +1,11 @@
-"""Where benchmark results go: bench/results/<name>.json, plus one JSON line on stdout."""
+"""Where benchmark results go: bench/results/<name>.json (or $CREDO_BENCH_RESULTS/<name>.json,
+e.g. for `run.sh bench --quick`), plus one JSON line on stdout."""
 
 import json
+import os
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(os.environ.get("CREDO_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def report(result: dict, name: str) -> None:

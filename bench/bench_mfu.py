@@ -1,0 +1,148 @@
+"""Model FLOPs utilisation of the training step (forward + backward with the project's
+loss) for a Qwen3-1.7B-shaped model at 4k tokens in bf16 (CUDA); on a CPU a small shape,
+reporting achieved FLOP/s only (no MFU claim: no meaningful dense peak).
+
+    python bench/bench_mfu.py [--shape qwen3-1.7b|small] [--rows 1] [--seq 4096] [--iters 5]
+
+The step is `credo.train_on_batch` on one collated batch (`--rows` rollouts of `--seq`
+tokens, a readout slot near the end; group_size = rows) with an optimizer whose step
+is a no-op: forward, readout, credit, loss, backward, gradient norm. Weights are fp32
+with bf16 autocast on CUDA (precision=bf16, as the paper's runs), fp32 on CPU. Random
+weights (the shape is what matters). Model FLOPs per token = 6 x (matmul parameters,
+lm_head included, input embedding excluded) + 6 x 2 x layers x heads x head_dim x
+(causal attention: mean context (T+1)/2) x 2; the lm_head recomputation of the chunked
+log-probs and the readout are not counted (hardware work, not model work).
+MFU = achieved model FLOP/s / dense bf16 peak of the GPU, looked up from its name
+(unknown GPU: `mfu` null). Median over `--iters` timed steps after 2 warm-up steps.
+Prints one JSON line and writes bench/results/mfu_<device>.json.
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import credo  # noqa: E402
+import rollout as ro  # noqa: E402
+from bench.results_io import report  # noqa: E402
+
+SHAPES = {
+    # Qwen3-1.7B (config.json of Qwen/Qwen3-1.7B): tied embeddings
+    "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "small": dict(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False),
+}
+
+# Dense (no sparsity) bf16 tensor-core peak, FLOP/s, by a substring of torch.cuda.get_device_name().
+DENSE_BF16_PEAK = [
+    ("H200", 989e12), ("GH200", 989e12), ("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12),
+    ("H800", 989e12), ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
+]
+
+
+def dense_bf16_peak(name: str) -> float | None:
+    for key, peak in DENSE_BF16_PEAK:
+        if key in name:
+            return peak
+    return None
+
+
+def model_flops_per_step(shape: dict, rows: int, seq: int) -> float:
+    h, inter, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
+    heads, kv, hd, vocab = shape["num_attention_heads"], shape["num_key_value_heads"], shape["head_dim"], shape["vocab_size"]
+    per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter
+    matmul_params = layers * per_layer + vocab * h
+    tokens = rows * seq
+    attention = 2 * 2 * layers * heads * hd * (seq + 1) / 2 * tokens      # QK^T and AV, causal, forward
+    return 3 * (2 * matmul_params * tokens + attention)                   # forward + backward (2x)
+
+
+class NoStep:
+    """An optimizer whose step does nothing: the benchmark times forward + backward."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def step(self):
+        pass
+
+    def zero_grad(self, set_to_none=True):
+        self.model.zero_grad(set_to_none=set_to_none)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cuda = torch.cuda.is_available()
+    parser.add_argument("--shape", choices=list(SHAPES), default="qwen3-1.7b" if cuda else "small")
+    parser.add_argument("--rows", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=4096 if cuda else 512)
+    parser.add_argument("--iters", type=int, default=5)
+    args = parser.parse_args()
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    device = torch.device("cuda" if cuda else "cpu")
+    shape = SHAPES[args.shape]
+    torch.manual_seed(0)
+    config = Qwen3Config(**shape, max_position_embeddings=max(40960, args.seq), pad_token_id=0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config).float()
+    cfg = credo.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
+                                     f"precision={'bf16' if cuda else 'fp32'}"])
+    rng = torch.Generator().manual_seed(0)
+    rollouts = []
+    prompt = 256 if args.seq > 512 else args.seq // 4
+    for _ in range(args.rows):
+        ids = torch.randint(3, shape["vocab_size"] - 2, (args.seq,), generator=rng).tolist()
+        c = args.seq - prompt
+        seg = ro.Segments(c - 12, c - 11, c - 3, c - 2, None, True, True, True)
+        rollouts.append(ro.Rollout("q0", ids[:prompt], ids[prompt:], "", "stop", seg))
+    batch = credo.collate(rollouts, 0)
+    correct = torch.tensor([float(i % 2) for i in range(args.rows)])
+    valid = batch.slot_pos >= 0
+    high_id, low_id = shape["vocab_size"] - 2, shape["vocab_size"] - 1
+    optimizer = NoStep(model)
+
+    def step():
+        credo.train_on_batch(model, optimizer, batch, correct, valid.float(), valid, cfg, 1000, high_id, low_id)
+        if cuda:
+            torch.cuda.synchronize()
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(2 + args.iters):
+        start = time.perf_counter()
+        step()
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    flops = model_flops_per_step(shape, args.rows, args.seq)
+    name = torch.cuda.get_device_name() if cuda else f"{platform.machine()} {os.cpu_count()} cpus"
+    peak = dense_bf16_peak(name) if cuda else None
+    result = {
+        "bench": "mfu", "command": " ".join(["python"] + sys.argv), "device": device.type, "device_name": name,
+        "shape": args.shape, **{k: shape[k] for k in ("num_hidden_layers", "hidden_size", "vocab_size")},
+        "rows": args.rows, "seq": args.seq, "tokens": args.rows * args.seq, "precision": cfg["precision"],
+        "step_s": round(seconds, 4), "step_s_all": [round(t, 4) for t in times],
+        "model_tflop_per_step": round(flops / 1e12, 3), "achieved_tflop_s": round(flops / seconds / 1e12, 3),
+        "tokens_per_s": round(args.rows * args.seq / seconds, 1),
+        "dense_bf16_peak_tflop_s": peak / 1e12 if peak else None,
+        "mfu": round(flops / seconds / peak, 4) if peak else None, "target_mfu": 0.40,
+    }
+    if cuda:
+        result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    else:
+        result["note"] = "CPU: achieved FLOP/s only, no MFU (no dense bf16 peak)"
+    report(result, f"mfu_{device.type}")
+
+
+if __name__ == "__main__":
+    main()

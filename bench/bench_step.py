@@ -1,0 +1,277 @@
+"""The training step without rollout (forward, loss, backward, optimizer) in tokens/s:
+credo's `train_on_batch` against a straightforward reference and TRL's GRPOTrainer loss path.
+
+    python bench/bench_step.py [--models tiny l4h256] [--repeats 3] [--no-trl] [--no-padded]
+
+Every path trains a copy of the same model, from the same weights, on the same
+rollouts (synthetic, varied lengths, groups of G):
+
+* credo:     `credo.train_on_batch` on `credo.collate`d rollouts (length-sorted
+             micro-batches of whole groups, each run as one padding-free packed row,
+             chunked log-probs + readout): pack_sequences=true, the CPU default.
+* reference: in this file: consecutive micro-batches padded to the batch's widest
+             row, the model's full [n, T, V] fp32 logits, log_softmax + gather, the
+             readout from those logits, and the same credit and loss (losses.py).
+             Before timing, one step of each is compared: same losses and gradient
+             norm, same weights after the step (so the speedup compares equal work).
+* padded:    credo's step with pack_sequences=false (micro-batches padded to their
+             longest row), to show what packing buys.
+* trl:       bench/trl_step_worker.py in .cache/bench-trl-venv (TRL is never a
+             dependency of the project), fed the same token ids and credo's per-token
+             advantages, as a step server so that its steps interleave with the others.
+
+Models: `tiny` (.cache/tiny, 2 layers, hidden 64, vocab 1,088) and `l4h256` (Qwen3
+architecture, 4 layers, hidden 256, Qwen3's vocabulary of 151,936, random weights).
+Rounds run every path once, in turn (after one warm-up step each); medians over
+`--repeats` rounds; one torch thread per path on a CPU by default (`--threads`).
+tokens/s counts the real (unpadded) prompt+completion tokens.
+Prints one JSON line and writes bench/results/step_<device>.json.
+"""
+
+import argparse
+import copy
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import credo  # noqa: E402
+import losses  # noqa: E402
+import rollout as ro  # noqa: E402
+from bench.results_io import report  # noqa: E402
+
+TRL_PY = ROOT / ".cache" / "bench-trl-venv" / "bin" / "python"
+STEP = 1000   # past warm-up: alpha and kappa at their full values
+
+# name: (prompt tokens range, completion tokens range, rollouts, micro-batch)
+SHAPES = {"tiny": ((20, 60), (16, 64), 16, 4), "l4h256": ((32, 192), (32, 384), 8, 4)}
+
+
+def build_model(name: str):
+    """(model, tokenizer, high_id, low_id, saved dir) for a benchmark model, fp32 on CPU."""
+    tiny_dir = ROOT / ".cache" / "tiny" / "model"
+    if not (tiny_dir / "config.json").exists():
+        import tiny
+        tiny.build(ROOT / ".cache" / "tiny")
+    model, tokenizer, high_id, low_id = credo.load_policy(str(tiny_dir), torch.device("cpu"))
+    if name == "l4h256":
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        torch.manual_seed(0)
+        config = Qwen3Config(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
+                             tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id)
+        model = Qwen3ForCausalLM(config).float()
+        high_id, low_id = 151934, 151935
+    saved = ROOT / ".cache" / "bench" / name
+    saved.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(saved)
+    tokenizer.save_pretrained(saved)
+    return model, tokenizer, high_id, low_id, saved
+
+
+def synthetic_rollouts(n: int, group: int, vocab: int, prompt_range, completion_range, seed: int = 0):
+    """Groups of rollouts with varied lengths; one in eight never reached the slot (truncated)."""
+    rng = random.Random(seed)
+    rollouts = []
+    for q in range(n // group):
+        prompt = [rng.randrange(3, vocab - 2) for _ in range(rng.randint(*prompt_range))]
+        for _ in range(group):
+            c = rng.randint(*completion_range)
+            completion = [rng.randrange(3, vocab - 2) for _ in range(c)]
+            if rng.random() < 0.125:
+                seg = ro.Segments(c, c, c, None, None, False, True, False)
+            else:
+                seg = ro.Segments(c - 12, c - 11, c - 3, c - 2, None, True, True, True)
+            rollouts.append(ro.Rollout(f"q{q}", prompt, completion, "", "stop", seg))
+    return rollouts
+
+
+def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id) -> dict:
+    """The same update written plainly: consecutive micro-batches at the full batch width,
+    full fp32 logits, log_softmax + gather."""
+    n, micro = len(batch), cfg["per_device_batch_size"]
+    alpha, kappa = credo.warmup(cfg["alpha"], STEP, cfg["warmup_steps"]), credo.warmup(cfg["kappa"], STEP, cfg["warmup_steps"])
+    n_valid = max(float(valid.sum()), 1.0)
+    loss_pg = loss_cal = 0.0
+    model.train()
+    for k in range(0, n, micro):
+        rows = list(range(k, min(k + micro, n)))
+        ids, attention = batch.input_ids[rows], batch.attention_mask[rows]
+        logits = model(input_ids=ids, attention_mask=attention).logits.float()          # [n, T, V]
+        logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        slot = batch.slot_pos[rows]
+        at_slot = logits[torch.arange(len(rows)), slot.clamp(min=0)]                   # [n, V]
+        z = torch.where(slot >= 0, at_slot[:, high_id] - at_slot[:, low_id], 0.0)
+        conf = losses.readout(z, torch.zeros_like(z))
+        c = credo.credit(correct[rows], fmt[rows], conf.detach(), valid[rows], cfg, kappa)
+        adv_tok = losses.token_advantages(c["adv_ans"], c["adv_conf"], c["w"], batch.ans_mask[rows], batch.conf_mask[rows])
+        pg = losses.clipped_policy_loss(logp, logp.detach(), adv_tok, batch.completion_mask[rows], cfg["clip_eps"])
+        cal = losses.calibration_loss(conf, c["target"], valid[rows])
+        n_valid_mb = int(valid[rows].sum())
+        (pg * len(rows) / n + alpha * cal * n_valid_mb / n_valid).backward()
+        loss_pg += pg.item() * len(rows) / n
+        loss_cal += cal.item() * n_valid_mb / n_valid
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss_pg": loss_pg, "loss_cal": loss_cal, "grad_norm": grad_norm}
+
+
+def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> dict:
+    """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
+    cfg = {**cfg, "pack_sequences": "true" if packed else "false"}
+    return credo.train_on_batch(model, optimizer, batch, correct, fmt, valid, cfg, STEP, high_id, low_id)
+
+
+def make_optimizer(model, cfg):
+    return torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]),
+                             eps=cfg["adam_eps"], weight_decay=cfg["weight_decay"])
+
+
+def max_param_diff(a, b) -> float:
+    with torch.no_grad():
+        return max(float((p - q).abs().max()) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def start_trl(saved: Path, rollouts, stats, batch, cfg, micro: int) -> subprocess.Popen:
+    adv = losses.token_advantages(stats["adv_ans"], stats["adv_conf"], stats["w"], batch.ans_mask, batch.conf_mask)
+    token_adv = [adv[i][batch.completion_mask[i]].tolist() for i in range(len(rollouts))]
+    spec = {"model_dir": str(saved), "tokenizer_dir": str(saved), "micro": micro, "group": cfg["group_size"],
+            "prompts": [r.prompt_ids for r in rollouts], "completions": [r.completion_ids for r in rollouts],
+            "token_advantages": token_adv, "lr": cfg["lr"], "betas": [cfg["adam_beta1"], cfg["adam_beta2"]],
+            "adam_eps": cfg["adam_eps"], "weight_decay": cfg["weight_decay"], "clip_eps": cfg["clip_eps"],
+            "threads": torch.get_num_threads()}
+    path = saved / "trl_inputs.json"
+    path.write_text(json.dumps(spec))
+    return subprocess.Popen([str(TRL_PY), str(ROOT / "bench" / "trl_step_worker.py"), str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trl_step(proc: subprocess.Popen) -> float:
+    proc.stdin.write("step\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError("TRL worker exited: " + proc.stderr.read()[-3000:])
+    return json.loads(line)["seconds"]
+
+
+def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dict:
+    prompt_range, completion_range, n, micro = SHAPES[name]
+    model, tokenizer, high_id, low_id, saved = build_model(name)
+    group = 4
+    cfg = credo.load_config("tiny", [f"group_size={group}", f"per_device_batch_size={micro}", f"grad_accum={n // micro}",
+                                     "precision=fp32"])
+    rollouts = synthetic_rollouts(n, group, model.config.vocab_size, prompt_range, completion_range)
+    batch = credo.collate(rollouts, tokenizer.pad_token_id)
+    valid = batch.slot_pos >= 0
+    correct = torch.tensor([float(i % 3 == 0) for i in range(n)])
+    fmt = valid.float()
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    tokens = int(sum(lengths))
+    args = (batch, correct, fmt, valid, cfg, high_id, low_id)
+
+    paths = {"credo": lambda m, o: credo_step(m, o, *args),
+             "reference": lambda m, o: reference_step(m, o, *args)}
+    if use_padded:
+        paths["padded"] = lambda m, o: credo_step(m, o, *args, packed=False)
+    models = {key: copy.deepcopy(model) for key in paths}
+    optimizers = {key: make_optimizer(models[key], cfg) for key in paths}
+
+    # Equal work: the first step (also the warm-up) of each path from the same weights.
+    first = {key: paths[key](models[key], optimizers[key]) for key in paths}
+    check = {}
+    for key in paths:
+        if key != "credo":
+            check[key] = {
+                "loss_pg_diff": abs(first[key]["loss_pg"] - first["credo"]["loss_pg"]),
+                "loss_cal_diff": abs(first[key]["loss_cal"] - first["credo"]["loss_cal"]),
+                "grad_norm_rel_diff": abs(first[key]["grad_norm"] / first["credo"]["grad_norm"] - 1),
+                "max_weight_diff_after_step": max_param_diff(models[key], models["credo"]),
+            }
+    trl, trl_error = None, None
+    if use_trl:
+        if not TRL_PY.exists():
+            trl_error = f"no TRL environment at {TRL_PY} (see docs/performance.md to create it)"
+        else:
+            try:
+                trl = start_trl(saved, rollouts, first["credo"], batch, cfg, micro)
+                trl_step(trl)   # warm-up
+            except Exception as error:   # report why, never a made-up number
+                trl_error = f"{type(error).__name__}: {error}"[-2000:]
+                trl = None
+    times = {key: [] for key in [*paths, *(["trl"] if trl else [])]}
+    for _ in range(repeats):
+        for key in paths:
+            start = time.perf_counter()
+            paths[key](models[key], optimizers[key])
+            times[key].append(time.perf_counter() - start)
+        if trl:
+            times["trl"].append(trl_step(trl))
+    if trl:
+        trl.stdin.close()
+        trl.wait(timeout=60)
+    med = {key: statistics.median(v) for key, v in times.items()}
+    widths = [len(range(k, min(k + micro, n))) * max(lengths) for k in range(0, n, micro)]
+    result = {
+        "model": name, "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
+        "vocab": model.config.vocab_size, "rollouts": n, "micro_batch": micro, "tokens": tokens,
+        "credo_pad_fraction": round(first["credo"]["pad_fraction"], 4),
+        "reference_pad_fraction": round(1 - tokens / sum(widths), 4),
+        **{f"{key}_tok_s": round(tokens / s, 1) for key, s in med.items()},
+        **{f"{key}_s": [round(t, 3) for t in v] for key, v in times.items()},
+        "speedup_vs_reference": round(med["reference"] / med["credo"], 3),
+        "speedup_vs_trl": round(med["trl"] / med["credo"], 3) if trl else None,
+        "equal_work_check": check,
+    }
+    if use_padded:
+        result["speedup_packed_vs_padded"] = round(med["padded"] / med["credo"], 3)
+    if trl_error:
+        result["trl_error"] = trl_error
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["tiny", "l4h256"], choices=list(SHAPES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-trl", action="store_true")
+    parser.add_argument("--no-padded", action="store_true")
+    parser.add_argument("--threads", type=int, default=0 if torch.cuda.is_available() else 1,
+                        help="torch threads of every path (0: torch's default). 1 on a CPU: on a shared machine "
+                             "OpenMP barriers of 2+ threads collapse when other jobs take the cores")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
+    per_model = {name: bench_model(name, args.repeats, not args.no_trl, not args.no_padded) for name in args.models}
+    for r in per_model.values():
+        print(json.dumps(r), file=sys.stderr)
+    trl_values = [r["speedup_vs_trl"] for r in per_model.values()]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    result = {
+        "bench": "train_step", "command": " ".join(["python"] + sys.argv), "device": device,
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus", "threads": torch.get_num_threads(),
+        "speedup_vs_reference": min(r["speedup_vs_reference"] for r in per_model.values()),
+        "speedup_vs_trl": min(trl_values) if all(v is not None for v in trl_values) else None,
+        "target_speedup": 1.5, "by_model": per_model,
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+    errors = {name: r["trl_error"] for name, r in per_model.items() if "trl_error" in r}
+    if errors:
+        result["trl_error"] = errors
+    report(result, f"step_{device}")
+
+
+if __name__ == "__main__":
+    main()
