@@ -507,8 +507,8 @@ def test_packed_micro_batches_equal_padded_ones(config, tiny_dir):
         grads[mode] = recorder.grads
         assert (stats["pad_fraction"] == 0.0) == (mode == "true")
         model.zero_grad(set_to_none=True)
-    for name, g in grads["false"].items():
-        torch.testing.assert_close(grads["true"][name], g, atol=1e-6, rtol=1e-4, msg=name)
+    for name, g in grads["false"].items():   # fp32 sums in another order: equal to 1e-5 of each tensor's scale
+        torch.testing.assert_close(grads["true"][name], g, atol=1e-5 * float(g.abs().max()), rtol=1e-4, msg=name)
 
 
 # --- tab:decompose and tab:sw_baseline: what each arm changes, on the hand-built group ---------
