@@ -26,10 +26,10 @@ Simplifications, on purpose (read them before forking):
     "old" log-probs of `eq:grpo` are the detached current ones (rho = 1), and
     the clip only matters if you add inner epochs.
   * No KL term and no reference model (the paper's KL coefficient is 0).
-  * Advantages need the readout of every member of a group. When a
-    micro-batch holds whole groups (per_device_batch_size a multiple of G),
-    they come from the same forward that trains; otherwise a no-grad readout
-    pass over the rollout batch runs first.
+  * Advantages need the readout of every member of a group. Micro-batches are
+    cut by tokens (micro_batch_tokens) and hold whole groups, so the readouts
+    come from the same forward that trains; only a group too long for one
+    micro-batch gets a no-grad readout pass over its rows first.
   * One process per GPU, data parallel only (parallel.py: torchrun, FSDP2, a colocated
     TP = 1 engine per rank, DCP checkpoints; `NPROC=8 bash run.sh math`). With no
     launcher it is one process with no process group, as before.
@@ -145,7 +145,7 @@ BY_DOMAIN = "by_domain"   # a value of base.yaml filled from the domain file, co
 DOMAINS = ("math", "code")
 # Overrides that do not change what is trained, left out of the default run name.
 _NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
-                       "pack_sequences", "activation_checkpointing")
+                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing")
 
 
 def _domain_profile(domain: str) -> dict:
@@ -245,6 +245,10 @@ def validate_config(cfg: dict) -> None:
         raise ValueError("kl_coef must be 0: the paper trains without a KL term and this loop has no reference model")
     if cfg["train_data"] is None:
         raise ValueError("train_data is not set (a local JSONL file or a Hugging Face dataset id)")
+    budget, full_length = cfg["micro_batch_tokens"], cfg["max_prompt_tokens"] + cfg["max_completion_tokens"] + 2
+    if budget != "auto" and (not isinstance(budget, int) or isinstance(budget, bool) or budget < full_length):
+        raise ValueError(f"micro_batch_tokens={budget!r} must be auto or an integer of at least max_prompt_tokens + "
+                         f"max_completion_tokens + 2 = {full_length}, so that every rollout fits in a micro-batch")
     rollouts = cfg["per_device_batch_size"] * cfg["grad_accum"]
     if rollouts % cfg["group_size"]:
         raise ValueError(
@@ -419,6 +423,7 @@ def load_policy(model_dir: str, device: torch.device):
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     high_id, low_id = add_reserved_tokens(model, tokenizer)
+    use_sequence_attention(model)
     return model, tokenizer, high_id, low_id
 
 
@@ -542,27 +547,70 @@ class Batch:
         )
 
 
-def micro_batches(lengths: list[int], micro: int, group: int, whole_groups: bool) -> list[list[int]]:
-    """Row indices of each micro-batch, chosen so that little of a micro-batch is padding.
+def micro_batch_budget(cfg: dict) -> int:
+    """Tokens per micro-batch (micro_batch_tokens). auto: per_device_batch_size rollouts of full
+    length (+ the 2 tokens teacher-forced for eq:digitexp), the worst case of tab:hyper's
+    per-device batch, so short rollouts share a micro-batch without raising peak memory."""
+    if cfg["micro_batch_tokens"] == "auto":
+        return cfg["per_device_batch_size"] * (cfg["max_prompt_tokens"] + cfg["max_completion_tokens"] + 2)
+    return cfg["micro_batch_tokens"]
 
-    whole_groups: every micro-batch holds whole groups (credit is computed per
-    micro-batch); groups are ordered by their longest member and taken micro // group
-    at a time. Otherwise every row is free: rows are sorted by length and cut into
-    chunks of `micro`. The order never changes a gradient (the loss is a sum over rows).
 
-    >>> micro_batches([5, 1, 4, 2], micro=2, group=2, whole_groups=False)
-    [[1, 3], [2, 0]]
-    >>> micro_batches([5, 1, 4, 2, 1, 1], micro=2, group=2, whole_groups=True)
-    [[4, 5], [2, 3], [0, 1]]
+def micro_batches(lengths: list[int], budget: int, group: int, whole_groups: bool, packed: bool) -> list[list[int]]:
+    """Row indices of each micro-batch: few micro-batches of at most `budget` tokens each.
+
+    A micro-batch costs the sum of its lengths when packed, else its rows x its longest row
+    (padding counts). Units are placed in increasing cost, and a micro-batch is closed when
+    the next unit would overflow it. The units are rows, or with whole_groups whole groups
+    (so that credit can come from the training forward), except that a group whose rows alone
+    exceed the budget is split into rows, placed after the whole groups. The order never
+    changes a gradient (the loss is a sum over rows).
+
+    >>> micro_batches([5, 1, 4, 2], budget=6, group=2, whole_groups=False, packed=True)
+    [[1, 3], [2], [0]]
+    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=6, group=2, whole_groups=True, packed=True)
+    [[4, 5], [0, 1], [2, 3]]
+    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=5, group=2, whole_groups=True, packed=True)
+    [[4, 5], [1, 3], [2], [0]]
+    >>> micro_batches([5, 1, 4, 2], budget=8, group=2, whole_groups=False, packed=False)   # 2 x 2, 1 x 4, 1 x 5
+    [[1, 3], [2], [0]]
     """
+    for row, length in enumerate(lengths):
+        if length > budget:
+            raise ValueError(f"rollout {row} has {length} tokens, more than micro_batch_tokens = {budget}; raise "
+                             f"micro_batch_tokens to at least max_prompt_tokens + max_completion_tokens + 2")
+
+    def cost(rows: list[int]) -> int:
+        return sum(lengths[i] for i in rows) if packed else len(rows) * max(lengths[i] for i in rows)
+
+    def fill(units: list[list[int]]) -> list[list[int]]:
+        plan, current = [], []
+        for unit in units:
+            if current and cost(current + unit) > budget:
+                plan.append(current)
+                current = []
+            current = current + unit
+        return plan + ([current] if current else [])
+
+    groups, free = [], list(range(len(lengths)))
     if whole_groups:
-        if micro % group or len(lengths) % group:
-            raise ValueError(f"whole groups of {group} do not tile micro-batches of {micro} and {len(lengths)} rows")
-        groups = sorted(range(len(lengths) // group), key=lambda q: (max(lengths[q * group:(q + 1) * group]), q))
-        per = micro // group
-        return [[q * group + i for q in groups[k:k + per] for i in range(group)] for k in range(0, len(groups), per)]
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [order[k:k + micro] for k in range(0, len(order), micro)]
+        if len(lengths) % group:
+            raise ValueError(f"{len(lengths)} rows are not whole groups of {group}")
+        units = [list(range(q * group, (q + 1) * group)) for q in range(len(lengths) // group)]
+        groups = sorted((u for u in units if cost(u) <= budget), key=lambda u: (cost(u), u[0]))
+        free = [i for u in units if cost(u) > budget for i in u]
+    free.sort(key=lambda i: (lengths[i], i))
+    return fill(groups) + fill([[i] for i in free])
+
+
+def holds_whole_groups(rows: list[int], group: int) -> bool:
+    """rows are whole groups, each in order (qG, ..., qG + G - 1), as credit() needs them.
+
+    >>> holds_whole_groups([4, 5, 0, 1], 2), holds_whole_groups([1, 3], 2)
+    (True, False)
+    """
+    starts = rows[::group]
+    return len(rows) % group == 0 and all(s % group == 0 for s in starts) and rows == [s + i for s in starts for i in range(group)]
 
 
 def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
@@ -625,7 +673,7 @@ def collate(rollouts: list[ro.Rollout], pad_id: int, teacher_digits: tuple[list[
 class Forward(NamedTuple):
     """What one forward pass gives the loss."""
 
-    logp: torch.Tensor               # [N, L-1] log-probs of the realised tokens (fp32)
+    logp: torch.Tensor               # [N, L-1] log-probs of the completion tokens (fp32; 0 elsewhere)
     z_diff: torch.Tensor             # [N] z_H - z_L at the slot (eq:readout)
     c_digit: torch.Tensor | None     # [N] eq:digitexp at the slot, when the batch has teacher-forced digits
 
@@ -646,36 +694,84 @@ def pack_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def packing_enabled(cfg: dict) -> bool:
-    """pack_sequences=auto: packed on CPU (sdpa builds the block-causal mask, measured exact);
-    padded on CUDA until packing has been checked there with a varlen attention kernel."""
-    if cfg["pack_sequences"] == "auto":
-        return not torch.cuda.is_available()
-    return cfg["pack_sequences"] == "true"
+    """pack_sequences: true/auto pack each micro-batch into one row (attended by
+    sequence_attention: exact, and faster than padding, docs/performance.md); false pads it."""
+    return cfg["pack_sequences"] != "false"
+
+
+SEQUENCE_ATTENTION = "credo_sequence_sdpa"   # the attention implementation packed rows need
+
+
+def sequence_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, cu_seq_lens_q=None,
+                       **kwargs):
+    """A transformers attention function: with `cu_seq_lens_q` (sequence boundaries [N+1] of a
+    packed row [1, heads, S, D]), causal sdpa within each sequence only; without it (padded
+    batches, generation) exactly transformers' sdpa.
+
+    sdpa on a packed row with the block-causal mask transformers builds attends S^2 pairs, most
+    of them masked out; this attends sum L_i^2 (1.6x faster on the tiny model's 1,180-token
+    step, docs/performance.md). Returns [1, S, heads, D] as transformers' sdpa does.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if cu_seq_lens_q is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    if query.shape[0] != 1 or attention_mask is not None:
+        raise ValueError(f"sequence_attention: cu_seq_lens_q describes one packed row without a mask; got a batch of "
+                         f"{query.shape[0]} rows and attention_mask={None if attention_mask is None else tuple(attention_mask.shape)}")
+    bounds = cu_seq_lens_q.tolist()
+    gqa = query.shape[1] != key.shape[1]
+    out = [torch.nn.functional.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
+                                                            dropout_p=dropout, scale=scaling, enable_gqa=gqa)
+           for a, b in zip(bounds[:-1], bounds[1:])]                                  # each [1, heads, L_i, D]
+    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+
+
+def use_sequence_attention(model) -> None:
+    """Make `model` attend with sequence_attention (idempotent). It is transformers' sdpa for
+    every input but a packed row, so generation and padded forwards are unchanged."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    if model.config._attn_implementation == SEQUENCE_ATTENTION:
+        return
+    AttentionInterface.register(SEQUENCE_ATTENTION, sequence_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SEQUENCE_ATTENTION, sdpa_mask)
+    model.set_attn_implementation(SEQUENCE_ATTENTION)
 
 
 def policy_forward(model, batch: Batch, high_id: int, low_id: int, dtype: torch.dtype = torch.float32,
                    detach_readout: bool = False, packed: bool = False) -> Forward:
     """One pass: per-token log-probs, the readout and (with teacher-forced digits) eq:digitexp.
 
-    packed: the micro-batch runs as one padding-free row (pack_rows); transformers sees
-    position ids that restart and no attention mask, and attends block-causally within each
-    sequence, so no compute goes to padding. The outputs are laid out as in the padded case.
+    packed: the micro-batch runs as one padding-free row (pack_rows) with position ids that
+    restart at each sequence, attended by sequence_attention (which this switches the model
+    to) within each sequence, so no compute goes to padding. The outputs are laid out as in the padded case.
     detach_readout: z_diff is read from the detached final hidden state, so its gradient
     reaches only the output rows of H and L (the auxiliary head of tab:decompose).
     Computed in `dtype` (autocast) over fp32 weights; every output is fp32."""
     device = model.device
     slot_pos = batch.slot_pos.to(device)                                             # [N]
+    completion = batch.completion_mask.to(device)                                    # [N, L-1] the scored columns
     lm_head = model.lm_head.weight                                                   # [V, H]
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         if packed:
             ids, positions, starts = (t.to(device) for t in pack_rows(batch))        # [1, S], [1, S], [N]
-            hidden = model.model(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state   # [1, S, H]
-            flat_logp, _ = losses.token_logprobs_and_readout(hidden, lm_head, ids, torch.tensor([-1], device=device),
-                                                             high_id, low_id)        # [1, S-1]
+            lengths = batch.attention_mask.sum(dim=1).to(device)                     # [N]
+            bounds = torch.cat([starts, starts[-1:] + lengths[-1:]]).int()            # [N+1]
+            # A mask of ones keeps transformers from building the [S, S] block mask
+            # (sequence_attention separates the sequences by `bounds` instead).
+            use_sequence_attention(model)
+            hidden = model.model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
+                                 cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, use_cache=False,
+                                 max_length_q=int(lengths.max()), max_length_k=int(lengths.max())).last_hidden_state   # [1, S, H]
             columns = torch.arange(batch.input_ids.shape[1] - 1, device=device)      # [L-1]
-            index = (starts[:, None] + columns).clamp(max=flat_logp.shape[1] - 1)     # [N, L-1]
-            in_row = columns < (batch.attention_mask.sum(dim=1).to(device) - 1)[:, None]
-            logp = torch.where(in_row, flat_logp[0, index], 0.0)                     # pairs across two rows dropped
+            index = (starts[:, None] + columns).clamp(max=ids.shape[1] - 2)          # [N, L-1] column in the row
+            scored = torch.zeros(1, ids.shape[1] - 1, dtype=torch.bool, device=device)
+            scored[0, index[completion]] = True                                      # pairs across two rows: never
+            flat_logp, _ = losses.token_logprobs_and_readout(hidden, lm_head, ids, torch.tensor([-1], device=device),
+                                                             high_id, low_id, score_mask=scored)   # [1, S-1]
+            logp = torch.where(completion, flat_logp[0, index], 0.0)
 
             def hidden_at(pos: torch.Tensor) -> torch.Tensor:                        # [N] -> [N, H]
                 return hidden[0, starts + pos.clamp(min=0)]
@@ -685,7 +781,7 @@ def policy_forward(model, batch: Batch, high_id: int, low_id: int, dtype: torch.
             hidden = model.model(input_ids=batch.input_ids.to(device), attention_mask=attention, position_ids=position_ids,
                                  use_cache=False).last_hidden_state                 # [N, L, H]
             logp, z_diff = losses.token_logprobs_and_readout(hidden, lm_head, batch.input_ids.to(device), slot_pos,
-                                                             high_id, low_id)
+                                                             high_id, low_id, score_mask=completion)
 
             def hidden_at(pos: torch.Tensor) -> torch.Tensor:
                 return hidden[torch.arange(len(batch), device=device), pos.clamp(min=0)]
@@ -723,7 +819,8 @@ def digit_weight_confidence(model, tokenizer, rollouts: list[ro.Rollout], cfg: d
     c_digit = torch.full((len(rollouts),), float("nan"))                               # [N]
     lengths = batch.attention_mask.sum(dim=1).tolist()
     with torch.no_grad():
-        for rows in micro_batches(lengths, cfg["per_device_batch_size"], cfg["group_size"], whole_groups=False):
+        for rows in micro_batches(lengths, micro_batch_budget(cfg), cfg["group_size"], whole_groups=False,
+                                  packed=packing_enabled(cfg)):
             c_digit[rows] = policy_forward(model, batch.select(rows), high_id, low_id, compute_dtype(cfg),
                                            packed=packing_enabled(cfg)).c_digit.float().cpu()
     return torch.where(batch.digit_pos >= 0, c_digit, float("nan"))
@@ -829,7 +926,7 @@ def train_on_batch(model, optimizer, batch: Batch, correct, fmt, valid, cfg: dic
     n_total, n_valid_total: the denominators of the batch means of J and L_cal; by default
     this call's N and |V|. Under data parallelism gradients are averaged over ranks, so a
     caller passes the global counts divided by the world size."""
-    n, micro, group = len(batch), cfg["per_device_batch_size"], cfg["group_size"]
+    n, group = len(batch), cfg["group_size"]
     dtype = compute_dtype(cfg)
     alpha, kappa = warmup(cfg["alpha"], step, cfg["warmup_steps"]), warmup(cfg["kappa"], step, cfg["warmup_steps"])
     n_norm = float(n_total) if n_total is not None else float(n)
@@ -854,33 +951,36 @@ def train_on_batch(model, optimizer, batch: Batch, correct, fmt, valid, cfg: dic
         return credit(correct[rows], fmt[rows], conf, conf_valid, cfg, kappa, w_conf, w_valid)
 
     # Credit needs every group member's confidence. Reports sampled as text are known
-    # before any forward; the model's c comes from the forward: from the training forward
-    # itself when a micro-batch holds whole groups, else from a no-grad pass first.
+    # before any forward. The model's c of a group placed whole in a micro-batch comes from
+    # that micro-batch's training forward; a group too long for one micro-batch (its rows
+    # split over several) gets its c from a no-grad pass over its rows first.
     needs_model_conf = reported is None or weight_conf is None
-    per_micro_batch = needs_model_conf and micro % group == 0
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    plan = micro_batches(lengths, micro, group, whole_groups=per_micro_batch)   # row indices per micro-batch
-    everything = list(range(n))
+    plan = micro_batches(lengths, micro_batch_budget(cfg), group, whole_groups=needs_model_conf, packed=packed)
+    from_forward = [needs_model_conf and holds_whole_groups(rows, group) for rows in plan]
+    shared = {}   # [N] credit of every row whose confidences are known before its training forward
     if not needs_model_conf:
-        shared = group_credit(everything, None)
-    elif not per_micro_batch:
-        c_all = torch.zeros(n)
+        shared = group_credit(list(range(n)), None)
+    elif not all(from_forward):
+        c_model = torch.zeros(n)
         with torch.no_grad():
-            for rows in plan:
+            for rows in (rows for rows, whole in zip(plan, from_forward) if not whole):
                 fwd = policy_forward(model, batch.select(rows), high_id, low_id, dtype, detach_readout=head, packed=packed)
-                c_all[rows] = model_confidence(fwd, cfg).float().cpu()
-        shared = group_credit(everything, c_all)
+                c_model[rows] = model_confidence(fwd, cfg).float().cpu()
+        split = sorted(row for rows, whole in zip(plan, from_forward) if not whole for row in rows)
+        for key, value in group_credit(split, c_model[split]).items():
+            shared[key] = torch.zeros(n).index_copy(0, torch.tensor(split), value.float())
 
     conf_all = torch.zeros(n)
     parts = {key: torch.zeros(n) for key in ("target", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")}
     completion_logp: list[torch.Tensor | None] = [None] * n   # per rollout, for the engine/trainer agreement metric
     loss_pg = loss_cal = 0.0
     model.train()
-    for rows in plan:
+    for rows, whole in zip(plan, from_forward):
         mb = batch.select(rows)
         fwd = policy_forward(model, mb, high_id, low_id, dtype, detach_readout=head, packed=packed)
         conf = model_confidence(fwd, cfg)                                          # [n_mb], with grad
-        if per_micro_batch:
+        if whole:
             mb_credit = group_credit(rows, conf.detach().float().cpu())
         else:
             mb_credit = {key: value[rows] for key, value in shared.items()}
@@ -909,7 +1009,7 @@ def train_on_batch(model, optimizer, batch: Batch, correct, fmt, valid, cfg: dic
     if reported is not None and cfg["channel"] == "verbalized":   # a baseline's confidence of record: its report
         conf_all, valid = reported.float(), reported_valid
     return {"loss_pg": loss_pg, "loss_cal": loss_cal, "alpha": alpha, "kappa": kappa, "grad_norm": grad_norm,
-            "pad_fraction": 0.0 if packed else pad_fraction(lengths, plan),
+            "pad_fraction": 0.0 if packed else pad_fraction(lengths, plan), "micro_batches": len(plan),
             "conf": conf_all, "conf_valid": valid, "completion_logp": completion_logp, **parts}
 
 

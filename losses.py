@@ -369,6 +369,7 @@ def token_logprobs_and_readout(
     high_id: int,
     low_id: int,
     chunk_tokens: int = 512,
+    score_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of a sequence and z_H - z_L at the slot, from one forward pass.
 
@@ -377,6 +378,10 @@ def token_logprobs_and_readout(
     input_ids: [N, L] the sequences (padding: any valid id; mask it later).
     slot_pos:  [N] position whose next-token distribution is the confidence slot
                (`eq:readout`): the last token of `<confidence>`; -1 where there is none.
+
+    score_mask: [N, L-1] bool, the columns to score (the completion tokens o_i); the others
+               get 0 and cost nothing: the vocabulary projection is the costliest part of
+               the loss, and a prompt token has no gradient. None: every column.
 
     Returns `logp: [N, L-1]` (fp32; column k is log pi(input_ids[k+1] | ids[:k+1]))
     and `z_diff: [N]` (fp32, 0 where slot_pos < 0). The slot may be the very last
@@ -399,7 +404,12 @@ def token_logprobs_and_readout(
         dtype = torch.promote_types(hidden.dtype, lm_head.dtype)
     flat_hidden = hidden[:, :-1].reshape(-1, dim)                            # [N*(L-1), H]
     flat_targets = input_ids[:, 1:].reshape(-1)                              # [N*(L-1)]
-    logp = _LinearLogprobs.apply(flat_hidden, lm_head, flat_targets, chunk_tokens, dtype)
+    if score_mask is None:
+        logp = _LinearLogprobs.apply(flat_hidden, lm_head, flat_targets, chunk_tokens, dtype)
+    else:
+        scored = score_mask.reshape(-1)                                      # [N*(L-1)]
+        logp = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device).masked_scatter(
+            scored, _LinearLogprobs.apply(flat_hidden[scored], lm_head, flat_targets[scored], chunk_tokens, dtype))
     logp = logp.reshape(n_seq, seq_len - 1)                                  # [N, L-1]
 
     has_slot = slot_pos >= 0                                                 # [N]

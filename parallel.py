@@ -408,8 +408,8 @@ def estimate_memory(cfg: dict, shape: dict, world_size: int, gpu_gib: float, che
 
     update:  fp32 shards of params, grads, AdamW m and v (16 P / W) + the gathered bf16
              root unit (embeddings/head, kept until backward) and its fp32 gradient + two
-             gathered layers (one prefetched) + activations of one micro-batch of
-             full-length sequences + a sleeping engine.
+             gathered layers (one prefetched) + activations of one full micro-batch
+             (micro_batch_tokens) + a sleeping engine.
     rollout: fp32 params and AdamW state (12 P / W; gradients are freed) + the engine's
              share of the GPU (vllm_gpu_memory_utilization), which must hold the bf16
              weights (2 P) and the KV cache of at least one full-length sequence.
@@ -418,7 +418,9 @@ def estimate_memory(cfg: dict, shape: dict, world_size: int, gpu_gib: float, che
     params, layer_params = parameter_counts(shape)
     root_params = params - shape["num_hidden_layers"] * layer_params
     seq = cfg["max_prompt_tokens"] + cfg["max_completion_tokens"]
-    tokens = cfg["per_device_batch_size"] * seq
+    from credo import micro_batch_budget   # credo imports this module; by now it is loaded
+
+    tokens = micro_batch_budget(cfg)
     sharded = 16 * params / world_size
     # One process: autocast keeps bf16 copies of the weights it used until backward (2 P).
     # FSDP2: the gathered bf16 root unit and its fp32 gradient, and two gathered bf16 layers.
@@ -488,7 +490,7 @@ def _fit_cli(argv: list[str]) -> None:
     if table:
         seq = cfg["max_prompt_tokens"] + cfg["max_completion_tokens"]
         print(f"Sequence budget {seq} tokens ({cfg['max_prompt_tokens']} prompt + {cfg['max_completion_tokens']} "
-              f"completion), {cfg['per_device_batch_size']} sequences per micro-batch, engine share "
+              f"completion), micro-batches of {credo.micro_batch_budget(cfg)} tokens, engine share "
               f"vllm_gpu_memory_utilization={cfg['vllm_gpu_memory_utilization']}. Cells: peak GiB per GPU in the "
               f"update / the rollout phase, full-length sequences the engine's KV cache holds at once; AC: "
               f"activation_checkpointing=true needed; util: the engine share (vllm_gpu_memory_utilization) it needs.\n")
@@ -496,7 +498,7 @@ def _fit_cli(argv: list[str]) -> None:
         return
     shape = model_shape(cfg["model"])
     print(f"# {cfg['model']}: sequence budget {cfg['max_prompt_tokens'] + cfg['max_completion_tokens']} tokens, "
-          f"{cfg['per_device_batch_size']} sequences per micro-batch, "
+          f"micro-batches of {credo.micro_batch_budget(cfg)} tokens, "
           f"activation checkpointing {'on' if cfg['activation_checkpointing'] else 'off'}")
     for gpu in (24.0, 80.0, 141.0):
         for w in (1, 8, 16):

@@ -10,13 +10,16 @@ Length sources:
 * math_g8_mb2: the paper's math layout (base.yaml: G = 8, micro-batch 2, 128 rollouts a
   step) with synthetic lengths: prompts uniform in [60, 400] tokens (one per group),
   completions log-normal (median 1,500) capped at 8,192 (truncated), `--batches` steps;
-* math_g8_mb16: the same lengths with micro-batches of 16 (whole groups of 8).
-Strategies: `consecutive` (rows in order, `micro` at a time: the batching before
-micro_batches), `credo` (credo.micro_batches, whole groups when micro % G == 0, as
-train_on_batch does), `packed_rows` (first-fit-decreasing packing of the sequences into
-rows of max_prompt + max_completion tokens, no attention across sequences); packing a
-micro-batch into one variable-length row has no padding at all.
-pad_fraction = padded token slots / all token slots. Prints one JSON line and writes
+* math_g8_mb16: the same lengths with micro-batches of 16 rows (budget of 16 rows).
+Strategies: `consecutive` (rows in order, `micro` at a time: plain row micro-batches),
+`credo_padded` / `credo_packed` (credo.micro_batches as train_on_batch builds them, with
+micro_batch_tokens=auto = micro full-length rows: whole groups where they fit the budget,
+the rows of the others length-sorted; padded to the longest row, or packed into one row
+(pack_sequences, the default), which has no padding), `packed_rows` (first-fit-decreasing
+packing of the sequences into rows of max_prompt + max_completion tokens).
+pad_fraction = padded token slots / all token slots. Also per strategy: micro-batches per
+batch (fewer = fewer, fuller forwards), and for credo the share of tokens whose group was
+split (a no-grad readout pass over them runs first). Prints one JSON line and writes
 bench/results/padding.json; `pad_fraction` is credo's on the paper's layout.
 """
 
@@ -50,19 +53,33 @@ def packed_rows_pad(lengths: list[int], capacity: int) -> float:
 
 
 def strategies(batches: list[list[int]], micro: int, group: int, capacity: int) -> dict:
-    """Pad fractions over all batches (token slots summed over batches)."""
-    slots = {"consecutive": 0, "credo": 0, "packed_rows": 0}
+    """Pad fractions over all batches (token slots summed over batches), the mean number of
+    micro-batches per batch, and for credo the share of tokens in groups split over several
+    micro-batches (their readouts need a no-grad pass first). credo's budget is
+    micro_batch_tokens=auto: `micro` rows of capacity + 2 tokens."""
+    budget = micro * (capacity + 2)
+    slots = {"consecutive": 0, "credo_padded": 0, "credo_packed": 0, "packed_rows": 0}
+    counts = {name: 0 for name in ("consecutive", "credo_padded", "credo_packed")}
+    split = {name: 0 for name in ("credo_padded", "credo_packed")}
     tokens = 0
     for lengths in batches:
         n = len(lengths)
         tokens += sum(lengths)
-        for name, plan in (("consecutive", consecutive(n, micro)),
-                           ("credo", credo.micro_batches(lengths, micro, group, whole_groups=micro % group == 0))):
-            slots[name] += sum(len(b) * max(lengths[i] for i in b) for b in plan)
+        plans = {"consecutive": consecutive(n, micro),
+                 "credo_padded": credo.micro_batches(lengths, budget, group, whole_groups=True, packed=False),
+                 "credo_packed": credo.micro_batches(lengths, budget, group, whole_groups=True, packed=True)}
+        for name, plan in plans.items():
+            counts[name] += len(plan)
+            slots[name] += sum(lengths[i] for b in plan for i in b) if name == "credo_packed" else \
+                sum(len(b) * max(lengths[i] for i in b) for b in plan)
+            if name in split:
+                split[name] += sum(lengths[i] for b in plan if not credo.holds_whole_groups(b, group) for i in b)
         slots["packed_rows"] += sum(lengths) / (1 - packed_rows_pad(lengths, capacity))
     return {f"{name}_pad_fraction": round(1 - tokens / s, 4) for name, s in slots.items()} | {
-        "micro": micro, "group": group, "batches": len(batches), "rows_per_batch": len(batches[0]),
-        "whole_groups": micro % group == 0, "packed_row_capacity": capacity, "varlen_packed_pad_fraction": 0.0}
+        f"{name}_micro_batches": round(c / len(batches), 2) for name, c in counts.items()} | {
+        f"{name}_split_group_token_fraction": round(t / tokens, 4) for name, t in split.items()} | {
+        "micro": micro, "group": group, "budget_tokens": budget, "batches": len(batches),
+        "rows_per_batch": len(batches[0]), "packed_row_capacity": capacity}
 
 
 def synthetic_math(batches: int, seed: int = 0) -> list[list[int]]:
@@ -97,7 +114,7 @@ def main() -> None:
         cfg = credo.load_config("tiny")
         result["tiny"] = strategies([lengths for lengths, _, _ in seen], seen[0][1], seen[0][2],
                                     cfg["max_prompt_tokens"] + cfg["max_completion_tokens"])
-    result["pad_fraction"] = result["math_g8_mb2"]["credo_pad_fraction"]
+    result["pad_fraction"] = result["math_g8_mb2"]["credo_packed_pad_fraction"]
     result["target_pad_fraction"] = 0.10
     report(result, "padding")
 

@@ -6,16 +6,18 @@ credo's `train_on_batch` against a straightforward reference and TRL's GRPOTrain
 Every path trains a copy of the same model, from the same weights, on the same
 rollouts (synthetic, varied lengths, groups of G):
 
-* credo:     `credo.train_on_batch` on `credo.collate`d rollouts (length-sorted
-             micro-batches of whole groups, each run as one padding-free packed row,
-             chunked log-probs + readout): pack_sequences=true, the CPU default.
+* credo:     `credo.train_on_batch` on `credo.collate`d rollouts, as configured by
+             default: micro-batches of whole groups up to micro_batch_tokens=auto
+             (`micro` rollouts of the shapes' maximum length, the reference's worst case),
+             each one padding-free packed row attended per sequence, log-probs of the
+             completion tokens only (chunked, with the readout).
 * reference: in this file: consecutive micro-batches padded to the batch's widest
              row, the model's full [n, T, V] fp32 logits, log_softmax + gather, the
              readout from those logits, and the same credit and loss (losses.py).
              Before timing, one step of each is compared: same losses and gradient
              norm, same weights after the step (so the speedup compares equal work).
 * padded:    credo's step with pack_sequences=false (micro-batches padded to their
-             longest row), to show what packing buys.
+             longest row, the same token budget counting padding), to show what packing buys.
 * trl:       bench/trl_step_worker.py in .cache/bench-trl-venv (TRL is never a
              dependency of the project), fed the same token ids and credo's per-token
              advantages, as a step server so that its steps interleave with the others.
@@ -170,8 +172,11 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     prompt_range, completion_range, n, micro = SHAPES[name]
     model, tokenizer, high_id, low_id, saved = build_model(name)
     group = 4
+    # The budgets are the shapes' maxima, so credo's micro_batch_tokens=auto (micro rows of full
+    # length) bounds a micro-batch's tokens as the reference's `micro` rows are bounded.
     cfg = credo.load_config("tiny", [f"group_size={group}", f"per_device_batch_size={micro}", f"grad_accum={n // micro}",
-                                     "precision=fp32"])
+                                     "precision=fp32", f"max_prompt_tokens={prompt_range[1]}",
+                                     f"max_completion_tokens={completion_range[1]}"])
     rollouts = synthetic_rollouts(n, group, model.config.vocab_size, prompt_range, completion_range)
     batch = credo.collate(rollouts, tokenizer.pad_token_id)
     valid = batch.slot_pos >= 0
@@ -226,6 +231,8 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     result = {
         "model": name, "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
         "vocab": model.config.vocab_size, "rollouts": n, "micro_batch": micro, "tokens": tokens,
+        "micro_batch_tokens": credo.micro_batch_budget(cfg),
+        "credo_micro_batches": first["credo"]["micro_batches"], "reference_micro_batches": len(widths),
         "credo_pad_fraction": round(first["credo"]["pad_fraction"], 4),
         "reference_pad_fraction": round(1 - tokens / sum(widths), 4),
         **{f"{key}_tok_s": round(tokens / s, 1) for key, s in med.items()},

@@ -217,6 +217,41 @@ class GradientRecorder(torch.optim.Optimizer):
         self.grads = {n: p.grad.clone() for n, p in zip(self.names, params) if p.grad is not None}
 
 
+def test_docstring_examples_hold():
+    import doctest
+
+    result = doctest.testmod(credo, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 7 and result.failed == 0
+
+
+def test_micro_batch_budget():
+    cfg = credo.load_config("math")
+    assert credo.micro_batch_budget(cfg) == 2 * (1024 + 8192 + 2)       # tab:hyper's 2 rollouts of full length
+    assert credo.micro_batch_budget(credo.load_config("math", ["micro_batch_tokens=20000"])) == 20000
+    with pytest.raises(ValueError, match=r"micro_batch_tokens=9000 must be auto or an integer of at least .* = 9218"):
+        credo.load_config("math", ["micro_batch_tokens=9000"])
+    with pytest.raises(ValueError, match="rollout 1 has 7 tokens, more than micro_batch_tokens = 6"):
+        credo.micro_batches([5, 7], budget=6, group=1, whole_groups=False, packed=True)
+
+
+def test_micro_batches_pack_whole_groups_up_to_the_budget():
+    """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
+    lengths = [3, 3, 2, 2, 9, 1, 4, 4]
+    plan = credo.micro_batches(lengths, budget=10, group=2, whole_groups=True, packed=True)
+    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]                        # 4 + 6 = 10; 8; 10
+    assert all(credo.holds_whole_groups(rows, 2) for rows in plan)
+    # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
+    padded = credo.micro_batches(lengths, 10, 2, True, packed=False)
+    assert padded == [[2, 3], [0, 1], [6, 7], [5], [4]]
+    assert credo.pad_fraction(lengths, padded) == 0.0
+
+
+def test_sequence_attention_refuses_a_padded_batch_with_sequence_bounds():
+    q = torch.zeros(2, 1, 4, 8)
+    with pytest.raises(ValueError, match="one packed row without a mask; got a batch of 2 rows"):
+        credo.sequence_attention(None, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 2, 4]))
+
+
 def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     """Whole-group micro-batches (advantages from the training forward) and split ones
     (advantages from a no-grad readout pass) must produce the same gradients."""
@@ -238,12 +273,15 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     assert valid.tolist() == [True, True, True, False]
 
     grads, stats = [], []
-    for micro in (4, 1):
-        cfg = credo.load_config("tiny", ["group_size=4", f"per_device_batch_size={micro}", f"grad_accum={4 // micro}"])
+    cfg = credo.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
+    longest = int(batch.attention_mask.sum(dim=1).max())
+    for budget in ("auto", longest):   # one micro-batch; the group split over several
+        cfg = {**cfg, "micro_batch_tokens": budget}
         m = copy.deepcopy(model)
         recorder = GradientRecorder(m.named_parameters())
         stats.append(credo.train_on_batch(m, recorder, batch, correct, fmt, valid, cfg, step=100, high_id=high, low_id=low))
         grads.append(recorder.grads)
+    assert stats[0]["micro_batches"] == 1 and stats[1]["micro_batches"] > 1
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-4)
     for key in ("loss_pg", "loss_cal"):

@@ -209,3 +209,24 @@ def test_chunked_logprobs_and_readout_match_naive(chunk):
     nh, nw = torch.autograd.grad((naive_logp * g_logp).sum() + (naive_z * g_z).sum(), (hidden, head))
     torch.testing.assert_close(gh.float(), nh.float(), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(gw.float(), nw.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_logprobs_score_only_the_masked_columns():
+    """score_mask: the masked columns equal the full computation, the others are exactly 0,
+    and the gradient is that of the masked log-probs alone."""
+    torch.manual_seed(1)
+    n, length, h, v = 2, 6, 8, 30
+    hidden = torch.randn(n, length, h, dtype=torch.float64, requires_grad=True)
+    head = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, v, (n, length))
+    mask = torch.tensor([[False, False, True, True, True], [False, True, True, False, False]])          # [N, L-1]
+    full, _ = token_logprobs_and_readout(hidden, head, ids, T([-1, -1]).long(), 7, 11, chunk_tokens=2)
+    part, _ = token_logprobs_and_readout(hidden, head, ids, T([-1, -1]).long(), 7, 11, chunk_tokens=2, score_mask=mask)
+    torch.testing.assert_close(part[mask], full[mask], atol=1e-6, rtol=0)
+    assert (part[~mask] == 0).all()
+    weights = torch.randn(n, length - 1)
+    grads = torch.autograd.grad((part * weights).sum(), (hidden, head))
+    want = torch.autograd.grad((full * weights * mask).sum(), (hidden, head))
+    for got, expected in zip(grads, want):
+        torch.testing.assert_close(got.float(), expected.float(), atol=1e-5, rtol=1e-5)
+    assert float(grads[0][0, 0].abs().sum()) == 0.0      # column 0 of row 0 is not scored: no gradient

@@ -72,10 +72,11 @@ def group_rollouts(tokenizer, problem: str, texts: list[str]) -> list[ro.Rollout
     return out
 
 
-def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[str]) -> dict:
+def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[str], split_groups: bool = False) -> dict:
     """One optimizer step on GROUPS, as credo.train runs it: this rank's groups, global
     denominators, the root unit gathered for the update. Full tensors of the gradients and
-    of the weights after the step, and the rank-averaged losses."""
+    of the weights after the step, and the rank-averaged losses. split_groups: micro-batches
+    of the longest rollout's tokens, so no group fits one (readouts from a no-grad pass)."""
     world = parallel.init_world()
     cfg = credo.load_config("tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5",
                                      *overrides])
@@ -97,11 +98,14 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     n_valid_total = counts["valid"] / world.world_size if world.distributed else None
 
     batch = credo.training_batch(rollouts, tokenizer, cfg)
+    if split_groups:
+        cfg = {**cfg, "micro_batch_tokens": int(batch.attention_mask.sum(dim=1).max())}
     parallel.gather_root(model)
     stats = credo.train_on_batch(model, optimizer, batch, correct, fmt, valid, cfg, step=100, high_id=high, low_id=low,
                                  n_total=n_total, n_valid_total=n_valid_total)
     losses = parallel.all_reduce({"loss_pg": stats["loss_pg"], "loss_cal": stats["loss_cal"]}, world, "mean")
     weights = {name: parallel.full_tensor(p.detach()).clone() for name, p in model.named_parameters()}
+    assert (stats["micro_batches"] > len(mine)) == split_groups
     return {"grads": optimizer.grads, "weights": weights, "grad_norm": stats["grad_norm"], **losses}
 
 
@@ -133,7 +137,7 @@ def worker(out_file: str, model_dir: str) -> None:
     engine generating on the shards."""
     results = {"plain": one_update(model_dir, False, []),
                "checkpointed": one_update(model_dir, True, []),
-               "split_groups": one_update(model_dir, False, ["per_device_batch_size=2", "grad_accum=4"])}
+               "split_groups": one_update(model_dir, False, [], split_groups=True)}
     world = parallel.init_world()
     results["generate"] = parallel.gather_on_main(generate_on_shards(model_dir), world)
     if world.is_main:
@@ -168,7 +172,7 @@ def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
     assert moved == len(one["weights"])                          # every parameter took the step
     for variant in ("plain", "checkpointed"):
         assert_same_update(two[variant], one)
-    assert_same_update(two["split_groups"], one_update(model_dir, False, ["per_device_batch_size=2", "grad_accum=4"]))
+    assert_same_update(two["split_groups"], one_update(model_dir, False, [], split_groups=True))
     # the HF engine on the shards: 4 samples per rank, the trainer's log-probs (all ranks' tokens)
     assert [len(g["lengths"]) for g in two["generate"]] == [4, 4]
     # the ranks stopped at different lengths, so one waited for the other (synced_gpus) instead of hanging
