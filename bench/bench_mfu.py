@@ -8,10 +8,11 @@ The step is `credo.train_on_batch` on one collated batch (`--rows` rollouts of `
 tokens, a readout slot near the end; group_size = rows) with an optimizer whose step
 is a no-op: forward, readout, credit, loss, backward, gradient norm. Weights are fp32
 with bf16 autocast on CUDA (precision=bf16, as the paper's runs), fp32 on CPU. Random
-weights (the shape is what matters). Model FLOPs per token = 6 x (matmul parameters,
-lm_head included, input embedding excluded) + 6 x 2 x layers x heads x head_dim x
-(causal attention: mean context (T+1)/2) x 2; the lm_head recomputation of the chunked
-log-probs and the readout are not counted (hardware work, not model work).
+weights (the shape is what matters). Model FLOPs per token = 6 x (matmul parameters of
+the layers) + 6 x 2 x layers x heads x head_dim x (causal attention: mean context
+(T+1)/2) x 2, plus 6 x V x hidden for each completion token (only those are scored: the
+prompt's columns never meet lm_head); the lm_head recomputation of the chunked log-probs
+and the readout are not counted (hardware work, not model work).
 MFU = achieved model FLOP/s / dense bf16 peak of the GPU, looked up from its name
 (unknown GPU: `mfu` null). Median over `--iters` timed steps after 2 warm-up steps.
 Prints one JSON line and writes bench/results/mfu_<device>.json.
@@ -55,14 +56,15 @@ def dense_bf16_peak(name: str) -> float | None:
     return None
 
 
-def model_flops_per_step(shape: dict, rows: int, seq: int) -> float:
+def model_flops_per_step(shape: dict, rows: int, seq: int, scored: int) -> float:
+    """scored: tokens per row whose log-prob is computed (the completion): only they meet lm_head."""
     h, inter, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
     heads, kv, hd, vocab = shape["num_attention_heads"], shape["num_key_value_heads"], shape["head_dim"], shape["vocab_size"]
     per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter
-    matmul_params = layers * per_layer + vocab * h
     tokens = rows * seq
     attention = 2 * 2 * layers * heads * hd * (seq + 1) / 2 * tokens      # QK^T and AV, causal, forward
-    return 3 * (2 * matmul_params * tokens + attention)                   # forward + backward (2x)
+    forward = 2 * layers * per_layer * tokens + 2 * vocab * h * rows * scored + attention
+    return 3 * forward                                                    # forward + backward (2x)
 
 
 class NoStep:
@@ -94,11 +96,12 @@ def main() -> None:
     config = Qwen3Config(**shape, max_position_embeddings=max(40960, args.seq), pad_token_id=0)
     with torch.device(device):
         model = Qwen3ForCausalLM(config).float()
+    prompt = 256 if args.seq > 512 else args.seq // 4
     cfg = credo.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
-                                     f"precision={'bf16' if cuda else 'fp32'}"])
+                                     f"precision={'bf16' if cuda else 'fp32'}", f"max_prompt_tokens={prompt}",
+                                     f"max_completion_tokens={args.seq - prompt}"])
     rng = torch.Generator().manual_seed(0)
     rollouts = []
-    prompt = 256 if args.seq > 512 else args.seq // 4
     for _ in range(args.rows):
         ids = torch.randint(3, shape["vocab_size"] - 2, (args.seq,), generator=rng).tolist()
         c = args.seq - prompt
@@ -124,7 +127,7 @@ def main() -> None:
         if i >= 2:
             times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
-    flops = model_flops_per_step(shape, args.rows, args.seq)
+    flops = model_flops_per_step(shape, args.rows, args.seq, args.seq - prompt)
     name = torch.cuda.get_device_name() if cuda else f"{platform.machine()} {os.cpu_count()} cpus"
     peak = dense_bf16_peak(name) if cuda else None
     result = {
