@@ -673,7 +673,7 @@ def collate(rollouts: list[ro.Rollout], pad_id: int, teacher_digits: tuple[list[
 class Forward(NamedTuple):
     """What one forward pass gives the loss."""
 
-    logp: torch.Tensor               # [N, L-1] log-probs of the completion tokens (fp32; 0 elsewhere)
+    logp: torch.Tensor | None        # [N, L-1] log-probs of the completion tokens (fp32; 0 elsewhere)
     z_diff: torch.Tensor             # [N] z_H - z_L at the slot (eq:readout)
     c_digit: torch.Tensor | None     # [N] eq:digitexp at the slot, when the batch has teacher-forced digits
 
@@ -741,8 +741,11 @@ def use_sequence_attention(model) -> None:
 
 
 def policy_forward(model, batch: Batch, high_id: int, low_id: int, dtype: torch.dtype = torch.float32,
-                   detach_readout: bool = False, packed: bool = False) -> Forward:
+                   detach_readout: bool = False, packed: bool = False, logprobs: bool = True) -> Forward:
     """One pass: per-token log-probs, the readout and (with teacher-forced digits) eq:digitexp.
+
+    logprobs=False: a confidence-only pass (a no-grad readout or digit pass): no column goes
+    through the vocabulary projection, and Forward.logp is None.
 
     packed: the micro-batch runs as one padding-free row (pack_rows) with position ids that
     restart at each sequence, attended by sequence_attention (which this switches the model
@@ -753,6 +756,8 @@ def policy_forward(model, batch: Batch, high_id: int, low_id: int, dtype: torch.
     device = model.device
     slot_pos = batch.slot_pos.to(device)                                             # [N]
     completion = batch.completion_mask.to(device)                                    # [N, L-1] the scored columns
+    if not logprobs:
+        completion = torch.zeros_like(completion)
     lm_head = model.lm_head.weight                                                   # [V, H]
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         if packed:
@@ -795,7 +800,7 @@ def policy_forward(model, batch: Batch, high_id: int, low_id: int, dtype: torch.
         h_int = hidden_at(slot_pos).float()                                           # [N, H] before "0"
         h_dec = hidden_at(batch.digit_pos.to(device)).float()                         # [N, H] after "0."
         c_digit = losses.digit_expectation(h_int @ lm_head[digits[:2]].float().T, h_dec @ lm_head[digits].float().T)
-    return Forward(logp, z_diff, c_digit)
+    return Forward(logp if logprobs else None, z_diff, c_digit)
 
 
 def training_batch(rollouts: list[ro.Rollout], tokenizer, cfg: dict) -> Batch:
@@ -822,7 +827,7 @@ def digit_weight_confidence(model, tokenizer, rollouts: list[ro.Rollout], cfg: d
         for rows in micro_batches(lengths, micro_batch_budget(cfg), cfg["group_size"], whole_groups=False,
                                   packed=packing_enabled(cfg)):
             c_digit[rows] = policy_forward(model, batch.select(rows), high_id, low_id, compute_dtype(cfg),
-                                           packed=packing_enabled(cfg)).c_digit.float().cpu()
+                                           packed=packing_enabled(cfg), logprobs=False).c_digit.float().cpu()
     return torch.where(batch.digit_pos >= 0, c_digit, float("nan"))
 
 
@@ -965,7 +970,8 @@ def train_on_batch(model, optimizer, batch: Batch, correct, fmt, valid, cfg: dic
         c_model = torch.zeros(n)
         with torch.no_grad():
             for rows in (rows for rows, whole in zip(plan, from_forward) if not whole):
-                fwd = policy_forward(model, batch.select(rows), high_id, low_id, dtype, detach_readout=head, packed=packed)
+                fwd = policy_forward(model, batch.select(rows), high_id, low_id, dtype, detach_readout=head, packed=packed,
+                                     logprobs=False)
                 c_model[rows] = model_confidence(fwd, cfg).float().cpu()
         split = sorted(row for rows, whole in zip(plan, from_forward) if not whole for row in rows)
         for key, value in group_credit(split, c_model[split]).items():

@@ -1060,7 +1060,7 @@ def readout_confidences(model, tokenizer, rollouts, high_id: int, low_id: int, b
         for start in range(0, len(rollouts), batch_size):
             chunk = rollouts[start : start + batch_size]
             z_diff = credo.policy_forward(model, credo.collate(chunk, tokenizer.pad_token_id), high_id, low_id,
-                                          dtype or torch.float32).z_diff
+                                          dtype or torch.float32, logprobs=False).z_diff
             out += [float(torch.sigmoid(z)) if r.segments.slot is not None else None for r, z in zip(chunk, z_diff)]
     return out
 
@@ -1086,7 +1086,7 @@ def digit_expectations(model, tokenizer, rollouts, batch_size: int, dtype=None) 
         for start in range(0, len(at_slot), batch_size):
             chunk = at_slot[start : start + batch_size]
             batch = credo.collate(chunk, tokenizer.pad_token_id, teacher_digits=digits)
-            c_digit = credo.policy_forward(model, batch, high_id, low_id, dtype or torch.float32).c_digit
+            c_digit = credo.policy_forward(model, batch, high_id, low_id, dtype or torch.float32, logprobs=False).c_digit
             out += [float(c) if pos >= 0 else None for c, pos in zip(c_digit, batch.digit_pos)]
     return out
 

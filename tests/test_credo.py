@@ -536,6 +536,9 @@ def test_packed_micro_batches_equal_padded_ones(config, tiny_dir):
     torch.testing.assert_close(packed.z_diff, padded.z_diff, atol=1e-5, rtol=1e-5)
     if padded.c_digit is not None:
         torch.testing.assert_close(packed.c_digit, padded.c_digit, atol=1e-6, rtol=1e-5)
+    confidence_only = credo.policy_forward(model, batch, high, low, detach_readout=head, packed=True, logprobs=False)
+    assert confidence_only.logp is None
+    torch.testing.assert_close(confidence_only.z_diff, packed.z_diff, atol=1e-6, rtol=0)
     grads = {}
     for mode in ("false", "true"):
         recorder = GradientRecorder(model.named_parameters())
