@@ -708,9 +708,9 @@ def sequence_attention(module, query, key, value, attention_mask, scaling=None, 
     packed row [1, heads, S, D]), causal sdpa within each sequence only; without it (padded
     batches, generation) exactly transformers' sdpa.
 
-    sdpa on a packed row with the block-causal mask transformers builds attends S^2 pairs, most
-    of them masked out; this attends sum L_i^2 (1.6x faster on the tiny model's 1,180-token
-    step, docs/performance.md). Returns [1, S, heads, D] as transformers' sdpa does.
+    sdpa on a packed row with the block-causal mask transformers builds computes S^2 pairs,
+    most of them masked out; this computes sum L_i^2 and builds no [S, S] mask
+    (docs/performance.md). Returns [1, S, heads, D] as transformers' sdpa does.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -749,7 +749,8 @@ def policy_forward(model, batch: Batch, high_id: int, low_id: int, dtype: torch.
 
     packed: the micro-batch runs as one padding-free row (pack_rows) with position ids that
     restart at each sequence, attended by sequence_attention (which this switches the model
-    to) within each sequence, so no compute goes to padding. The outputs are laid out as in the padded case.
+    to) within each sequence, so no compute goes to padding. The outputs are laid out as in
+    the padded case.
     detach_readout: z_diff is read from the detached final hidden state, so its gradient
     reaches only the output rows of H and L (the auxiliary head of tab:decompose).
     Computed in `dtype` (autocast) over fp32 weights; every output is fp32."""
