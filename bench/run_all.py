@@ -2,7 +2,7 @@
 
     python bench/run_all.py [--quick] [--only logprobs,step,...] [--trl-setup]
 
-Sizes are chosen for the whole suite to take about 15 minutes on a 2-core CPU;
+Sizes are chosen for the whole suite to take about 20 minutes on a 2-core CPU;
 `--quick` shrinks them (a smoke run, ratios noisier). Benchmarks run one after the
 other (never two at once: they would share the cores and skew the ratios). The TRL
 comparison of bench_step needs .cache/bench-trl-venv: `--trl-setup` creates it
