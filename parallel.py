@@ -418,7 +418,7 @@ def estimate_memory(cfg: dict, shape: dict, world_size: int, gpu_gib: float, che
     params, layer_params = parameter_counts(shape)
     root_params = params - shape["num_hidden_layers"] * layer_params
     seq = cfg["max_prompt_tokens"] + cfg["max_completion_tokens"]
-    from credo import micro_batch_budget   # credo imports this module; by now it is loaded
+    from credo import micro_batch_budget   # credo imports this module at import time, not the reverse
 
     tokens = micro_batch_budget(cfg)
     sharded = 16 * params / world_size

@@ -29,6 +29,7 @@ SUITE = {
                  ["bench/bench_verifier.py", "--math-items", "60", "--repeats", "5"]),
     "padding": (["bench/bench_padding.py", "--steps", "6"], ["bench/bench_padding.py", "--no-loop"]),
     "step": (["bench/bench_step.py", "--repeats", "5"], ["bench/bench_step.py", "--models", "tiny", "--repeats", "2"]),
+    "ablation": (["bench/bench_ablation.py"], ["bench/bench_ablation.py", "--models", "tiny", "--repeats", "2"]),
     "rollout": (["bench/bench_rollout.py", "--repeats", "3", "--steps", "10"],
                 ["bench/bench_rollout.py", "--repeats", "1", "--questions", "2", "--no-loop"]),
     "mfu": (["bench/bench_mfu.py"], ["bench/bench_mfu.py", "--iters", "2", "--seq", "256"]),

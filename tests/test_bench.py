@@ -91,3 +91,13 @@ def test_mfu_flops_count_and_a_real_run(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads((tmp_path / "mfu_cpu.json").read_text())
     assert out["tokens"] == 64 and out["achieved_tflop_s"] > 0 and out["mfu"] is None
+
+
+def test_ablation_variants_do_the_same_work(tmp_path, monkeypatch):
+    """bench_ablation's variants (no score_mask, row micro-batches, padded) reproduce credo's
+    losses on the tiny model (checked inside ablate) and report a ratio for each."""
+    from bench import bench_ablation
+
+    assert bench_ablation.row_micro_batches([5, 1, 4, 2, 1, 1], rows=2, group=2) == [[4, 5], [2, 3], [0, 1]]
+    out = bench_ablation.ablate("tiny", repeats=1)
+    assert {"no_score_mask_vs_credo", "row_micro_batches_vs_credo", "padded_vs_credo", "reference_vs_credo"} <= set(out)
