@@ -1017,6 +1017,7 @@ def train_on_batch(model, optimizer, batch: Batch, correct, fmt, valid, cfg: dic
         conf_all, valid = reported.float(), reported_valid
     return {"loss_pg": loss_pg, "loss_cal": loss_cal, "alpha": alpha, "kappa": kappa, "grad_norm": grad_norm,
             "pad_fraction": 0.0 if packed else pad_fraction(lengths, plan), "micro_batches": len(plan),
+            "readout_pass_rows": sum(len(rows) for rows, whole in zip(plan, from_forward) if needs_model_conf and not whole),
             "conf": conf_all, "conf_valid": valid, "completion_logp": completion_logp, **parts}
 
 
@@ -1117,6 +1118,8 @@ def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, 
         "w_std": float(stats["w"][reported].std(unbiased=False)) if len(conf) else None,
         "grad_norm": stats["grad_norm"],
         "pad_fraction": stats["pad_fraction"],
+        "micro_batches": stats["micro_batches"],
+        "readout_pass_rows": stats["readout_pass_rows"],
         "engine_logprob_gap": logp_gap,
         "completion_len": completion_tokens / len(rollouts),
         "rollout_tok_s": completion_tokens / max(timings["rollout"], 1e-9),

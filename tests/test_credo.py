@@ -282,6 +282,7 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
         stats.append(credo.train_on_batch(m, recorder, batch, correct, fmt, valid, cfg, step=100, high_id=high, low_id=low))
         grads.append(recorder.grads)
     assert stats[0]["micro_batches"] == 1 and stats[1]["micro_batches"] > 1
+    assert stats[0]["readout_pass_rows"] == 0 and stats[1]["readout_pass_rows"] == 4
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-4)
     for key in ("loss_pg", "loss_cal"):
@@ -310,6 +311,8 @@ def test_one_step_with_the_hf_engine(tmp_path, tiny_dir):
     run_tiny(tmp_path, "max_steps=1", "engine=hf", "run_name=hf")
     (metrics,) = read_metrics(tmp_path / "hf")
     assert metrics["engine_logprob_gap"] < 1e-4 and metrics["t_rollout"] > 0
+    # 2 groups of 4 rollouts of >= 241 tokens: each fits the 4 x 386 budget, both do not
+    assert metrics["micro_batches"] == 2 and metrics["readout_pass_rows"] == 0
     assert (tmp_path / "hf" / "ckpt" / "step_000001" / "model.safetensors").exists()
 
 
