@@ -58,16 +58,8 @@ def variant(step_args: tuple, cfg: dict, score_mask: bool = True, row_plan: bool
 
 
 def ablate(name: str, repeats: int) -> dict:
-    prompt_range, completion_range, n, micro = bench_step.SHAPES[name]
-    model, tokenizer, high_id, low_id, _ = bench_step.build_model(name)
-    cfg = credo.load_config("tiny", ["group_size=4", f"per_device_batch_size={micro}", f"grad_accum={n // micro}",
-                                     "precision=fp32", f"max_prompt_tokens={prompt_range[1]}",
-                                     f"max_completion_tokens={completion_range[1]}"])
-    rollouts = bench_step.synthetic_rollouts(n, 4, model.config.vocab_size, prompt_range, completion_range)
-    batch = credo.collate(rollouts, tokenizer.pad_token_id)
-    valid = batch.slot_pos >= 0
-    correct = torch.tensor([float(i % 3 == 0) for i in range(n)])
-    args = (batch, correct, valid.float(), valid, cfg, high_id, low_id)
+    model, _, _, _, args = bench_step.step_inputs(name)
+    cfg = args[4]
     paths = {"credo": variant(args, cfg), "no_score_mask": variant(args, cfg, score_mask=False),
              "row_micro_batches": variant(args, cfg, row_plan=True), "padded": variant(args, cfg, packed=False),
              "reference": lambda m, o: bench_step.reference_step(m, o, *args)}

@@ -168,12 +168,14 @@ def trl_step(proc: subprocess.Popen) -> float:
     return json.loads(line)["seconds"]
 
 
-def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dict:
+def step_inputs(name: str, group: int = 4) -> tuple:
+    """(model, tokenizer, saved dir, rollouts, args) for a benchmark model; args are the
+    arguments after (model, optimizer) of every step path: (batch, correct, fmt, valid, cfg,
+    high_id, low_id). The length limits are the shapes' maxima, so credo's
+    micro_batch_tokens=auto (micro rows of full length) bounds a micro-batch's tokens as the
+    reference's `micro` rows are bounded."""
     prompt_range, completion_range, n, micro = SHAPES[name]
     model, tokenizer, high_id, low_id, saved = build_model(name)
-    group = 4
-    # The budgets are the shapes' maxima, so credo's micro_batch_tokens=auto (micro rows of full
-    # length) bounds a micro-batch's tokens as the reference's `micro` rows are bounded.
     cfg = credo.load_config("tiny", [f"group_size={group}", f"per_device_batch_size={micro}", f"grad_accum={n // micro}",
                                      "precision=fp32", f"max_prompt_tokens={prompt_range[1]}",
                                      f"max_completion_tokens={completion_range[1]}"])
@@ -181,10 +183,14 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     batch = credo.collate(rollouts, tokenizer.pad_token_id)
     valid = batch.slot_pos >= 0
     correct = torch.tensor([float(i % 3 == 0) for i in range(n)])
-    fmt = valid.float()
+    return model, tokenizer, saved, rollouts, (batch, correct, valid.float(), valid, cfg, high_id, low_id)
+
+
+def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dict:
+    model, _, saved, rollouts, args = step_inputs(name)
+    batch, cfg, n, micro = args[0], args[4], len(rollouts), SHAPES[name][3]
     lengths = batch.attention_mask.sum(dim=1).tolist()
     tokens = int(sum(lengths))
-    args = (batch, correct, fmt, valid, cfg, high_id, low_id)
 
     paths = {"credo": lambda m, o: credo_step(m, o, *args),
              "reference": lambda m, o: reference_step(m, o, *args)}
