@@ -361,40 +361,29 @@ def _block_logits(buf: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> torch.
     return buf.copy_(h @ w.T)
 
 
-def token_logprobs_and_readout(
+def token_logprobs(
     hidden: torch.Tensor,
     lm_head: torch.Tensor,
     input_ids: torch.Tensor,
-    slot_pos: torch.Tensor,
-    high_id: int,
-    low_id: int,
     chunk_tokens: int = 512,
     score_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs of a sequence and z_H - z_L at the slot, from one forward pass.
+) -> torch.Tensor:
+    """Per-token log-probs of sequences from their final hidden states, without [N, L, V] logits.
 
     hidden:    [N, L, H] final hidden states (after the model's last norm), every position.
     lm_head:   [V, H] output-embedding matrix (logits = hidden @ lm_head.T).
     input_ids: [N, L] the sequences (padding: any valid id; mask it later).
-    slot_pos:  [N] position whose next-token distribution is the confidence slot
-               (`eq:readout`): the last token of `<confidence>`; -1 where there is none.
-
     score_mask: [N, L-1] bool, the columns to score (the completion tokens o_i); the others
                get 0 and cost nothing: the vocabulary projection is the costliest part of
                the loss, and a prompt token has no gradient. None: every column.
 
-    Returns `logp: [N, L-1]` (fp32; column k is log pi(input_ids[k+1] | ids[:k+1]))
-    and `z_diff: [N]` (fp32, 0 where slot_pos < 0). The slot may be the very last
-    position (generation stopped at the tag), which predicts no token of the
-    sequence: that is why the readout indexes the full hidden states.
+    Returns `logp: [N, L-1]` (fp32; column k is log pi(input_ids[k+1] | ids[:k+1])).
 
     The naive route materialises fp32 logits `[N, L, V]` (V = 151,936 for Qwen3:
     2.5 GB per 4k tokens) and a log_softmax of the same size. Here the rows are
     processed `chunk_tokens` at a time (`_LinearLogprobs`): forward and backward
     each hold one fp32 `[chunk_tokens, V]` block, and backward recomputes a block's
     logits once, from the saved log-sum-exp.
-    The readout needs only two rows of `lm_head`: z_H - z_L = h_slot . (W_H - W_L),
-    the same logits the slot's full distribution would give, without a softmax.
     """
     n_seq, seq_len, dim = hidden.shape
     device_type = hidden.device.type
@@ -410,49 +399,18 @@ def token_logprobs_and_readout(
         scored = score_mask.reshape(-1)                                      # [N*(L-1)]
         logp = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device).masked_scatter(
             scored, _LinearLogprobs.apply(flat_hidden[scored], lm_head, flat_targets[scored], chunk_tokens, dtype))
-    logp = logp.reshape(n_seq, seq_len - 1)                                  # [N, L-1]
-
-    has_slot = slot_pos >= 0                                                 # [N]
-    h_slot = hidden[torch.arange(n_seq, device=hidden.device), slot_pos.clamp(min=0)]   # [N, H]
-    readout_dir = lm_head[high_id] - lm_head[low_id]                         # [H]
-    z_diff = (h_slot @ readout_dir).float()                                  # [N]
-    return logp, torch.where(has_slot, z_diff, torch.zeros_like(z_diff))
+    return logp.reshape(n_seq, seq_len - 1)                                  # [N, L-1]
 
 
-# --- Calibration metrics of app:data (used for per-step logging; eval.py reports them) -------
+def readout_logits(h_slot: torch.Tensor, lm_head: torch.Tensor, high_id: int, low_id: int) -> torch.Tensor:
+    """z_H - z_L at the slot (`eq:readout`), fp32, from the final hidden state there.
 
+    h_slot: [N, H] the hidden state whose next-token distribution is the slot (the last
+    token of `<confidence>`); lm_head: [V, H]. Only two rows of lm_head are needed:
+    z_H - z_L = h_slot . (W_H - W_L), the logits the slot's full distribution would give,
+    without a softmax; c = readout(z_H, z_L) = sigmoid(z_H - z_L).
 
-def ece_bin_index(conf: torch.Tensor, n_bins: int = 10) -> torch.Tensor:
-    """Equal-width bin of each confidence: min(floor(round(n_bins * c, 6)), n_bins - 1).
-
-    Rounding first keeps an exact k/10 in the bin it starts (0.3 -> bin 3, where a
-    float 10 * 0.3 = 2.9999999999999996 would fall to bin 2); 0 is in the first
-    bin and 1.0 in the last.
-
-    >>> ece_bin_index(torch.tensor([0.0, 0.3, 0.35, 0.999, 1.0], dtype=torch.float64))
-    tensor([0, 3, 3, 9, 9])
+    >>> readout_logits(torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 0.0], [3.0, 1.0], [1.0, 1.0]]), 1, 2)
+    tensor([3.])
     """
-    scaled = torch.round(conf.double() * n_bins * 1e6) / 1e6
-    return scaled.floor().long().clamp(0, n_bins - 1)
-
-
-def expected_calibration_error(conf: torch.Tensor, correct: torch.Tensor, n_bins: int = 10) -> torch.Tensor:
-    """ECE = sum_b |B_b|/n |mean_B(a) - mean_B(c)| over ten equal-width bins (`app:data`).
-
-    >>> expected_calibration_error(torch.tensor([0.9, 0.9, 0.2, 0.25]), torch.tensor([1., 0., 0., 0.]))
-    tensor(0.3125)
-    """
-    conf, correct = conf.double(), correct.double()
-    bins = ece_bin_index(conf, n_bins)
-    # |B|/n * |mean_B(a) - mean_B(c)| = |sum_B (a - c)| / n
-    gap = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, bins, correct - conf)
-    return (gap.abs().sum() / conf.numel()).float()
-
-
-def brier_score(conf: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
-    """Brier = mean (c_i - a_i)^2 (`app:data`).
-
-    >>> brier_score(torch.tensor([0.9, 0.2]), torch.tensor([1., 1.]))
-    tensor(0.3250)
-    """
-    return ((conf.float() - correct.float()) ** 2).mean()
+    return h_slot.float() @ (lm_head[high_id] - lm_head[low_id]).float()      # [N]

@@ -51,14 +51,24 @@ Simplifications, on purpose:
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+import config
 
 ROLLOUT_SEED_STRIDE = 7919   # rank r samples with seed + r * 7919: far from the paper's seeds 43..45
 
@@ -190,8 +200,6 @@ def shard_model(model, world: World, compute_dtype: torch.dtype):
     """
     if not world.distributed:
         return model
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(world.device.type, (world.world_size,))
     if compute_dtype == torch.float32:
@@ -212,8 +220,6 @@ def shard_model(model, world: World, compute_dtype: torch.dtype):
 
 
 def _root_unit(model):
-    from torch.distributed.fsdp import FSDPModule
-
     backbone = model.get_decoder()
     return backbone if isinstance(backbone, FSDPModule) else None
 
@@ -239,7 +245,6 @@ def release_root(model) -> None:
 
 def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor of a (possibly) sharded DTensor; a collective for DTensors."""
-    from torch.distributed.tensor import DTensor
 
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
@@ -292,8 +297,6 @@ def concat_rows(parts: list):
 
 def save_sharded(path: Path, model, optimizer) -> None:
     """Every rank writes its shard of the model and AdamW state (DCP, one file per rank)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(path))
@@ -301,8 +304,6 @@ def save_sharded(path: Path, model, optimizer) -> None:
 
 def load_sharded(path: Path, model, optimizer) -> None:
     """Read a DCP checkpoint into this rank's shards (DCP reshards if the layout differs)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)   # fresh AdamW state is initialised here
     state = {"model": model_state, "optimizer": optim_state}
@@ -313,25 +314,16 @@ def load_sharded(path: Path, model, optimizer) -> None:
 def full_state_dict_on_main(model, world: World) -> dict:
     """The full fp32 state dict in rank 0's host memory (gathered one tensor at a time);
     {} on the other ranks. A collective: every rank calls it."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def rng_state() -> dict:
-    import random
-
-    import numpy as np
-
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
 def set_rng_state(state: dict) -> None:
-    import random
-
-    import numpy as np
-
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -369,7 +361,6 @@ def model_shape(model: str) -> dict:
     """The architecture numbers of a local checkpoint (config.json) or of a known Qwen3 id."""
     config_file = Path(model) / "config.json"
     if config_file.exists():
-        import json
 
         config = json.loads(config_file.read_text())
         config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
@@ -425,9 +416,7 @@ def estimate_memory(cfg: dict, shape: dict, world_size: int, gpu_gib: float, che
     params, layer_params = parameter_counts(shape)
     root_params = params - shape["num_hidden_layers"] * layer_params
     seq = cfg["max_prompt_tokens"] + cfg["max_completion_tokens"]
-    from credo import micro_batch_budget   # credo imports this module at import time, not the reverse
-
-    tokens = micro_batch_budget(cfg)
+    tokens = config.micro_batch_budget(cfg)
     sharded = 16 * params / world_size
     # One process: autocast keeps bf16 copies of the weights it used until backward (2 P).
     # FSDP2: the gathered bf16 root unit and its fp32 gradient, and two gathered bf16 layers.
@@ -489,15 +478,13 @@ def fit_table(cfg: dict, models: list[str], gpus_gib: list[float], world_sizes: 
 
 def _fit_cli(argv: list[str]) -> None:
     """python parallel.py fit [config] [key=value ...] [--table]"""
-    import credo   # the CLI only; credo imports this module, not the other way round
-
     table = "--table" in argv
     args = [a for a in argv if a != "--table"]
-    cfg = credo.load_config(args[0] if args else "math", args[1:])
+    cfg = config.load_config(args[0] if args else "math", args[1:])
     if table:
         seq = cfg["max_prompt_tokens"] + cfg["max_completion_tokens"]
         print(f"Sequence budget {seq} tokens ({cfg['max_prompt_tokens']} prompt + {cfg['max_completion_tokens']} "
-              f"completion), micro-batches of {credo.micro_batch_budget(cfg)} tokens, engine share "
+              f"completion), micro-batches of {config.micro_batch_budget(cfg)} tokens, engine share "
               f"vllm_gpu_memory_utilization={cfg['vllm_gpu_memory_utilization']}. Cells: peak GiB per GPU in the "
               f"update / the rollout phase, full-length sequences the engine's KV cache holds at once; AC: "
               f"activation_checkpointing=true needed; util: the engine share (vllm_gpu_memory_utilization) it needs.\n")
@@ -505,7 +492,7 @@ def _fit_cli(argv: list[str]) -> None:
         return
     shape = model_shape(cfg["model"])
     print(f"# {cfg['model']}: sequence budget {cfg['max_prompt_tokens'] + cfg['max_completion_tokens']} tokens, "
-          f"micro-batches of {credo.micro_batch_budget(cfg)} tokens, "
+          f"micro-batches of {config.micro_batch_budget(cfg)} tokens, "
           f"activation checkpointing {'on' if cfg['activation_checkpointing'] else 'off'}")
     for gpu in (24.0, 80.0, 141.0):
         for w in (1, 8, 16):

@@ -52,6 +52,7 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 CHANNELS = ("readout", "verbalized", "readout_noanalysis")
 DOMAINS = ("math", "code")
+ANSWER_MARKERS = {"math": "\\boxed", "code": "```python"}   # what makes an answer segment parseable, per domain
 
 # --- Prompts (app:model) -------------------------------------------------------------------
 # The two system prompts of the paper differ only in the slot instruction; the

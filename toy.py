@@ -43,6 +43,7 @@ trained on, and this small model's accuracy depends strongly on temperature (doc
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -52,6 +53,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+import torch
+
+import tiny
+from figures import plot_collapse, plot_reliability
+from metrics import calibration_metrics
+from policy import RESERVED_TOKENS, add_reserved_tokens, init_reserved_rows
+from report import read_samples
+from rollout import build_prompt_ids, system_prompt
 
 ROOT = Path(__file__).resolve().parent
 CACHE = ROOT / ".cache" / "toy"
@@ -124,8 +135,6 @@ def world_key(world: dict = WORLD) -> str:
 
 def build_model(tokenizer, world: dict):
     """The toy's random Qwen3: tiny.build_model at the sizes of `world`."""
-    import tiny
-
     return tiny.build_model(tokenizer, world["seed"], hidden=world["hidden"], intermediate=world["intermediate"],
                             layers=world["layers"], heads=world["heads"], kv_heads=world["kv_heads"],
                             head_dim=world["head_dim"])
@@ -146,10 +155,6 @@ def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> li
     system prompt, so it is run once per step (batch 1, with gradients) and its key/value cache
     is repeated over the batch: the same loss and gradients as full sequences, ~3x cheaper.
     """
-    import torch
-
-    from rollout import build_prompt_ids
-
     torch.manual_seed(world["seed"])
     # One thread: with two, any other busy process on a 2-core machine makes OpenMP spin and
     # a step ~20x slower (measured: 0.3 s vs 6.9 s); one thread loses little when idle.
@@ -157,20 +162,16 @@ def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> li
     torch.set_num_threads(1)
     rng = random.Random(world["seed"] + 1)
     channels = ("readout", "verbalized")
-    # The readout system prompt names <CONF_HIGH>/<CONF_LOW>. credo.load_policy adds them as
+    # The readout system prompt names <CONF_HIGH>/<CONF_LOW>. policy.load_policy adds them as
     # special tokens (at ids len(tokenizer), +1; rows = mean embedding of "high"/"low"), which
     # changes how that prompt tokenizes. Warm-start on the prompts as the loop will see them,
     # with those two rows held at exactly the values load_policy will give them; the saved
     # tokenizer stays without them, so the readout starts untrained, as on a real checkpoint.
-    import copy
-
-    import credo
-
     with_reserved = copy.deepcopy(tokenizer)
-    credo.add_reserved_tokens(model, with_reserved)
+    add_reserved_tokens(model, with_reserved)
 
     def tie_reserved_rows() -> None:
-        credo.init_reserved_rows(model, with_reserved, credo.RESERVED_TOKENS)
+        init_reserved_rows(model, with_reserved, RESERVED_TOKENS)
 
     prompts = {ch: [build_prompt_ids(with_reserved, r["problem"], ch, "math") for r in rows] for ch in channels}
     shared = {ch: _common_prefix(prompts[ch]) - 1 for ch in channels}      # leave >= 1 token to each row
@@ -219,9 +220,6 @@ def build_world(cache: Path = CACHE, world: dict = WORLD, log=print) -> Path:
     stamp = cache / "world.json"
     if stamp.exists() and json.loads(stamp.read_text()).get("key") == world_key(world) and (cache / "model" / "config.json").exists():
         return cache
-    import tiny
-    from rollout import system_prompt
-
     t0 = time.perf_counter()
     cache.mkdir(parents=True, exist_ok=True)
     train = make_split(world["n_train"], world["seed"], "toy-train", world["levels"])
@@ -273,26 +271,8 @@ def last_checkpoint(run_dir: Path) -> Path:
     return ckpts[-1]
 
 
-def eval_stage(spec_path: str) -> None:
-    """In a fresh process: evaluate every (label, path, channel) of the spec through one engine."""
-    import eval as ev
-
-    spec = json.loads(Path(spec_path).read_text())
-    ckpts = []
-    for label, path, channel, method in spec["ckpts"]:
-        ckpt = ev.describe_checkpoint(path, channel, method, spec["config"])
-        ckpt.label = label
-        ckpts.append(ckpt)
-    ev.evaluate(ckpts, [f"toy={spec['test']}:math"], spec["n"], spec["temperature"], spec["seed"],
-                Path(spec["out"]), "vllm")
-
-
 def summarize(records: list[dict], out: Path, labels: dict) -> dict:
     """report.json / report.md / figures from the eval records (each method's own channel)."""
-    import numpy as np
-
-    import eval as ev
-
     report, pools = {}, {}
     for method, (before, after, source) in labels.items():
         report[method] = {}
@@ -301,7 +281,7 @@ def summarize(records: list[dict], out: Path, labels: dict) -> dict:
             if not mine:
                 continue
             parsed = [r for r in mine if r["c"] is not None]
-            metrics = ev.calibration_metrics([r["c"] for r in parsed], [r["a"] for r in parsed]) if parsed else {}
+            metrics = calibration_metrics([r["c"] for r in parsed], [r["a"] for r in parsed]) if parsed else {}
             metrics["parse_fail"] = 1 - len(parsed) / len(mine)
             metrics["acc_all"] = float(np.mean([r["a"] for r in mine]))
             report[method][when] = metrics
@@ -309,9 +289,9 @@ def summarize(records: list[dict], out: Path, labels: dict) -> dict:
                 pools.setdefault(method, {})[f"{method} {when}"] = (
                     np.array([r["c"] for r in parsed], dtype=float), np.array([r["a"] for r in parsed], dtype=float))
     for method, method_pools in pools.items():
-        ev.plot_reliability(method_pools, out / f"reliability_{method.lower()}", f"{method} ({labels[method][2]}), held-out toy split")
+        plot_reliability(method_pools, out / f"reliability_{method.lower()}", f"{method} ({labels[method][2]}), held-out toy split")
     if pools:
-        ev.plot_collapse({row: pool for method_pools in pools.values() for row, pool in method_pools.items()},
+        plot_collapse({row: pool for method_pools in pools.values() for row, pool in method_pools.items()},
                          out / "collapse", "Reported confidence values, held-out toy split")
     (out / "report.json").write_text(json.dumps(report, indent=1))
     (out / "report.md").write_text(markdown_table(report))
@@ -338,13 +318,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--quick", action="store_true", help="the shortened run of the test: CREDO only, fewer steps, smaller eval")
     parser.add_argument("--out", default=str(ROOT / "runs" / "toy"))
     parser.add_argument("--methods", default=None, help="comma-separated: credo,rlcr (default: both; --quick: credo)")
-    parser.add_argument("--eval-stage", default=None, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="key=value overrides for both trainings (e.g. alpha=0 for the ablation)")
     args = parser.parse_args(argv)
-    if args.eval_stage:
-        eval_stage(args.eval_stage)
-        return None
-
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -368,19 +343,18 @@ def main(argv: list[str] | None = None) -> dict | None:
                    *method_overrides[method], *quick, *args.overrides], out / f"train_{method}.log")
         timings[f"train_{method}_s"] = round(time.perf_counter() - t0, 1)
         ckpt = last_checkpoint(out / method)
-        spec_ckpts += [[f"{method}/before", model_dir, channel, name], [f"{method}/after", str(ckpt), channel, name]]
+        spec_ckpts += [{"label": f"{method}/before", "path": model_dir, "channel": channel, "method": name},
+                       {"label": f"{method}/after", "path": str(ckpt), "channel": channel, "method": name}]
         labels[name] = (f"{method}/before", f"{method}/after", channel)
     t0 = time.perf_counter()
     print(f"[toy] evaluating {len(spec_ckpts)} models on the held-out split with eval.py ...", flush=True)
-    spec = {"ckpts": spec_ckpts, "config": "toy", "test": str(test), "n": n_eval, "temperature": 0.7, "seed": 43,
-            "out": str(out / "eval")}
-    (out / "eval_spec.json").write_text(json.dumps(spec, indent=1))
-    run_stage(["toy.py", "--eval-stage", str(out / "eval_spec.json")], out / "eval.log")
+    (out / "eval_plan.json").write_text(json.dumps(spec_ckpts, indent=1))
+    run_stage(["eval.py", "--plan", str(out / "eval_plan.json"), "--sets", f"toy={test}:math", "--n", str(n_eval),
+               "--temperature", "0.7", "--seed", "43", "--config", "toy", "--out", str(out / "eval"), "--no-report"],
+              out / "eval.log")
     timings["eval_s"] = round(time.perf_counter() - t0, 1)
 
-    import eval as ev
-
-    report = summarize(ev.read_samples(out / "eval" / "samples.jsonl"), out, labels)
+    report = summarize(read_samples(out / "eval" / "samples.jsonl"), out, labels)
     timings["total_s"] = round(time.perf_counter() - t_start, 1)
     (out / "timings.json").write_text(json.dumps(timings, indent=1))
     print(markdown_table(report))

@@ -156,6 +156,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Self
@@ -169,6 +170,7 @@ __all__ = [
     "extract_boxed",
     "extract_boxed_answers",
     "extract_program",
+    "grade",
     "sandbox_mode",
     "verify_code",
     "verify_math",
@@ -758,6 +760,24 @@ class SandboxLimits:
                 raise ValueError(f"SandboxLimits.{name} must be a positive int, got {value!r}")
         if not self.startup_grace_s > 0:
             raise ValueError("SandboxLimits.startup_grace_s must be positive")
+
+
+def grade(completions: Sequence[str], references: Sequence, domain: str, *, workers: int, timeout_s: float) -> list[bool]:
+    """a_i for a batch of completions: the one grading entry of training and evaluation.
+
+    math: `references` are gold answers, graded by math-verify in `workers` killable worker
+    processes (verify_math_batch, timeout_s per item). code: `references` are test dicts in
+    verify_code's schema, each program run in the sandbox with timeout_s per test, `workers`
+    programs at once. The answer segment of each completion is what is graded.
+    """
+    if len(completions) != len(references):
+        raise ValueError(f"grade: {len(completions)} completions but {len(references)} references")
+    if domain == "math":
+        return verify_math_batch(list(zip(completions, references)), workers=workers, timeout_s=timeout_s)
+    if domain != "code":
+        raise ValueError(f"grade: unknown domain {domain!r}; expected 'math' or 'code'")
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda item: verify_code(item[0], item[1], timeout_s=timeout_s), zip(completions, references)))
 
 
 def verify_code(

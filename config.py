@@ -1,0 +1,415 @@
+"""Run configuration: the schema, `key=value` overrides, validation, the confidence plan of a
+method, run names, and the paper's tables as commands.
+
+    >>> cfg = load_config("tiny", ["lr=3e-5"])
+    >>> cfg["lr"], cfg["run_name"], confidence_plan(cfg).source
+    (3e-05, 'tiny-lr3e-05-s43', 'readout')
+
+Every key a run can set is declared, with its `tab:hyper` default, in configs/base.yaml; a
+file may `inherit:` another; `by_domain` values come from configs/<domain>.yaml. Anything
+else is an error naming the nearest keys. `confidence_plan` decides, once, everything that
+depends on how a method gets its confidence (the swap point of a new channel).
+
+Does not hold: reading data (data.py), the model (policy.py), or the loop (credo.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from data import EVAL_SETS
+from rollout import DOMAINS, cuts_at_slot, reads_at_slot
+
+ROOT = Path(__file__).resolve().parent
+CONFIG_DIR = ROOT / "configs"
+
+
+# ============================================================================================
+# Configuration: YAML files with `inherit:`, then `key=value` overrides. Every key a run can
+# set is declared in configs/base.yaml; anything else is an error naming the nearest keys.
+# ============================================================================================
+
+
+def _config_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        return path
+    path = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = config_names()
+        raise FileNotFoundError(f"no config named {name_or_path!r} in {CONFIG_DIR}; known: {', '.join(known)}")
+    return path
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_yaml(path: str, mtime_ns: int) -> dict:
+    return yaml.safe_load(Path(path).read_text()) or {}
+
+
+def config_names() -> list[str]:
+    """Every run config in configs/ (tables.yaml is the index of the paper's tables, not a config)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem != "tables")
+
+
+def _read_config_file(path: Path) -> dict:
+    """A config file with its `inherit:` chain resolved (parents first)."""
+    data = copy.deepcopy(_parse_yaml(str(path), path.stat().st_mtime_ns))   # parsed once per version of the file
+    parent = data.pop("inherit", None)
+    if parent is None:
+        return data
+    merged = _read_config_file(_config_path(parent))
+    merged.update(data)
+    return merged
+
+
+def _check_keys(cfg: dict, schema: dict, where: str) -> None:
+    for key in cfg:
+        if key not in schema:
+            near = difflib.get_close_matches(key, schema, n=3, cutoff=0.5)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            raise KeyError(f"unknown config key {key!r} in {where}{hint} (valid keys are listed in configs/base.yaml)")
+
+
+def parse_override(item: str) -> tuple[str, object]:
+    """`key=value` with the value parsed as YAML (`lr=1e-5`, `resume=null`, `engine=hf`)."""
+    if "=" not in item:
+        raise ValueError(f"override {item!r} is not of the form key=value")
+    key, value = item.split("=", 1)
+    return key.strip(), yaml.safe_load(value)
+
+
+def _coerce(key: str, value, default):
+    """Give `value` the type of the key's default. YAML 1.1 reads `3e-5` as a string
+    (it wants `3.0e-5`), so numeric strings become numbers; a real mismatch is an error."""
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                value = cast(value)
+                break
+            except ValueError:
+                pass
+    if default is None or value is None or isinstance(default, str):
+        return value
+    if isinstance(default, bool) != isinstance(value, bool):
+        raise TypeError(f"config key {key!r} expects {type(default).__name__}, got {value!r}")
+    if isinstance(default, float) and isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, type(default)):
+        raise TypeError(f"config key {key!r} expects {type(default).__name__}, got {value!r}")
+    return value
+
+
+BY_DOMAIN = "by_domain"   # a value of base.yaml filled from the domain file, configs/<domain>.yaml
+# Overrides that do not change what is trained, left out of the default run name.
+_NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
+                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing")
+
+
+def _domain_profile(domain: str) -> dict:
+    """The values configs/<domain>.yaml gives the `by_domain` keys (tab:hyper's per-domain values)."""
+    if domain not in DOMAINS:
+        raise ValueError(f"domain={domain!r} is not supported; choose one of {DOMAINS}")
+    return _read_config_file(_config_path(domain))
+
+
+def load_config(name_or_path: str, overrides: list[str] = ()) -> dict:
+    """Resolve a config: base.yaml schema <- file (with inherit chain) <- CLI overrides, then
+    the `by_domain` keys still unset from configs/<domain>.yaml.
+
+    Values are coerced to the type of the key's default (for a `by_domain` key, the type of
+    the math profile's value). The default run name is `<config>[-<overrides>]-s<seed>`.
+    """
+    schema = _read_config_file(CONFIG_DIR / "base.yaml")
+    typed = {**schema, **{k: v for k, v in _domain_profile("math").items() if schema.get(k) == BY_DOMAIN}}
+    path = _config_path(name_or_path)
+    from_file = _read_config_file(path)
+    from_file.pop("config_name", None)   # recorded in a run's resolved config.yaml; derived, not set
+    _check_keys(from_file, schema, str(path))
+    cfg = dict(schema)
+    cfg.update({key: value if value == BY_DOMAIN else _coerce(key, value, typed[key]) for key, value in from_file.items()})
+    named = []
+    for item in overrides:
+        key, value = parse_override(item)
+        _check_keys({key: value}, schema, "the command line")
+        cfg[key] = value if value == BY_DOMAIN else _coerce(key, value, typed[key])
+        if key not in _NAMELESS_OVERRIDES:
+            named.append(f"{key}{Path(str(value)).name}" if key != "domain" else str(value))
+    if path.stem in DOMAINS and cfg["domain"] != path.stem:
+        raise ValueError(f"configs/{path.stem}.yaml fixes the {path.stem} values of tab:hyper; for domain={cfg['domain']} "
+                         f"run `bash run.sh {cfg['domain']}` or `bash run.sh credo domain={cfg['domain']}`")
+    profile = _domain_profile(cfg["domain"])
+    for key, value in cfg.items():
+        if value == BY_DOMAIN:
+            if profile.get(key, BY_DOMAIN) == BY_DOMAIN:
+                raise ValueError(f"{key} is by_domain but configs/{cfg['domain']}.yaml gives it no value")
+            cfg[key] = _coerce(key, profile[key], typed[key])
+    cfg["config_name"] = path.stem
+    if cfg["run_name"] is None and named:
+        cfg["run_name"] = "-".join([path.stem, *named, f"s{cfg['seed']}"])
+    validate_config(cfg)
+    return cfg
+
+
+def validate_config(cfg: dict) -> None:
+    """Refuse values the loop does not implement, and combinations that mean nothing, with the reason."""
+    choices = {
+        "method": ("credo", "grpo", "rlcr", "dcpo"),
+        "channel": ("readout", "readout_noanalysis", "verbalized"),
+        "answer_reward_shape": ("additive", "gated", "none"),
+        "confidence": ("auto", "readout", "digit_exp", "numeral"),
+        "conf_train": ("regression", "sampled", "head"),
+        "precision": ("auto", "bf16", "fp32"),
+        "lr_schedule": ("constant",),
+        "optimizer": ("adamw",),
+        "engine": ("vllm", "hf"),
+        "domain": DOMAINS,
+    }
+    if isinstance(cfg["pack_sequences"], bool):   # YAML reads `pack_sequences=true` as a boolean
+        cfg["pack_sequences"] = str(cfg["pack_sequences"]).lower()
+    choices["pack_sequences"] = ("auto", "true", "false")
+    for key, allowed in choices.items():
+        if cfg[key] not in allowed:
+            raise ValueError(f"{key}={cfg[key]!r} is not supported; choose one of {allowed}")
+    method, channel, source = cfg["method"], cfg["channel"], confidence_source(cfg)
+    readout_channel = channel.startswith("readout")
+    if readout_channel and source != "readout":
+        raise ValueError(f"confidence={cfg['confidence']} needs the verbalized channel; channel={channel} has a readout")
+    if not readout_channel and source == "readout":
+        raise ValueError("confidence=readout needs a readout channel, not channel=verbalized")
+    if method in ("rlcr", "dcpo") and readout_channel:
+        raise ValueError(f"method={method} needs the verbalized channel (its reward scores the sampled numeral), "
+                         f"not channel={channel}")
+    if method == "grpo" and readout_channel and cfg["conf_train"] != "head":
+        raise ValueError("method=grpo on a readout channel is only the auxiliary-head arm (conf_train=head); "
+                         "plain GRPO uses channel=verbalized")
+    if method == "credo" and source == "numeral":
+        raise ValueError("method=credo needs a confidence with logits (readout or digit_exp), not the parsed numeral")
+    if cfg["alpha"] != 0 and source == "numeral":
+        raise ValueError("alpha > 0 needs a differentiable confidence: the parsed numeral has none "
+                         "(use confidence=digit_exp with method=credo for regression on the verbalized slot)")
+    if cfg["alpha"] != 0 and method != "credo" and cfg["conf_train"] != "head":
+        raise ValueError(f"alpha > 0 with method={method} is only meaningful with conf_train=head (an auxiliary "
+                         f"BCE head); {method}'s own calibration comes from its reward")
+    if cfg["conf_train"] == "sampled":
+        if method != "credo" or channel != "readout":
+            raise ValueError("conf_train=sampled (readout + reward only) needs method=credo on channel=readout")
+        if cfg["alpha"] != 0:
+            raise ValueError("conf_train=sampled removes the regression: set alpha=0")
+    if cfg["conf_train"] == "head" and (method == "credo" or not readout_channel):
+        raise ValueError("conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
+                         "CREDO's readout drives its own rewards and is regressed directly")
+    if cfg["kl_coef"] != 0:
+        raise ValueError("kl_coef must be 0: the paper trains without a KL term and this loop has no reference model")
+    if cfg["train_data"] is None:
+        raise ValueError("train_data is not set (a local JSONL file or a Hugging Face dataset id)")
+    budget, full_length = cfg["micro_batch_tokens"], cfg["max_prompt_tokens"] + cfg["max_completion_tokens"] + 2
+    if budget != "auto" and (not isinstance(budget, int) or isinstance(budget, bool) or budget < full_length):
+        raise ValueError(f"micro_batch_tokens={budget!r} must be auto or an integer of at least max_prompt_tokens + "
+                         f"max_completion_tokens + 2 = {full_length}, so that every rollout fits in a micro-batch")
+    rollouts = cfg["per_device_batch_size"] * cfg["grad_accum"]
+    if rollouts % cfg["group_size"]:
+        raise ValueError(
+            f"per_device_batch_size x grad_accum = {rollouts} rollouts per step is not a multiple of "
+            f"group_size = {cfg['group_size']}: groups must not be split across optimizer steps"
+        )
+
+
+def confidence_source(cfg: dict) -> str:
+    """What c is: readout (eq:readout), digit_exp (eq:digitexp) or numeral (the parsed report)."""
+    if cfg["confidence"] != "auto":
+        return cfg["confidence"]
+    return "readout" if cfg["channel"].startswith("readout") else "numeral"
+
+
+@dataclass(frozen=True)
+class ConfidencePlan:
+    """How a run gets, rewards and trains its confidence: every decision that depends on the
+    method's confidence channel, made once (`confidence_plan`) and read by the loop, the
+    policy and evaluation. A new channel is a new plan plus the read it names.
+
+    prompt:        the answer format of the system prompt (app:model)
+    segments:      the rules that split a rollout (rollout.parse_segments): the prompt's, or
+                   `readout` when a verbalized rollout ends at the slot (digit expectation)
+    source:        what the model's c is: readout (eq:readout), digit_exp (eq:digitexp),
+                   or numeral (the parsed report; no logits, nothing to regress)
+    rewards_read:  model (c from the training forward), numeral (the baselines' report, eq:verb)
+                   or slot_token (a sampled <CONF_HIGH>/<CONF_LOW>, conf_train=sampled)
+    weights_read:  what eq:sw's discrepancy weights read: model, numeral, or digit_pass (a
+                   baseline's eq:digitexp from a no-grad pass, tab:sw_baseline)
+    teacher_digits: the training forward teacher-forces "0." after the slot (eq:digitexp)
+    cal_loss:      the term alpha multiplies: regression (eq:calloss) or head (the BCE of an
+                   auxiliary readout on the detached hidden state, tab:decompose)
+    record:        the confidence a step logs: model (c) or report (the sampled report)
+    stops_at_slot: rollouts end at the slot (a stop string, or a cut with thinking on)
+    """
+
+    prompt: str
+    segments: str
+    source: str
+    rewards_read: str
+    weights_read: str
+    teacher_digits: bool
+    cal_loss: str
+    record: str
+    stops_at_slot: bool
+    cuts_at_slot: bool
+    samples_slot_token: bool
+
+    @property
+    def reads_model(self) -> bool:
+        """Credit needs the model's c of every group member (from a forward)."""
+        return "model" in (self.rewards_read, self.weights_read)
+
+
+def confidence_plan(cfg: dict) -> ConfidencePlan:
+    """The ConfidencePlan of a validated config.
+
+    >>> confidence_plan(load_config("rlcr")).rewards_read, confidence_plan(load_config("credo_digitexp")).teacher_digits
+    ('numeral', True)
+    """
+    source, sampled = confidence_source(cfg), cfg["conf_train"] == "sampled"
+    baseline = cfg["method"] != "credo"
+    stops = reads_at_slot(cfg)
+    rewards = "slot_token" if sampled else "numeral" if cfg["channel"] == "verbalized" and baseline else "model"
+    if baseline and source == "digit_exp":
+        weights = "digit_pass"
+    elif source == "numeral":
+        weights = rewards
+    else:
+        weights = "model"
+    return ConfidencePlan(
+        prompt=cfg["channel"],
+        segments="readout" if cfg["channel"] == "verbalized" and stops else cfg["channel"],
+        source=source,
+        rewards_read=rewards,
+        weights_read=weights,
+        teacher_digits=not baseline and source == "digit_exp",
+        cal_loss="head" if cfg["conf_train"] == "head" else "regression",
+        record="report" if rewards != "model" and cfg["channel"] == "verbalized" else "model",
+        stops_at_slot=stops,
+        cuts_at_slot=cuts_at_slot(cfg),
+        samples_slot_token=sampled,
+    )
+
+
+def questions_per_step(cfg: dict) -> int:
+    """Questions per optimizer step, over all ranks: the step's rollouts / G."""
+    return cfg["per_device_batch_size"] * cfg["grad_accum"] // cfg["group_size"]
+
+
+def micro_batch_budget(cfg: dict) -> int:
+    """Tokens per micro-batch (micro_batch_tokens). auto: per_device_batch_size rollouts of full
+    length (+ the 2 tokens teacher-forced for eq:digitexp), the worst case of tab:hyper's
+    per-device batch, so short rollouts share a micro-batch without raising peak memory."""
+    if cfg["micro_batch_tokens"] == "auto":
+        return cfg["per_device_batch_size"] * (cfg["max_prompt_tokens"] + cfg["max_completion_tokens"] + 2)
+    return cfg["micro_batch_tokens"]
+
+
+def packing_enabled(cfg: dict) -> bool:
+    """pack_sequences: true/auto pack each micro-batch into one row (attended by
+    policy.sequence_attention: exact, and faster than padding, docs/performance.md); false pads it."""
+    return cfg["pack_sequences"] != "false"
+
+
+def run_dir_of(cfg: dict) -> Path:
+    """runs/<run_name>, by default <config name>-s<seed>; a resumed run keeps its checkpoint's."""
+    if cfg["resume"]:
+        return Path(cfg["resume"]).parent.parent
+    return Path(cfg["out_dir"]) / (cfg["run_name"] or f"{cfg['config_name']}-s{cfg['seed']}")
+
+
+# ============================================================================================
+# The paper's tables as commands (configs/tables.yaml): `bash run.sh list`, `bash run.sh table X`.
+# ============================================================================================
+
+TABLES_FILE = CONFIG_DIR / "tables.yaml"
+
+
+def load_tables() -> dict:
+    return yaml.safe_load(TABLES_FILE.read_text())
+
+
+def _table_name(name: str, tables: dict) -> str:
+    key = name if name.startswith("tab:") else f"tab:{name}"
+    if key not in tables:
+        raise KeyError(f"no table {name!r} in {TABLES_FILE.name}; known: {', '.join(tables)}")
+    return key
+
+
+def table_runs(name: str) -> list[dict]:
+    """Every (row, domain, seed[, model]) of a table: its label, the train command (None for a
+    base model) and what eval.py gets for it (a run directory or a base model id)."""
+    tables = load_tables()
+    spec = tables[_table_name(name, tables)]
+    runs = []
+    for domain in spec["domains"]:
+        for model in spec.get("models", [None]):
+            for row in spec["rows"]:
+                label = row["label"] + (f" ({Path(model).name})" if model else "")
+                if "base" in row:
+                    base = model if row["base"] == "model" else row["base"]
+                    runs.append({"label": label, "domain": domain, "model": model, "seed": None, "train": None, "eval": base})
+                    continue
+                wanted = [f"domain={domain}", *([f"model={model}"] if model else []), *row.get("set", [])]
+                plain = load_config(row["config"], [f"domain={domain}"])
+                # an override equal to what the config already gives names the same run: leave it out
+                overrides = [o for o in wanted if o.startswith("domain=") or
+                             load_config(row["config"], [f"domain={domain}", o])[o.split("=")[0]] != plain[o.split("=")[0]]]
+                for seed in spec["seeds"]:
+                    cfg = load_config(row["config"], [*overrides, f"seed={seed}"])
+                    command = " ".join(["bash run.sh", row["config"], *overrides, f"seed={seed}"])
+                    runs.append({"label": label, "domain": domain, "model": model, "seed": seed, "eval": str(run_dir_of(cfg)),
+                                 "train": shlex.join(command.split())})
+    return runs
+
+
+def table_commands(name: str) -> str:
+    """The shell commands that regenerate a table: every training run, then one eval.py call
+    per training domain (and model size: one engine holds one architecture) over all
+    evaluation sets, in and out of domain."""
+    tables = load_tables()
+    key = _table_name(name, tables)
+    spec, runs = tables[key], table_runs(name)
+    seen, lines = set(), [f"# {key}: {spec['title']}", "# 1. training runs (each resumable with resume=<run>/ckpt/step_N)"]
+    for run in runs:
+        if run["train"] and run["train"] not in seen:
+            seen.add(run["train"])
+            lines.append(run["train"])
+    lines.append("# 2. evaluation (writes tables and figures under runs/tables/)")
+    sets = ",".join(EVAL_SETS)
+    base_seeds = ",".join(str(s) for s in spec["seeds"])
+    for domain, model in dict.fromkeys((r["domain"], r["model"]) for r in runs):
+        entries = list(dict.fromkeys(f"{r['label']}={r['eval']}" for r in runs if (r["domain"], r["model"]) == (domain, model)))
+        out = f"runs/tables/{key.split(':')[1]}/{domain}" + (f"-{Path(model).name}" if model else "")
+        lines.append(shlex.join(["python", "eval.py", "--ckpt", ",".join(entries), "--sets", sets,
+                                 "--base-seeds", base_seeds, "--config", domain, "--out", out]))
+    return "\n".join(lines)
+
+
+def list_configs() -> str:
+    """Every config with its first comment line and the table rows it trains."""
+    tables = load_tables()
+    rows_of: dict[str, list[str]] = {}
+    for key, spec in tables.items():
+        for row in spec["rows"]:
+            if "config" in row:
+                extra = f" [{' '.join(row['set'])}]" if row.get("set") else ""
+                rows_of.setdefault(row["config"], []).append(f"{key} '{row['label']}'{extra}")
+    lines = []
+    for path in (CONFIG_DIR / f"{name}.yaml" for name in config_names()):
+        first = next((l.lstrip("# ").strip() for l in path.read_text().splitlines() if l.startswith("#")), "")
+        lines.append(f"{path.stem:<18} {first}")
+        for where in rows_of.get(path.stem, []):
+            lines.append(f"{'':<18}   -> {where}")
+    lines.append(f"\ntables ({TABLES_FILE.relative_to(ROOT)}): {', '.join(tables)}; `bash run.sh table <name>` prints their commands")
+    return "\n".join(lines)

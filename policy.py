@@ -1,0 +1,460 @@
+"""The policy: model and tokenizer with the reserved tokens, rollouts as tensors, THE forward
+pass, and every read of the model's confidence, shared by training and evaluation.
+
+    policy = load_policy("Qwen/Qwen3-1.7B", device, torch.bfloat16)   # fp32 weights, bf16 compute
+    batch = collate(rollouts, policy.tokenizer.pad_token_id)           # [N, L] right-padded
+    fwd = forward(policy, batch)                                       # logp [N, L-1], z_diff [N]
+    c = model_confidence(fwd)                                          # [N] sigmoid(z_H - z_L), eq:readout
+
+Holds: `<CONF_HIGH>`/`<CONF_LOW>` as special tokens with initialised rows; `Batch` (collate),
+the micro-batch plan (cut by tokens, whole groups), packing into one padding-free row with an
+attention restricted to each sequence; the one forward that gives per-token log-probs, the
+readout `z_H - z_L` at the slot and eq:digitexp; the no-grad confidence reads of evaluation.
+Does not hold: the losses (losses.py), credit or the update (credo.py), sharding (parallel.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import torch
+from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+import losses
+import rollout as ro
+
+RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
+RESERVED_INIT_WORDS = {ro.CONF_HIGH: "high", ro.CONF_LOW: "low"}
+
+
+# --- The model and its reserved tokens --------------------------------------------------------
+
+
+def compute_dtype(cfg: dict) -> torch.dtype:
+    """The dtype of forward/backward compute: bf16 on GPU and fp32 on CPU for `auto`.
+
+    Weights and optimizer state always stay fp32 (bf16 runs under autocast):
+    at the paper's learning rate an AdamW update is ~1e-4 of a weight, below
+    bf16's resolution (~4e-3), so bf16 master weights would silently not train.
+    """
+    if cfg["precision"] == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg["precision"]]
+
+
+def add_reserved_tokens(model, tokenizer) -> tuple[int, int]:
+    """Make <CONF_HIGH>/<CONF_LOW> single special tokens with embedding rows; return their ids.
+
+    New ids land in the spare rows of the embedding matrix when it has them
+    (Qwen3: 151,936 rows > 151,669 tokens), so the matrix is never resized down.
+    Rows of newly added tokens start as the mean embedding of the pieces of
+    "high" / "low" (input embedding, and output head when untied). Tokens that
+    are already present (a CREDO checkpoint) are left as they are.
+    """
+    missing = [t for t in RESERVED_TOKENS if t not in tokenizer.get_vocab()]
+    if missing:
+        tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
+    ids = []
+    for token in RESERVED_TOKENS:
+        encoded = tokenizer.encode(token, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ValueError(f"{token} encodes to {encoded}, not one id: the tokenizer does not treat it as special")
+        ids.append(encoded[0])
+    rows = model.get_input_embeddings().weight.shape[0]
+    if max(ids) >= rows:
+        model.resize_token_embeddings(len(tokenizer))   # grows only: the matrix had no spare rows left
+    init_reserved_rows(model, tokenizer, missing)
+    return ids[0], ids[1]
+
+
+def init_reserved_rows(model, tokenizer, tokens) -> None:
+    """Set the embedding rows (input, and output head when untied) of each reserved token in
+    `tokens` to the mean embedding of the pieces of its word ("high" / "low")."""
+    matrices = {id(m): m for m in (model.get_input_embeddings().weight, model.get_output_embeddings().weight)}
+    with torch.no_grad():
+        for token in tokens:
+            pieces = tokenizer.encode(RESERVED_INIT_WORDS[token], add_special_tokens=False)
+            new_id = tokenizer.convert_tokens_to_ids(token)
+            for matrix in matrices.values():
+                matrix[new_id] = matrix[pieces].mean(dim=0)
+
+
+@dataclass
+class Policy:
+    """What every forward needs: the model (fp32 master weights; sharded in place under
+    torchrun, parallel.shard_model), its tokenizer, the reserved ids and the compute dtype."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    high_id: int                 # <CONF_HIGH>
+    low_id: int                  # <CONF_LOW>
+    dtype: torch.dtype           # forward/backward compute (compute_dtype): fp32 weights under autocast
+
+
+def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype = torch.float32) -> Policy:
+    """The policy model (fp32 master weights) and its tokenizer, with the reserved tokens in place."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    high_id, low_id = add_reserved_tokens(model, tokenizer)
+    use_sequence_attention(model)
+    return Policy(model, tokenizer, high_id, low_id, dtype)
+
+
+def reserved_ids(tokenizer) -> set[int]:
+    """The ids of <CONF_HIGH> and <CONF_LOW>."""
+    return {tokenizer.convert_tokens_to_ids(t) for t in RESERVED_TOKENS}
+
+
+# --- Rollouts as tensors: Batch, micro-batches, packing -----------------------------------
+
+
+@dataclass
+class Batch:
+    """Rollouts as right-padded tensors. Columns index *targets*: column k is the
+    token at sequence position k + 1, predicted from position k."""
+
+    input_ids: torch.Tensor        # [N, L]   prompt + completion, padded
+    attention_mask: torch.Tensor   # [N, L]
+    completion_mask: torch.Tensor  # [N, L-1] o_i: the completion tokens
+    ans_mask: torch.Tensor         # [N, L-1] answer segment
+    conf_mask: torch.Tensor        # [N, L-1] analysis segment (and a sampled slot token, conf_train=sampled)
+    slot_pos: torch.Tensor         # [N]      position whose next-token distribution is the slot; -1: none
+    digit_pos: torch.Tensor | None = None   # [N] decimal position after a teacher-forced "0." (eq:digitexp); -1: none
+    digit_ids: torch.Tensor | None = None   # [10] token ids of "0".."9"
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, rows: list[int]) -> "Batch":
+        """The given rows, trimmed to their longest sequence."""
+        index = torch.tensor(rows, dtype=torch.long)
+        width = int(self.attention_mask[index].sum(dim=1).max())
+        return Batch(
+            self.input_ids[index, :width],
+            self.attention_mask[index, :width],
+            self.completion_mask[index, : width - 1],
+            self.ans_mask[index, : width - 1],
+            self.conf_mask[index, : width - 1],
+            self.slot_pos[index],
+            None if self.digit_pos is None else self.digit_pos[index],
+            self.digit_ids,
+        )
+
+
+def micro_batches(lengths: list[int], budget: int, group: int, whole_groups: bool, packed: bool) -> list[list[int]]:
+    """Row indices of each micro-batch: few micro-batches of at most `budget` tokens each.
+
+    A micro-batch costs the sum of its lengths when packed, else its rows x its longest row
+    (padding counts). Units are placed in increasing cost, and a micro-batch is closed when
+    the next unit would overflow it. The units are rows, or with whole_groups whole groups
+    (so that credit can come from the training forward), except that a group whose rows alone
+    exceed the budget is split into rows, placed after the whole groups. The order never
+    changes a gradient (the loss is a sum over rows).
+
+    >>> micro_batches([5, 1, 4, 2], budget=6, group=2, whole_groups=False, packed=True)
+    [[1, 3], [2], [0]]
+    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=6, group=2, whole_groups=True, packed=True)
+    [[4, 5], [0, 1], [2, 3]]
+    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=5, group=2, whole_groups=True, packed=True)
+    [[4, 5], [1, 3], [2], [0]]
+    >>> micro_batches([5, 1, 4, 2], budget=8, group=2, whole_groups=False, packed=False)   # 2 x 2, 1 x 4, 1 x 5
+    [[1, 3], [2], [0]]
+    """
+    for row, length in enumerate(lengths):
+        if length > budget:
+            raise ValueError(f"rollout {row} has {length} tokens, more than micro_batch_tokens = {budget}; raise "
+                             f"micro_batch_tokens to at least max_prompt_tokens + max_completion_tokens + 2")
+
+    def cost(rows: list[int]) -> int:
+        return sum(lengths[i] for i in rows) if packed else len(rows) * max(lengths[i] for i in rows)
+
+    def fill(units: list[list[int]]) -> list[list[int]]:
+        plan, current = [], []
+        for unit in units:
+            if current and cost(current + unit) > budget:
+                plan.append(current)
+                current = []
+            current = current + unit
+        return plan + ([current] if current else [])
+
+    groups, free = [], list(range(len(lengths)))
+    if whole_groups:
+        if len(lengths) % group:
+            raise ValueError(f"{len(lengths)} rows are not whole groups of {group}")
+        units = [list(range(q * group, (q + 1) * group)) for q in range(len(lengths) // group)]
+        groups = sorted((u for u in units if cost(u) <= budget), key=lambda u: (cost(u), u[0]))
+        free = [i for u in units if cost(u) > budget for i in u]
+    free.sort(key=lambda i: (lengths[i], i))
+    return fill(groups) + fill([[i] for i in free])
+
+
+def holds_whole_groups(rows: list[int], group: int) -> bool:
+    """rows are whole groups, each in order (qG, ..., qG + G - 1), as credit() needs them.
+
+    >>> holds_whole_groups([4, 5, 0, 1], 2), holds_whole_groups([1, 3], 2)
+    (True, False)
+    """
+    starts = rows[::group]
+    return len(rows) % group == 0 and all(s % group == 0 for s in starts) and rows == [s + i for s in starts for i in range(group)]
+
+
+def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
+    """Share of the token slots of the built micro-batches that are padding."""
+    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    return 1.0 - sum(lengths) / slots
+
+
+def digit_token_ids(tokenizer) -> tuple[list[int], int]:
+    """Ids of "0".."9" and of "." (each must be a single token) for eq:digitexp."""
+    def single(text: str) -> int:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(f"the digit expectation needs {text!r} to be one token; this tokenizer gives {ids}")
+        return ids[0]
+
+    return [single(str(d)) for d in range(10)], single(".")
+
+
+def collate(rollouts: list[ro.Rollout], pad_id: int, teacher_digits: tuple[list[int], int] | None = None,
+            slot_token_scored: bool = False) -> Batch:
+    """Right-pad rollouts into a Batch.
+
+    teacher_digits: (ids of "0".."9", id of "."): every rollout with a slot is cut at the slot
+    and "0." is appended (not completion tokens), so that the slot column gives the integer
+    position and the column two to its right the decimal position of eq:digitexp.
+    slot_token_scored: a sampled slot token belongs to the confidence segment (conf_train=sampled).
+    Only sampled tokens are scored: not the teacher-forced digits, nor a tail close_slot wrote.
+    """
+    def completion_of(r: ro.Rollout) -> list[int]:
+        if teacher_digits is not None and r.segments.slot is not None:
+            return r.completion_ids[: r.segments.slot] + [teacher_digits[0][0], teacher_digits[1]]
+        return r.completion_ids
+
+    n = len(rollouts)
+    completions = [completion_of(r) for r in rollouts]
+    width = max(len(r.prompt_ids) + len(c) for r, c in zip(rollouts, completions))
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width), dtype=torch.long)
+    completion, ans, conf = (torch.zeros((n, width - 1), dtype=torch.bool) for _ in range(3))
+    slot_pos = torch.full((n,), -1, dtype=torch.long)
+    digit_pos = torch.full((n,), -1, dtype=torch.long) if teacher_digits is not None else None
+    for i, (r, ids) in enumerate(zip(rollouts, completions)):
+        p, seg = len(r.prompt_ids), r.segments
+        c = min(len(ids) - (2 if digit_pos is not None and seg.slot is not None else 0), r.sampled_len)
+        input_ids[i, : p + len(ids)] = torch.tensor(r.prompt_ids + ids)
+        attention[i, : p + len(ids)] = 1
+        # completion token j sits at position p + j and is predicted from column p + j - 1
+        completion[i, p - 1 : p - 1 + c] = True
+        ans[i, p - 1 : p - 1 + seg.answer_end] = True
+        scored_slot = int(slot_token_scored and seg.slot is not None and seg.slot < c)
+        conf[i, p - 1 + seg.analysis_start : p - 1 + min(seg.analysis_end + scored_slot, c)] = True
+        if seg.slot is not None:
+            slot_pos[i] = p - 1 + seg.slot   # position of completion token slot-1 (the end of <confidence>)
+            if digit_pos is not None:
+                digit_pos[i] = slot_pos[i] + 2   # the position of the appended "."
+    digits = torch.tensor(teacher_digits[0]) if teacher_digits is not None else None
+    return Batch(input_ids, attention, completion, ans, conf, slot_pos, digit_pos, digits)
+
+
+def pack_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows of a batch without their padding, as one row: ids [1, S] and position ids
+    [1, S] restarting at 0 for each sequence (S = sum of lengths), and each row's start [N].
+
+    >>> b = collate([ro.Rollout("q", [5, 6], [7], "", "stop", ro.Segments(1, 1, 1, None, None, False, True, False)),
+    ...              ro.Rollout("q", [8], [9, 4], "", "stop", ro.Segments(2, 2, 2, None, None, False, True, False))], 0)
+    >>> [t.tolist() for t in pack_rows(b)]
+    [[[5, 6, 7, 8, 9, 4]], [[0, 1, 2, 0, 1, 2]], [0, 3]]
+    """
+    lengths = batch.attention_mask.sum(dim=1)                                        # [N]
+    ids = torch.cat([row[:length] for row, length in zip(batch.input_ids, lengths.tolist())])[None]
+    positions = torch.cat([torch.arange(length) for length in lengths.tolist()])[None]
+    return ids, positions, lengths.cumsum(0) - lengths
+
+
+SEQUENCE_ATTENTION = "credo_sequence_sdpa"   # the attention implementation packed rows need
+
+
+def sequence_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, cu_seq_lens_q=None,
+                       **kwargs):
+    """A transformers attention function: with `cu_seq_lens_q` (sequence boundaries [N+1] of a
+    packed row [1, heads, S, D]), causal sdpa within each sequence only; without it (padded
+    batches, generation) exactly transformers' sdpa.
+
+    sdpa on a packed row with the block-causal mask transformers builds computes S^2 pairs,
+    most of them masked out; this computes sum L_i^2 and builds no [S, S] mask
+    (docs/performance.md). Returns [1, S, heads, D] as transformers' sdpa does.
+    """
+    if cu_seq_lens_q is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    if query.shape[0] != 1 or attention_mask is not None:
+        raise ValueError(f"sequence_attention: cu_seq_lens_q describes one packed row without a mask; got a batch of "
+                         f"{query.shape[0]} rows and attention_mask={None if attention_mask is None else tuple(attention_mask.shape)}")
+    bounds = cu_seq_lens_q.tolist()
+    gqa = query.shape[1] != key.shape[1]
+    out = [torch.nn.functional.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
+                                                            dropout_p=dropout, scale=scaling, enable_gqa=gqa)
+           for a, b in zip(bounds[:-1], bounds[1:])]                                  # each [1, heads, L_i, D]
+    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+
+
+def use_sequence_attention(model) -> None:
+    """Make `model` attend with sequence_attention (idempotent). It is transformers' sdpa for
+    every input but a packed row, so generation and padded forwards are unchanged."""
+    if model.config._attn_implementation == SEQUENCE_ATTENTION:
+        return
+    AttentionInterface.register(SEQUENCE_ATTENTION, sequence_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SEQUENCE_ATTENTION, sdpa_mask)
+    model.set_attn_implementation(SEQUENCE_ATTENTION)
+
+
+# --- The forward pass -----------------------------------------------------------------------
+
+
+class Forward(NamedTuple):
+    """What one forward pass gives the loss."""
+
+    logp: torch.Tensor | None        # [N, L-1] log-probs of the completion tokens (fp32; 0 elsewhere)
+    z_diff: torch.Tensor             # [N] z_H - z_L at the slot (eq:readout)
+    c_digit: torch.Tensor | None     # [N] eq:digitexp at the slot, when the batch has teacher-forced digits
+
+
+def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: bool = False,
+            logprobs: bool = True) -> Forward:
+    """One pass: per-token log-probs, the readout and (with teacher-forced digits) eq:digitexp.
+
+    logprobs=False: a confidence-only pass (a no-grad readout or digit pass): no column goes
+    through the vocabulary projection, and Forward.logp is None.
+
+    packed: the micro-batch runs as one padding-free row (pack_rows) with position ids that
+    restart at each sequence, attended by sequence_attention (which this switches the model
+    to) within each sequence, so no compute goes to padding. The outputs are laid out as in
+    the padded case.
+    detach_readout: z_diff is read from the detached final hidden state, so its gradient
+    reaches only the output rows of H and L (the auxiliary head of tab:decompose).
+    Computed in policy.dtype (autocast) over fp32 weights; every output is fp32."""
+    model, high_id, low_id, dtype = policy.model, policy.high_id, policy.low_id, policy.dtype
+    device = model.device
+    slot_pos = batch.slot_pos.to(device)                                             # [N]
+    completion = batch.completion_mask.to(device)                                    # [N, L-1] the scored columns
+    if not logprobs:
+        completion = torch.zeros_like(completion)
+    lm_head = model.lm_head.weight                                                   # [V, H]
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        if packed:
+            ids, positions, starts = (t.to(device) for t in pack_rows(batch))        # [1, S], [1, S], [N]
+            lengths = batch.attention_mask.sum(dim=1).to(device)                     # [N]
+            bounds = torch.cat([starts, starts[-1:] + lengths[-1:]]).int()            # [N+1]
+            # A mask of ones keeps transformers from building the [S, S] block mask
+            # (sequence_attention separates the sequences by `bounds` instead).
+            use_sequence_attention(model)
+            hidden = model.model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
+                                 cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, use_cache=False,
+                                 max_length_q=int(lengths.max()), max_length_k=int(lengths.max())).last_hidden_state   # [1, S, H]
+            columns = torch.arange(batch.input_ids.shape[1] - 1, device=device)      # [L-1]
+            index = (starts[:, None] + columns).clamp(max=ids.shape[1] - 2)          # [N, L-1] column in the row
+            scored = torch.zeros(1, ids.shape[1] - 1, dtype=torch.bool, device=device)
+            scored[0, index[completion]] = True                                      # pairs across two rows: never
+            flat_logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=scored)   # [1, S-1]
+            logp = torch.where(completion, flat_logp[0, index], 0.0)
+
+            def hidden_at(pos: torch.Tensor) -> torch.Tensor:                        # [N] -> [N, H]
+                return hidden[0, starts + pos.clamp(min=0)]
+        else:
+            attention = batch.attention_mask.to(device)
+            position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)
+            hidden = model.model(input_ids=batch.input_ids.to(device), attention_mask=attention, position_ids=position_ids,
+                                 use_cache=False).last_hidden_state                 # [N, L, H]
+            logp = losses.token_logprobs(hidden, lm_head, batch.input_ids.to(device), score_mask=completion)   # [N, L-1]
+
+            def hidden_at(pos: torch.Tensor) -> torch.Tensor:
+                return hidden[torch.arange(len(batch), device=device), pos.clamp(min=0)]
+    # eq:readout in fp32, outside autocast: z_H - z_L is a difference of two close logits
+    h_slot = hidden_at(slot_pos)                                                      # [N, H]
+    z_diff = losses.readout_logits(h_slot.detach() if detach_readout else h_slot, lm_head, high_id, low_id)   # [N]
+    z_diff = torch.where(slot_pos >= 0, z_diff, 0.0)
+    c_digit = None
+    if batch.digit_pos is not None:
+        digits = batch.digit_ids.to(device)
+        h_int = hidden_at(slot_pos).float()                                           # [N, H] before "0"
+        h_dec = hidden_at(batch.digit_pos.to(device)).float()                         # [N, H] after "0."
+        c_digit = losses.digit_expectation(h_int @ lm_head[digits[:2]].float().T, h_dec @ lm_head[digits].float().T)
+    return Forward(logp if logprobs else None, z_diff, c_digit)
+
+
+def training_batch(rollouts: list[ro.Rollout], tokenizer, teacher_digits: bool, slot_token_scored: bool) -> Batch:
+    """The Batch the update trains on: with "0." teacher-forced after the slot for the
+    digit-expectation emission (ConfidencePlan.teacher_digits), and the sampled slot token in
+    the confidence segment for conf_train=sampled (ConfidencePlan.samples_slot_token)."""
+    digits = digit_token_ids(tokenizer) if teacher_digits else None
+    return collate(rollouts, tokenizer.pad_token_id, teacher_digits=digits, slot_token_scored=slot_token_scored)
+
+
+def at_slot(tokenizer, rollouts: list[ro.Rollout]) -> list[ro.Rollout]:
+    """Rollouts whose numeral was sampled as text, cut right after <confidence> (ro.through_slot,
+    closed where the numeral merged with the tag) and parsed like the readout channel: what
+    eq:digitexp teacher-forces "0." after. Idempotent: a rollout already ended at the slot
+    keeps its ids and its count of repaired tokens."""
+    out = []
+    for r in rollouts:
+        ids, repaired = ro.through_slot(tokenizer, r.completion_ids)
+        out.append(replace(r, completion_ids=ids, slot_repaired=repaired or r.slot_repaired,
+                           segments=ro.parse_segments(tokenizer, ids, "readout", "")))
+    return out
+
+
+def model_confidence(fwd: Forward) -> torch.Tensor:
+    """[N] the model's own c from a forward, with its gradient: eq:digitexp when the batch has
+    teacher-forced digits, else the readout of eq:readout (an auxiliary head's, when the
+    forward detached it)."""
+    if fwd.c_digit is not None:
+        return fwd.c_digit
+    return losses.readout(fwd.z_diff, torch.zeros_like(fwd.z_diff))
+
+
+# --- No-grad confidence reads (evaluation, and a baseline's eq:sw weights) --------------------
+
+
+def _no_grad_reads(policy: Policy, batch: Batch, plan: list[list[int]], packed: bool) -> Forward:
+    """A confidence-only pass (no vocabulary projection) over the micro-batches of `plan`:
+    z_diff [N] and, with teacher-forced digits, c_digit [N], in row order."""
+    n = len(batch)
+    z_diff = torch.zeros(n)
+    c_digit = torch.full((n,), float("nan")) if batch.digit_pos is not None else None
+    with torch.no_grad():
+        for rows in plan:
+            fwd = forward(policy, batch.select(rows), packed=packed, logprobs=False)
+            z_diff[rows] = fwd.z_diff.float().cpu()
+            if c_digit is not None:
+                c_digit[rows] = fwd.c_digit.float().cpu()
+    return Forward(None, z_diff, c_digit)
+
+
+def digit_expectations(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bool) -> torch.Tensor:
+    """[N] eq:digitexp of each rollout: a no-grad pass over prompt + completion up to
+    <confidence> (at_slot: a tag that merged with the numeral is closed first) + a
+    teacher-forced "0."; NaN where there is no <confidence> tag (no position to read).
+
+    Integer position (right after <confidence>): candidates "0", "1", renormalised -> p0, p1.
+    Decimal position (after "0."): candidates "0".."9", renormalised -> q_d.
+    c = p1 * 1.0 + p0 * E[d] / 10 (losses.digit_expectation)."""
+    tokenizer = policy.tokenizer
+    batch = collate(at_slot(tokenizer, rollouts), tokenizer.pad_token_id, teacher_digits=digit_token_ids(tokenizer))
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    plan = micro_batches(lengths, budget, 1, whole_groups=False, packed=packed)
+    c_digit = _no_grad_reads(policy, batch, plan, packed).c_digit                       # [N]
+    return torch.where(batch.digit_pos >= 0, c_digit, float("nan"))
+
+
+def readouts(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bool) -> torch.Tensor:
+    """[N] c = sigmoid(z_H - z_L) at each rollout's slot from a no-grad pass (eq:readout);
+    NaN where the rollout has no slot."""
+    batch = collate(rollouts, policy.tokenizer.pad_token_id)
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    plan = micro_batches(lengths, budget, 1, whole_groups=False, packed=packed)
+    c = torch.sigmoid(_no_grad_reads(policy, batch, plan, packed).z_diff)               # [N]
+    return torch.where(batch.slot_pos >= 0, c, float("nan"))

@@ -1,0 +1,125 @@
+"""What a run writes each step: one line of `metrics.jsonl` and, when asked, the step's
+rollouts (text, a, c, rewards, advantages) under `rollouts/`.
+
+Holds: the step's metrics from its rollouts, outcomes and update statistics (`step_metrics`),
+the engine/trainer log-prob agreement, and the writers. The calibration numbers come from
+metrics.py, the one implementation the evaluation uses too. Does not hold: the loop.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+import metrics
+import parallel
+
+def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, n_train_tokens: int) -> dict:
+    """valid: the readout exists; the confidence metrics use the reports the method reads."""
+    reported = stats["conf_valid"]
+    conf = stats["conf"][reported]
+    a_valid = correct[reported]
+    completion_tokens = sum(len(r.completion_ids) for r in rollouts)
+    return {
+        "loss": stats["loss_pg"] + stats["alpha"] * stats["loss_cal"],
+        "loss_pg": stats["loss_pg"],
+        "loss_cal": stats["loss_cal"],
+        "alpha": stats["alpha"],
+        "kappa": stats["kappa"],
+        "reward_ans": float(stats["r_ans"].mean()),
+        "reward_conf": float(stats["r_conf"].mean()),
+        "acc": float(correct.mean()),
+        "format_rate": float(fmt.mean()),
+        "readout_rate": float(valid.float().mean()),
+        "slot_misaligned": sum(r.segments.slot_misaligned for r in rollouts),
+        "slot_repaired": sum(r.slot_repaired > 0 for r in rollouts),   # close_slot ended them at the tag
+        "truncated_rate": sum(r.truncated for r in rollouts) / len(rollouts),
+        "mean_c": float(conf.mean()) if len(conf) else None,
+        "ece": metrics.ece(conf.double().numpy(), a_valid.numpy()) if len(conf) else None,
+        "brier": metrics.brier(conf.double().numpy(), a_valid.numpy()) if len(conf) else None,
+        "report_rate": float(reported.float().mean()),
+        "w_std": float(stats["w"][reported].std(unbiased=False)) if len(conf) else None,
+        "grad_norm": stats["grad_norm"],
+        "pad_fraction": stats["pad_fraction"],
+        "micro_batches": stats["micro_batches"],
+        "readout_pass_rows": stats["readout_pass_rows"],
+        "engine_logprob_gap": logp_gap,
+        "completion_len": completion_tokens / len(rollouts),
+        "rollout_tok_s": completion_tokens / max(timings["rollout"], 1e-9),
+        "train_tok_s": n_train_tokens / max(timings["train"], 1e-9),
+        **{f"t_{k}": v for k, v in timings.items()},
+    }
+
+
+def engine_logprob_gap(rollouts, completion_logp: list[torch.Tensor], world: parallel.World | None = None) -> float | None:
+    """Mean |engine log-prob - trainer log-prob| over sampled completion tokens (of every rank;
+    a tail close_slot wrote has neither): a weight-sync check (it grows if the engine samples
+    from other weights than the trainer scores)."""
+    world = world or parallel.single_process()
+    have = all(r.engine_logprobs for r in rollouts)
+    gap_sum = tokens = 0.0
+    if have:
+        gaps = torch.cat([(lp - torch.tensor(r.engine_logprobs)).abs() for r, lp in zip(rollouts, completion_logp)])
+        gap_sum, tokens = float(gaps.double().sum()), float(len(gaps))
+    total = parallel.all_reduce({"missing": float(not have), "sum": gap_sum, "tokens": tokens}, world)
+    if total["missing"] or not total["tokens"]:
+        return None
+    return total["sum"] / total["tokens"]
+
+
+def write_rollouts(path: Path, rollouts, correct, stats) -> None:
+    with path.open("w") as f:
+        for i, r in enumerate(rollouts):
+            f.write(json.dumps({
+                "question_id": r.question_id, "text": r.text, "finish_reason": r.finish_reason,
+                "slot_repaired": r.slot_repaired > 0,
+                "a": float(correct[i]), "c": float(stats["conf"][i]) if stats["conf_valid"][i] else None,
+                "format": r.segments.fmt, "r_ans": float(stats["r_ans"][i]), "r_conf": float(stats["r_conf"][i]),
+                "w": float(stats["w"][i]), "adv_ans": float(stats["adv_ans"][i]), "adv_conf": float(stats["adv_conf"][i]),
+            }) + "\n")
+
+
+# ============================================================================================
+# The loop.
+# ============================================================================================
+
+
+class RunLog:
+    """The per-step files of a run directory, written by rank 0: metrics.jsonl (one JSON line
+    per step) and, with save_rollouts, rollouts/step_XXXXXX.jsonl."""
+
+    def __init__(self, run_dir: Path, world: parallel.World, save_rollouts: bool, resumed_at: int | None = None):
+        self.run_dir, self.world, self.save_rollouts = run_dir, world, save_rollouts
+        self.metrics_path = run_dir / "metrics.jsonl"
+        if not world.is_main:
+            return
+        if resumed_at is not None and self.metrics_path.exists():   # drop lines a longer, abandoned run wrote past the checkpoint
+            kept = [line for line in self.metrics_path.read_text().splitlines() if json.loads(line)["step"] < resumed_at]
+            self.metrics_path.write_text("".join(line + "\n" for line in kept))
+        if save_rollouts:
+            (run_dir / "rollouts").mkdir(exist_ok=True)
+
+    def step(self, step: int, question_ids: list[str], rollouts, out, stats: dict, logp_gap: float | None,
+             timings: dict, n_train_tokens: float) -> dict | None:
+        """Reduce the step over all ranks (scalars averaged, timings maxed, per-rollout rows
+        gathered on rank 0) and write it; returns the metrics line on rank 0, None elsewhere.
+        Every rank must call it (it holds collectives)."""
+        world = self.world
+        timings = parallel.all_reduce(timings, world, "max")
+        n_train_tokens = int(parallel.all_reduce({"n": n_train_tokens}, world)["n"])
+        scalars = parallel.all_reduce({k: v for k, v in stats.items() if type(v) in (int, float)}, world, "mean")
+        per_rollout = {k: v for k, v in stats.items() if isinstance(v, torch.Tensor)}
+        gathered = parallel.gather_on_main((rollouts, out.correct, out.fmt, out.valid, per_rollout), world)
+        if not world.is_main:
+            return None
+        all_rollouts, all_correct, all_fmt, all_valid, all_rows = (parallel.concat_rows(part) for part in zip(*gathered))
+        all_stats = {**stats, **scalars, **all_rows}
+        record = {"step": step, "world_size": world.world_size, "questions": question_ids,
+                  **step_metrics(all_rollouts, all_correct, all_fmt, all_valid, all_stats, logp_gap, timings, n_train_tokens)}
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.save_rollouts:
+            write_rollouts(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", all_rollouts, all_correct, all_stats)
+        return record
