@@ -31,11 +31,12 @@ def engines_side_by_side(questions: int, repeats: int) -> dict:
     import torch
 
     import credo
+    import data
     import rollout as ro
 
     cfg = credo.load_config("tiny")
     model, tokenizer, _, _ = credo.load_policy(cfg["model"], torch.device("cpu"))
-    rows = credo.load_rows(cfg["train_data"], cfg["domain"])[:questions]
+    rows = data.load_rows(cfg["train_data"], cfg["domain"])[:questions]
     prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg["channel"], cfg["domain"], cfg["enable_thinking"]) for r in rows]
     times = {"vllm": [], "hf": []}
     tokens = {"vllm": [], "hf": []}

@@ -1,9 +1,12 @@
-"""Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny)."""
+"""Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny), and the
+Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`)."""
 
 import os
 from pathlib import Path
 
 import pytest
+
+from fakehub import FakeHub
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_DIR = ROOT / ".cache" / "tiny"
@@ -50,3 +53,13 @@ def hub_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """``huggingface_hub.snapshot_download`` replaced by a FakeHub over tests/fixtures/hub_records.json."""
+    import huggingface_hub
+
+    fake = FakeHub(tmp_path / "hub")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    return fake

@@ -69,51 +69,6 @@ def test_dry_run_prints_the_resolved_config(capsys):
 # --- data ---------------------------------------------------------------------------------------
 
 
-def test_missing_field_names_file_line_and_field(tmp_path):
-    path = tmp_path / "train.jsonl"
-    path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "problem": "2+2"}\n')
-    with pytest.raises(ValueError, match=r"train.jsonl:2: missing field 'answer'"):
-        credo.load_rows(str(path), "math")
-
-
-def test_missing_prepared_data_says_how_to_make_it():
-    with pytest.raises(FileNotFoundError, match=r"data/math/deepscaler_train.jsonl.*bash run.sh prepare"):
-        credo.load_rows(credo.load_config("math")["train_data"], "math")
-
-
-def test_bad_json_names_the_line(tmp_path):
-    path = tmp_path / "train.jsonl"
-    path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{oops\n')
-    with pytest.raises(ValueError, match=r"train.jsonl:2: not valid JSON"):
-        credo.load_rows(str(path), "math")
-
-
-def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
-    """The hub is unreachable here: check the request made, and the conversion of a
-    snapshot shaped like agentica-org/DeepScaleR-Preview-Dataset (one JSON list)."""
-    import huggingface_hub
-
-    snapshot = tmp_path / "snapshot"
-    snapshot.mkdir()
-    (snapshot / "deepscaler.json").write_text(json.dumps([
-        {"problem": "What is $1+1$?", "answer": "2", "solution": "..."},
-        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1", "solution": "..."},
-    ]))
-    calls = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append((a, k)) or str(snapshot))
-    rows = credo.load_rows("agentica-org/DeepScaleR-Preview-Dataset", "math")
-    assert calls == [(("agentica-org/DeepScaleR-Preview-Dataset",), {"repo_type": "dataset", "allow_patterns": ["*.json", "*.jsonl"]})]
-    assert rows == [{"id": "deepscaler-0", "problem": "What is $1+1$?", "answer": "2"},
-                    {"id": "deepscaler-1", "problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1"}]
-
-    def offline(*args, **kwargs):
-        raise OSError("Name or service not known")
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    with pytest.raises(RuntimeError, match="could not fetch the dataset 'org/name'.*train_data=<local JSONL>"):
-        credo.load_rows("org/name", "math")
-
-
 def test_question_stream_is_a_deterministic_sequence_of_epochs():
     stream = credo.QuestionStream(n=5, seed=1)
     first = stream.take(3) + stream.take(4)
@@ -701,20 +656,6 @@ def test_baseline_weights_from_the_digit_expectation(tiny_dir):
 # --- the code domain: rows, the sandboxed reward, and a real step -------------------------------
 
 DOUBLE_TESTS = {"kind": "stdio", "inputs": ["3\n", "10\n"], "outputs": ["6\n", "20\n"]}
-
-
-def test_code_rows_need_tests_in_the_verifier_schema(tmp_path):
-    path = tmp_path / "code.jsonl"
-    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}) + "\n")
-    assert credo.load_rows(str(path), "code") == [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}]
-    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": "assert f(1) == 2"}) + "\n")
-    with pytest.raises(ValueError, match="code.jsonl:1: field 'tests' must be a dict with a 'kind'"):
-        credo.load_rows(str(path), "code")
-    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "answer": "2"}) + "\n")
-    with pytest.raises(ValueError, match="missing field 'tests'"):
-        credo.load_rows(str(path), "code")
-    with pytest.raises(ValueError, match="not from a hub id"):
-        credo.load_rows("agentica-org/DeepCoder-Preview-Dataset", "code")
 
 
 def test_code_rewards_come_from_the_sandbox():

@@ -1,7 +1,8 @@
-"""Tests for data.py: conversion of records shaped like the hub's, seeded splits, count
-checks, the download request and the manifest.  The hub is never contacted:
-``huggingface_hub.snapshot_download`` is replaced by a fake that builds a snapshot
-directory from tests/fixtures/hub_records.json (parquet files written with pyarrow)."""
+"""Tests for data.py: seeded splits, count checks, the download request, the manifest, the
+whole `prepare` on real records, preparing on first use, and `load_rows` (the reader of
+training and evaluation rows).  The converters of each source are tested in
+test_convert.py.  The hub is never contacted: the `hub` fixture (conftest.py) fakes
+``huggingface_hub.snapshot_download`` from tests/fixtures/hub_records.json."""
 
 from __future__ import annotations
 
@@ -10,22 +11,19 @@ import gzip
 import hashlib
 import json
 import logging
-import pickle
 from concurrent.futures import ThreadPoolExecutor
-from fnmatch import fnmatch
 from pathlib import Path
 
 import huggingface_hub
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+import yaml
 
 import data
+import rollout as ro
 import verifier
+from fakehub import FAKE_COMMIT, REALDATA, as_answer
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hub_records.json"
-REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"     # ../shared beside the checkout
-FAKE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+ROOT = Path(__file__).resolve().parent.parent
 # Sizes of the fixture sets (the real ones are tab:data's, checked by prepare()).
 FIXTURE_COUNTS = {
     "deepscaler_train": 3, "deepscaler_test": 2, "math500": 2, "aime24": 1, "aime25": 1, "aime26": 1,
@@ -33,117 +31,7 @@ FIXTURE_COUNTS = {
 }
 
 
-class FakeHub:
-    """Stands in for ``snapshot_download``: records each request, writes the fixture files
-    that match ``allow_patterns`` under ``<root>/<repo>/snapshots/<commit>/``."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.calls: list[dict] = []
-        self.records = json.loads(FIXTURES.read_text())
-
-    def __call__(self, repo_id, *, repo_type, revision, allow_patterns):
-        self.calls.append({"repo_id": repo_id, "repo_type": repo_type, "revision": revision,
-                           "allow_patterns": list(allow_patterns)})
-        snapshot = self.root / repo_id.replace("/", "--") / "snapshots" / FAKE_COMMIT
-        for relative, records in self.records[repo_id].items():
-            if any(fnmatch(relative, pattern) for pattern in allow_patterns):
-                write_fixture_file(snapshot / relative, records)
-        return str(snapshot)
-
-
-def write_fixture_file(path: Path, records: list[dict]) -> None:
-    """Write records in the format the file name says (.parquet, .jsonl, .json list)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".parquet":
-        pq.write_table(pa.Table.from_pylist(records), path)
-    elif path.suffix == ".jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    else:
-        path.write_text(json.dumps(records))
-
-
-@pytest.fixture
-def hub(tmp_path, monkeypatch):
-    fake = FakeHub(tmp_path / "hub")
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
-    return fake
-
-
-def convert(hub: FakeHub, name: str) -> tuple[list[dict], dict]:
-    """Rows and exclusion reasons of one source, through the fake download."""
-    source = data.SOURCES[name]
-    rows, excluded = data.convert_snapshot(data.download(source), source)
-    return rows, dict(excluded)
-
-
-# --- conversion of each source ---------------------------------------------------------
-
-
-def test_math_sources_convert_to_id_problem_answer(hub):
-    rows, _ = convert(hub, "deepscaler")
-    assert rows[0] == {"id": "deepscaler-00000", "problem": "What is $1+1$?", "answer": "2"}
-    assert convert(hub, "math500")[0][0] == {"id": "test/prealgebra/1.json",
-                                             "problem": "Compute $\\frac{1}{2}+\\frac{1}{4}$.", "answer": "\\frac{3}{4}"}
-    assert convert(hub, "aime24")[0][0]["answer"] == "024"          # kept as the string the source gives
-    assert convert(hub, "aime25")[0][0] == {"id": "aime25-1", "problem": "Find $7 \\cdot 11$.", "answer": "77"}
-    amc, _ = convert(hub, "amc")
-    assert [(r["answer"], r["year"]) for r in amc] == [("25", "2023"), ("36", "2023"), ("16", "2022")]
-
-
-def test_deepcoder_tests_per_subset_and_exclusions(hub):
-    rows, excluded = convert(hub, "deepcoder")
-    by_problem = {r["problem"].split("\n")[0]: r["tests"] for r in rows}
-    assert by_problem["Read an integer n and print 2n."] == {"kind": "stdio", "inputs": ["3\n", "10\n"],
-                                                             "outputs": ["6\n", "20\n"]}
-    assert by_problem["Read two integers and print their sum."]["kind"] == "stdio"
-    assert by_problem["Return the maximum of nums."] == {"kind": "call", "fn_name": "maxValue",
-                                                         "inputs": [[[1, 5, 2]], [[-3]]], "outputs": [5, -3]}
-    assert excluded == {"primeintellect test types ['function_call'] (only stdin_stdout is converted)": 1,
-                        "taco call-based tests (fn_name) are not converted": 1}
-    assert all(r["id"].startswith("deepcoder-") for r in rows)
-
-
-def test_humanevalplus_results_reference_outputs_and_root_property(hub):
-    rows, excluded = convert(hub, "humanevalplus")
-    by_id = {r["id"]: r["tests"] for r in rows}
-    assert by_id["HumanEval/0"] == {"kind": "call", "fn_name": "add", "inputs": [[1, 2], [0, 0], [-5, 3]],
-                                    "outputs": [3, 0, -2]}
-    # no `results` literal: the canonical solution ran in the sandbox
-    assert by_id["HumanEval/14"] == {"kind": "call", "fn_name": "all_prefixes", "inputs": [[""], ["abc"], ["xy"]],
-                                     "outputs": [[], ["a", "ab", "abc"], ["x", "xy"]]}
-    # `assert _poly(...) <= 0.0001`: any root passes, the recorded results are not used
-    assert by_id["HumanEval/32"] == {"kind": "call", "fn_name": "find_zero", "inputs": [[[0, 1]], [[-2, 1]]],
-                                     "property": {"name": "polynomial_root", "atol": 0.0001}}
-    assert excluded == {}
-
-
-def test_reference_outputs_drop_what_cannot_be_written(monkeypatch):
-    program = "def f(n):\n    return 1 / n if n else 10 ** 5000\n"
-    assert data.reference_outputs(program, "f", [[2], [0], [4]]) == (
-        [[2], [4]], [0.5, 0.25], {"canonical solution failed or its value cannot be sent, e.g. an int over "
-                                  "4300 digits (inputs)": 1})
-    monkeypatch.setattr(data, "MAX_EXPECTED_OUTPUT_BYTES", 3)
-    assert data.reference_outputs(program, "f", [[2], [4]]) == (
-        [[2]], [0.5], {"expected output over 3 bytes (inputs)": 1})              # "0.25" is 4 bytes
-
-
-def test_livecodebench_decodes_private_tests_and_keeps_dates(hub):
-    rows, _ = convert(hub, "lcb")
-    by_id = {r["id"]: r for r in rows}
-    assert by_id["abc370_a"]["tests"] == {"kind": "stdio", "inputs": ["2\n", "5\n"], "outputs": ["6\n", "15\n"]}
-    assert by_id["3500"]["tests"] == {"kind": "call", "fn_name": "product", "inputs": [[2, 3], [0, 9]],
-                                      "outputs": [6, 0]}
-    assert by_id["3400"]["date"] == "2025-01-11"
-    assert "class Solution" in by_id["3400"]["problem"]
-
-
-def test_pickle_with_anything_but_a_string_is_refused():
-    assert data.unpickle_string(pickle.dumps("[]"), "x") == "[]"
-    with pytest.raises(ValueError, match="opcode"):
-        data.unpickle_string(pickle.dumps(print), "file.jsonl#3")
-    with pytest.raises(ValueError, match="2 strings"):
-        data.unpickle_string(pickle.dumps(("a", "b")).replace(b"\x86", b""), "x")
+# --- records a converter refuses ------------------------------------------------------------
 
 
 def test_bad_record_is_excluded_with_a_counted_reason(tmp_path, caplog):
@@ -153,19 +41,6 @@ def test_bad_record_is_excluded_with_a_counted_reason(tmp_path, caplog):
     assert [r["id"] for r in rows] == ["test/a/1.json"]
     assert excluded == {"malformed record: field 'unique_id' must be a non-empty string, got None": 1}
     assert "test.jsonl#0: field 'unique_id'" in caplog.text
-
-
-def test_lcbv5_function_name_from_record_or_test_metadata():
-    case = {"input": "[1, 5]", "output": "5", "testtype": "functional"}
-    expected = {"kind": "call", "fn_name": "maxValue", "inputs": [[[1, 5]]], "outputs": [5]}
-    for metadata in ({"func_name": "maxValue"}, '{"func_name": "maxValue"}'):      # rllm's loaders: record metadata
-        record = {"problem": "p", "tests": json.dumps([case]), "metadata": metadata}
-        assert data.convert_deepcoder(record, "lcbv5/train-0.parquet#3")["tests"] == expected
-    in_case = {**case, "metadata": {"func_name": "maxValue"}}                       # copied into each test
-    assert data.convert_deepcoder({"problem": "p", "tests": json.dumps([in_case])}, "lcbv5/t.parquet#0")["tests"] == expected
-    both = {"problem": "p", "tests": json.dumps([in_case]), "metadata": {"func_name": "other"}}
-    with pytest.raises(ValueError, match="different functions"):
-        data.convert_deepcoder(both, "lcbv5/t.parquet#0")
 
 
 # --- splits and counts ------------------------------------------------------------------
@@ -266,6 +141,21 @@ def test_amc24_needs_a_local_file(hub, tmp_path):
     assert hub.calls == []
 
 
+def test_local_files_are_read_as_rows_and_refused_where_they_cannot_serve(hub, tmp_path):
+    local = tmp_path / "pool.jsonl"
+    local.write_text("".join(json.dumps({"id": f"d{i}", "problem": f"{i}+{i}", "answer": 2 * i}) + "\n" for i in range(3)))
+    manifest = data.prepare(tmp_path / "out", only="deepscaler_test", local={"deepscaler": str(local)},
+                            expected={"deepscaler_train": 1, "deepscaler_test": 2}, seed=5)
+    test = [json.loads(x) for x in (tmp_path / "out/math/deepscaler_test.jsonl").read_text().splitlines()]
+    assert len(test) == 2 and all(row["answer"] == str(2 * int(row["id"][1:])) for row in test)   # a source: still split
+    assert manifest["sets"]["deepscaler_test"]["source"] == str(local) and hub.calls == []
+    with pytest.raises(FileNotFoundError, match=r"--local amc24=nowhere/amc24.jsonl: no such file"):
+        data.prepare(tmp_path / "out", only="amc24", local={"amc24": "nowhere/amc24.jsonl"})
+    with pytest.raises(ValueError, match=r"--local amc: set 'amc23' selects rows of source 'amc' by year or date, "
+                                         r"which normalized rows do not carry; pass --local amc23=path.jsonl instead"):
+        data.prepare(tmp_path / "out", only="amc23", local={"amc": str(local)})
+
+
 def test_cli_prepare_with_local_file(hub, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(data.OUTPUTS, "amc24", data.OutputSet("math", "amc24", 1))
     local = tmp_path / "amc24.jsonl"
@@ -273,26 +163,6 @@ def test_cli_prepare_with_local_file(hub, tmp_path, monkeypatch, capsys):
     assert data.main(["prepare", "--only", "amc24", "--out", str(tmp_path / "out"), "--local", f"amc24={local}"]) == 0
     assert "amc24" in capsys.readouterr().out
     assert (tmp_path / "out" / "math" / "amc24.jsonl").read_text() == local.read_text()
-
-
-# --- converted code tests run in verifier's sandbox ---------------------------------------
-
-
-def _solution(code: str) -> str:
-    return f"```python\n{code}\n```"
-
-
-@pytest.mark.parametrize(("source", "pick", "right", "wrong"), [
-    ("deepcoder", "Read an integer n and print 2n.", "print(int(input()) * 2)", "print(int(input()) + 2)"),
-    ("lcb", "3500", "class Solution:\n    def product(self, a, b):\n        return a * b",
-     "class Solution:\n    def product(self, a, b):\n        return a + b"),
-    ("humanevalplus", "HumanEval/0", "def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b"),
-])
-def test_converted_code_tests_pass_right_and_fail_wrong_solutions(hub, source, pick, right, wrong):
-    rows, _ = convert(hub, source)
-    row = next(r for r in rows if r["id"] == pick or r["problem"].startswith(pick))
-    assert verifier.verify_code(_solution(right), row["tests"]) is True
-    assert verifier.verify_code(_solution(wrong), row["tests"]) is False
 
 
 # --- real records (../shared/realdata, laid out like the hub snapshots) -----------------
@@ -367,7 +237,7 @@ def test_every_humanevalplus_canonical_solution_passes_its_converted_tests(real_
 
     def canonical_passes(row):
         record = records[row["id"]]
-        return verifier.verify_code(_solution(record["prompt"] + record["canonical_solution"]), row["tests"])
+        return verifier.verify_code(as_answer(record["prompt"] + record["canonical_solution"]), row["tests"])
 
     with ThreadPoolExecutor(max_workers=2) as pool:       # verify_code is thread-safe; the sandboxes run in parallel
         verdicts = dict(zip((row["id"] for row in rows), pool.map(canonical_passes, rows)))
@@ -382,19 +252,7 @@ def test_every_humanevalplus_canonical_solution_passes_its_converted_tests(real_
 def test_humanevalplus_converted_tests_judge_other_programs(real_prepared, task, program, passes):
     out, _, _ = real_prepared
     tests = next(r["tests"] for r in _jsonl(out / "code/humanevalplus.jsonl") if r["id"] == task)
-    assert verifier.verify_code(_solution(program), tests) is passes
-
-
-def test_livecodebench_record_right_and_wrong_programs():
-    record = json.loads((REALDATA / "lcb" / "kaggle_1873_A.jsonl").read_text())
-    row = data.convert_lcb(record, "kaggle_1873_A.jsonl#0")
-    assert row["id"] == "1873_A" and row["date"] == "2023-08-21" and row["tests"]["kind"] == "stdio"
-    assert len(row["tests"]["inputs"]) > 1                       # public case + the decoded private ones
-    right = ("for _ in range(int(input())):\n    s = input().strip()\n"
-             "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) in (0, 2) else 'NO')")
-    wrong = "for _ in range(int(input())):\n    print('YES' if input().strip() == 'abc' else 'NO')"
-    assert verifier.verify_code(_solution(right), row["tests"]) is True
-    assert verifier.verify_code(_solution(wrong), row["tests"]) is False
+    assert verifier.verify_code(as_answer(program), tests) is passes
 
 
 def test_doctests():
@@ -425,3 +283,95 @@ def test_first_use_without_the_hub_names_the_dataset_and_the_offline_route(tmp_p
                                            r".*bash run.sh prepare --snapshot deepscaler=DIR"):
         data.prepare_on_first_use(tmp_path / "data" / "math" / "deepscaler_train.jsonl")
     assert not (tmp_path / "data" / "math" / "deepscaler_train.jsonl").exists()
+
+
+# --- load_rows: the rows of training and evaluation --------------------------------------------
+
+DOUBLE_TESTS = {"kind": "stdio", "inputs": ["3\n", "10\n"], "outputs": ["6\n", "20\n"]}
+
+
+def test_missing_field_names_file_line_and_field(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "problem": "2+2"}\n')
+    with pytest.raises(ValueError, match=r"train.jsonl:2: missing field 'answer'"):
+        data.load_rows(str(path), "math")
+
+
+def test_missing_prepared_data_says_how_to_make_it(tmp_path, monkeypatch):
+    train_data = yaml.safe_load((ROOT / "configs" / "math.yaml").read_text())["train_data"]
+    monkeypatch.chdir(tmp_path)                       # not prepared here, whatever the checkout holds
+    with pytest.raises(FileNotFoundError, match=r"data/math/deepscaler_train.jsonl.*bash run.sh prepare"):
+        data.load_rows(train_data, "math")
+
+
+def test_bad_json_names_the_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{oops\n')
+    with pytest.raises(ValueError, match=r"train.jsonl:2: not valid JSON"):
+        data.load_rows(str(path), "math")
+
+
+def test_rows_keep_the_schema_fields_as_strings_and_refuse_what_is_not_a_row(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"id": 7, "problem": "1+1", "answer": 2, "year": "2023"}\n\n')
+    assert data.load_rows(str(path), "math") == [{"id": "7", "problem": "1+1", "answer": "2"}]
+    path.write_text('["a", "1+1", "2"]\n')
+    with pytest.raises(ValueError, match=r"train.jsonl:1: not a JSON object"):
+        data.load_rows(str(path), "math")
+    path.write_text("\n")
+    with pytest.raises(ValueError, match=r"train.jsonl: no rows"):
+        data.load_rows(str(path), "math")
+    with pytest.raises(ValueError, match=r"unknown domain 'chess'; expected one of \('math', 'code'\)"):
+        data.load_rows(str(path), "chess")
+
+
+def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
+    """The hub is unreachable here: check the request made, and the conversion of a
+    snapshot shaped like agentica-org/DeepScaleR-Preview-Dataset (one JSON list)."""
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    (snapshot / "deepscaler.json").write_text(json.dumps([
+        {"problem": "What is $1+1$?", "answer": "2", "solution": "..."},
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1", "solution": "..."},
+    ]))
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append((a, k)) or str(snapshot))
+    rows = data.load_rows("agentica-org/DeepScaleR-Preview-Dataset", "math")
+    assert calls == [(("agentica-org/DeepScaleR-Preview-Dataset",), {"repo_type": "dataset", "allow_patterns": ["*.json", "*.jsonl"]})]
+    assert rows == [{"id": "deepscaler-0", "problem": "What is $1+1$?", "answer": "2"},
+                    {"id": "deepscaler-1", "problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1"}]
+
+    def offline(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(RuntimeError, match="could not fetch the dataset 'org/name'.*train_data=<local JSONL>"):
+        data.load_rows("org/name", "math")
+
+
+def test_code_rows_need_tests_in_the_verifier_schema(tmp_path):
+    path = tmp_path / "code.jsonl"
+    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}) + "\n")
+    assert data.load_rows(str(path), "code") == [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}]
+    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": "assert f(1) == 2"}) + "\n")
+    with pytest.raises(ValueError, match="code.jsonl:1: field 'tests' must be a dict with a 'kind'"):
+        data.load_rows(str(path), "code")
+    path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "answer": "2"}) + "\n")
+    with pytest.raises(ValueError, match="missing field 'tests'"):
+        data.load_rows(str(path), "code")
+    with pytest.raises(ValueError, match="not from a hub id"):
+        data.load_rows("agentica-org/DeepCoder-Preview-Dataset", "code")
+
+
+# --- tab:data's evaluation sets ----------------------------------------------------------------
+
+
+def test_eval_sets_are_prepared_sets_of_the_same_domain_and_size():
+    assert {name: (spec["domain"], spec["problems"]) for name, spec in data.EVAL_SETS.items()} == {
+        name: (data.OUTPUTS[name].domain, data.OUTPUTS[name].count) for name in data.EVAL_SETS}
+    assert list(data.SET_TITLES) == list(data.EVAL_SETS)
+    assert set(data.OUTPUTS) - set(data.EVAL_SETS) == {"deepscaler_train", "deepcoder_train"}
+
+
+def test_row_fields_are_keyed_by_the_domains():
+    assert tuple(data.ROW_FIELDS) == ro.DOMAINS == ("math", "code")

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import data
 import rollout as ro
 from rollout import Rollout, parse_segments, parse_verbalized_confidence, system_prompt
 
@@ -380,7 +381,7 @@ def policy(tiny_dir):
     torch.manual_seed(0)
     cfg = credo.load_config("tiny", ["group_size=3", "per_device_batch_size=3", "grad_accum=2", "max_completion_tokens=48"])
     model, tok, high, low = credo.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
-    rows = credo.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
+    rows = data.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
     prompts = [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
     return cfg, model, tok, high, low, rows, prompts
 
@@ -431,10 +432,8 @@ def test_vllm_engine_samples_groups_reproducibly(policy, vllm_engine):
 def test_vllm_engine_takes_more_prompt_tokens_than_one_step_holds(policy, vllm_engine, tiny_dir):
     """160 seeded requests (~38k prompt tokens): regression for chunked prefill of seeded
     requests on CPU, which crashed vLLM ("CPU Generator does not use offset")."""
-    import credo
-
     cfg, model, tok, *_ = policy
-    rows = credo.load_rows(str(tiny_dir / "math_test.jsonl"), "math")[:40]
+    rows = data.load_rows(str(tiny_dir / "math_test.jsonl"), "math")[:40]
     prompts = [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
     assert sum(len(p) for p in prompts) * 4 > 4 * 8192
     samples = vllm_engine.generate(prompts, group_size=4, seed=5)
