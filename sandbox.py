@@ -115,6 +115,7 @@ logger = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 1 << 30  # sandbox uids under a root parent; see _UidPool
 SANDBOX_UID_SLOTS = 1024
+_HERE = Path(os.path.abspath(__file__)).parent  # where the child's files are (fixed at import)
 
 
 # ---------------------------------------------------------------------------
@@ -604,7 +605,7 @@ def _child_script() -> str:
     """Source of the sandbox child program (read once from sandbox_child.py)."""
     global _CHILD_SCRIPT
     if _CHILD_SCRIPT is None:
-        _CHILD_SCRIPT = _assemble_child_script(Path(__file__).parent)
+        _CHILD_SCRIPT = _assemble_child_script(_HERE)
     return _CHILD_SCRIPT
 
 
