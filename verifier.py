@@ -1,10 +1,10 @@
 """Reward verifiers for math answers and untrusted Python programs.
 
 The reward of an RL run is only as good as its verifier: a policy that finds a
-way to make the grader say "pass" will learn it.  This module is the bottom
-layer of credo (it and the modules below it import nothing else of the project) and is built
-so that the only way to get ``True`` is to produce the right answer, and so
-that no input can make it hang.
+way to make the grader say "pass" will learn it.  This module and the ones it
+imports (see Modules) are the bottom layer of credo, and are built so that the
+only way to get ``True`` is to produce the right answer, and so that no input
+can make it hang.
 
 Threat model
 ============
