@@ -79,3 +79,16 @@ def test_math_worker_warms_up_before_ready():
                           cwd=Path(verifier.__file__).parent, timeout=300, check=True)
     assert done.stdout == b'{"ready": true}\n'
     assert int(done.stderr.decode().strip().splitlines()[-1]) > 0
+
+
+def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
+    """A worker (this is what `python verifier.py --math-worker PID` runs) grades with
+    math-verify and the standard library only: no torch, no code that runs in a sandbox."""
+    code = ("import os, sys, verifier\n"
+            "assert verifier._math_worker_main(os.getppid()) == 0\n"
+            "heavy = ('torch', 'transformers', 'vllm', 'sandbox_child', 'sandbox_lockdown')\n"
+            "sys.stderr.write(repr(sorted(name for name in heavy if name in sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code], input=b"", capture_output=True,
+                          cwd=Path(verifier.__file__).parent, timeout=300, check=True)
+    assert done.stdout == b'{"ready": true}\n'
+    assert done.stderr.decode().strip().splitlines()[-1] == "[]"
