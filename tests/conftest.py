@@ -1,10 +1,17 @@
-"""Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny), and the
-Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`)."""
+"""Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny), the
+Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`), and the code
+sandbox's isolation modes and leftover checks (helpers in sandbox_cases.py)."""
 
+import glob
 import os
+import time
 from pathlib import Path
 
 import pytest
+from sandbox_cases import _mode_config, _sandbox_processes
+
+import sandbox
+import verifier
 
 from fakehub import FakeHub
 
@@ -63,3 +70,44 @@ def hub(tmp_path, monkeypatch):
     fake = FakeHub(tmp_path / "hub")
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
     return fake
+
+
+@pytest.fixture(params=["namespaces", "plain"])
+def mode(request, monkeypatch):
+    """Run the test under one isolation mode (skipped where unavailable)."""
+    config = _mode_config(request.param)
+    if config is None:
+        pytest.skip(f"{request.param} sandbox not available on this machine")
+    monkeypatch.setattr(sandbox, "_CONFIG", config)
+    return request.param
+
+
+@pytest.fixture
+def any_mode(monkeypatch):
+    """The strongest isolation mode available (for mode-independent tests)."""
+    for name in ("namespaces", "plain"):
+        config = _mode_config(name)
+        if config is not None:
+            monkeypatch.setattr(sandbox, "_CONFIG", config)
+            return name
+    pytest.skip("no code sandbox can run on this machine")
+
+
+@pytest.fixture
+def no_leftovers():
+    """No sandbox process or work directory may outlive a test (the sandbox and verifier
+    test modules use it for every test)."""
+    before = set(glob.glob("/tmp/credo-sandbox-*"))
+    yield
+    assert set(glob.glob("/tmp/credo-sandbox-*")) <= before
+    deadline = time.monotonic() + 2.0  # SIGKILLed grandchildren take a moment to die
+    while _sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sandbox_processes() == []
+
+
+@pytest.fixture(scope="module")
+def close_math_pool():
+    """Shut the math worker pool down after a module that used it."""
+    yield
+    verifier.close()

@@ -1,0 +1,621 @@
+"""The code sandbox, parent side: start a sandboxed interpreter, bound it, read
+its frames, kill it.
+
+``run_tests`` runs one program on one ``TestSpec`` (built by ``grading.py``)
+and passes each frame the child sends to the spec's judge; this module never
+sees an expected output.  The code that runs inside the sandbox lives in
+``sandbox_child.py``, ``sandbox_lockdown.py`` and ``typed_json.py``: this
+module never imports them; it reads them as text once and sends the script
+to ``python -I -c`` (``_child_script``).
+
+Isolation of every sandbox child (all modes):
+
+* a fresh interpreter (``python -I``: no user site, no ``PYTHON*``
+  variables, no current directory on ``sys.path``), ``start_new_session``,
+  scrubbed environment, an empty private writable working directory;
+* an unprivileged identity: under a root parent every sandbox gets a uid/gid
+  of its own (``_UidPool``), so ``RLIMIT_NPROC`` counts only its own threads
+  and no sandbox can read, write or signal another's; under a non-root
+  parent the program has the parent's uid;
+* resource limits set by the trusted harness before any program code runs:
+  address space, CPU seconds, processes (threads count), file size, open
+  files, no core dumps;
+* ``PR_SET_NO_NEW_PRIVS``, all capabilities dropped, not dumpable, and a
+  seccomp filter (``sandbox_lockdown.seccomp_program``) that denies process creation
+  (threads are allowed), ``execve``, ``setsid``/``setpgid``, signals to any
+  process but itself (``kill(0, sig)`` and signal-on-I/O targets included),
+  ``ptrace``/``process_vm_*``/pidfds, ``socket()`` (``socketpair`` stays:
+  a connected pair cannot reach anything outside the process), the kernel
+  keyring, ``memfd_create``, System V and POSIX IPC objects, ``bpf``,
+  ``perf_event_open``, ``userfaultfd``, ``io_uring`` and ``unshare``/``setns``;
+* a per-test time limit and a total wall-clock cap enforced by the parent,
+  which ends every run, on every exit path, by killing the sandbox's
+  processes deepest first and then its process group.  Since the program can
+  neither fork nor leave its process group, that reaches every process it
+  could have started.
+
+What the parent reads back is bounded before anything is built from it: a
+frame is at most ``file_size_mb`` + 1 MiB (``_Sandbox._pop_frame``); the
+judges bound what they decode further (``grading.py``).
+
+Namespaces mode (used when ``unshare`` works, detected at the first call):
+the harness runs under ``unshare --pid --fork --kill-child --net --ipc --uts
+--mount --mount-proc`` (plus ``--user --map-root-user`` under a non-root
+parent), sees only its own processes and has no network interface.  Before
+any program code runs it pivots into a minimal root: a read-only tmpfs with
+read-only binds of ``/usr``, ``/bin``, ``/lib*``, the interpreter's prefixes
+and executable, its own ``/proc``, five device nodes (null, zero, full,
+random, urandom) and a size-limited writable tmpfs ``/tmp`` that is its
+working directory.  No home, project checkout, data set, ``/etc``,
+``/dev/shm`` or host socket is in it.  Under a root parent it then switches
+to its own uid (the program never holds the host's root identity; no user
+namespace is created).
+
+Plain mode (no namespaces): no PID, network or mount isolation.  The seccomp
+filter still blocks sockets, signals to other processes and process creation.
+Where the kernel has Landlock (Linux 5.13+; ``sandbox_lockdown.landlock``) the harness
+restricts file access before any program code runs: read and execute only
+below the system's program directories and the interpreter's prefixes and
+executable, the five device nodes, and everything in the private working
+directory; nothing else can be opened, listed or created (a warning is
+logged at detection when Landlock is missing).  Under a root parent the
+program runs as its sandbox's own uid: it cannot read root-only files, open
+any socket or signal other processes; without Landlock it *can* read
+world-readable files (datasets included, if world-readable) and write
+world-writable places (``/tmp``; such files outlive the verdict, and a later
+sandbox given the same uid can read them).  The sandbox interpreter must be
+readable by that uid (see ``CREDO_SANDBOX_PYTHON``).  Under a non-root parent
+the program has the parent's uid: it can read and write everything that user
+can (within Landlock's limits where the kernel has it), and shares that user's process limit with the trainer and every other
+sandbox (a program parking threads can make a concurrent one fail).  Plain
+mode never runs untrusted code as root.
+
+Not a container.  No mode limits the kernel attack surface beyond the
+seccomp list above.  Math workers are not sandboxed: they get an
+address-space limit, die with their parent, and use math-verify's LaTeX
+extraction only (``ExprExtractionConfig`` would feed text to sympy's
+``eval``-based ``parse_expr``).  For RL at scale, run the whole training job
+inside a container or VM as well.
+
+Environment variables
+=====================
+``CREDO_SANDBOX``: ``auto`` (default: namespaces if they work, else plain with
+a logged warning), ``namespaces`` (refuse to run without them) or ``plain``.
+``CREDO_SANDBOX_PYTHON``: interpreter for sandboxed programs (default
+``sys.executable``).
+
+Linux only (x86-64 and aarch64 seccomp tables).
+
+Not here: the test schemas and the comparisons of outputs (``grading.py``),
+the code that runs inside the sandbox (see above), math grading
+(``verifier.py``, ``mathpool.py``).  Imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import marshal
+import math
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Self
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_UID_BASE = 1 << 30  # sandbox uids under a root parent; see _UidPool
+SANDBOX_UID_SLOTS = 1024
+_HERE = Path(os.path.abspath(__file__)).parent  # where the child's files are (fixed at import)
+
+
+# ---------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the program): set-up, start-up, config."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one sandboxed program run.
+
+    ``memory_mb`` bounds the address space; ``processes`` is
+    ``RLIMIT_NPROC`` (threads count; the program never runs as uid 0, and
+    under a root parent each sandbox has a uid of its own, see the module
+    docstring); ``file_size_mb`` bounds every file written and the captured
+    stdout of one test; ``open_files`` is ``RLIMIT_NOFILE``; ``tmpfs_mb``
+    sizes the private working directory in namespaces mode; the interpreter
+    must start and the harness be ready within ``startup_grace_s``, which is
+    not counted in any test's time.
+    """
+
+    memory_mb: int = 2048
+    processes: int = 64
+    file_size_mb: int = 64
+    open_files: int = 256
+    tmpfs_mb: int = 64
+    startup_grace_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("memory_mb", "processes", "file_size_mb", "open_files", "tmpfs_mb"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"SandboxLimits.{name} must be a positive int, got {value!r}")
+        if not self.startup_grace_s > 0:
+            raise ValueError("SandboxLimits.startup_grace_s must be positive")
+
+
+
+
+def sandbox_mode() -> str:
+    """The isolation mode in use: ``"namespaces"`` or ``"plain"``.
+
+    Detected (by running a probe program) on first use and cached; see the
+    ``CREDO_SANDBOX`` environment variable in the module docstring.
+    """
+    return sandbox_config().mode
+
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """Validated tests: what the child gets and how the parent judges.
+
+    ``request`` goes to the sandbox and never contains expected outputs.
+    After the ready frame the child sends ``phases`` frames; frame ``i`` is
+    accepted when ``judge(i, tag, payload)`` is true.  ``setup_phases``
+    counts the phases that are not tests (``call``: loading the module).
+    """
+
+    request: dict
+    phases: int
+    setup_phases: int
+    judge: Callable[[int, bytes, bytes], bool]
+
+
+# ---------------------------------------------------------------------------
+# Configuration: mode and interpreter, detected once
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SandboxConfig:
+    """How sandbox children are started: mode and interpreter."""
+
+    mode: str  # "namespaces" or "plain"
+    python: str
+    unshare: str | None = None
+
+
+_CONFIG: _SandboxConfig | None = None
+_CONFIG_LOCK = threading.Lock()
+
+
+def sandbox_config() -> _SandboxConfig:
+    """The cached sandbox configuration, detected on first use."""
+    global _CONFIG
+    with _CONFIG_LOCK:
+        if _CONFIG is None:
+            _CONFIG = _detect_sandbox_config()
+        return _CONFIG
+
+
+def _forget_sandbox_config() -> None:
+    """Drop the cached configuration (tests use this after changing env vars)."""
+    global _CONFIG
+    with _CONFIG_LOCK:
+        _CONFIG = None
+
+
+def _detect_sandbox_config() -> _SandboxConfig:
+    """Pick namespaces or plain mode by probing; see ``CREDO_SANDBOX``."""
+    if not sys.platform.startswith("linux"):
+        raise SandboxError("the code sandbox needs Linux")
+    wanted = os.environ.get("CREDO_SANDBOX", "auto")
+    if wanted not in ("auto", "namespaces", "plain"):
+        raise ValueError(f"CREDO_SANDBOX must be auto, namespaces or plain, not {wanted!r}")
+    python = os.environ.get("CREDO_SANDBOX_PYTHON") or sys.executable
+    if wanted != "plain":
+        unshare = shutil.which("unshare")
+        problem = "the unshare command is not installed"
+        if unshare is not None:
+            candidate = _SandboxConfig("namespaces", python, unshare=unshare)
+            problem = _probe(candidate)
+            if problem is None:
+                return candidate
+        if wanted == "namespaces":
+            raise SandboxError(f"CREDO_SANDBOX=namespaces but namespaces do not work: {problem}")
+        logger.warning("code sandbox: namespaces unavailable (%s); using plain mode "
+                       "(no PID, network or file-system isolation)", problem)
+    if _landlock_abi() < 1:
+        logger.warning("code sandbox: plain mode without Landlock (Linux 5.13+): programs "
+                       "can read world-readable files and write world-writable places")
+    candidate = _SandboxConfig("plain", python)
+    problem = _probe(candidate)
+    if problem is not None:
+        hint = " (as root the sandbox runs as an unprivileged uid, which must be able to run "
+        hint += f"{python}; set CREDO_SANDBOX_PYTHON)" if os.geteuid() == 0 else ""
+        raise SandboxError(f"the plain code sandbox does not work: {problem}{hint}")
+    return candidate
+
+
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0 without Landlock); the plain-mode
+    harness restricts file access with it (see ``sandbox_lockdown.landlock``)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    landlock_create_ruleset, version_flag = 444, 1
+    return max(0, libc.syscall(landlock_create_ruleset, None, ctypes.c_size_t(0),
+                               ctypes.c_uint32(version_flag)))
+
+
+def _probe(config: _SandboxConfig) -> str | None:
+    """Run a known program under ``config``; ``None`` if it works, else why."""
+    spec = TestSpec({"kind": "stdio", "inputs": [b"probe\n"]}, 1, 0,
+                    lambda index, tag, payload: (tag, payload) == (b"O", b"eborp\n"))
+    try:
+        passed = run_tests(config, "print(input()[::-1])", spec, 30.0, 30.0,
+                            SandboxLimits(), capture_stderr=True)
+    except SandboxError as error:
+        return str(error)
+    return None if passed else "the probe program did not produce its output"
+
+
+# ---------------------------------------------------------------------------
+# Running one sandbox
+# ---------------------------------------------------------------------------
+
+_FRAME_HEADER = 9  # one tag byte, then the payload length as 8 big-endian bytes
+
+
+def run_tests(
+    config: _SandboxConfig,
+    program: str,
+    spec: TestSpec,
+    timeout_s: float,
+    budget_s: float,
+    limits: SandboxLimits,
+    capture_stderr: bool = False,
+) -> bool:
+    """Run ``program`` on ``spec`` in a sandbox and judge the frames it sends."""
+    request = dict(spec.request, program=program, namespaces=config.mode == "namespaces",
+                   limits=_child_limits(limits, budget_s))
+    if spec.request["kind"] == "assert":
+        request["script"] = _child_script()
+    with _Sandbox(config, request, limits, capture_stderr) as sandbox:
+        _wait_until_ready(sandbox, limits.startup_grace_s)
+        end = time.monotonic() + budget_s
+        for index in range(spec.phases):
+            frame = sandbox.next_frame(min(time.monotonic() + timeout_s, end))
+            if frame is None or not spec.judge(index, *frame):
+                return False
+        return True
+
+
+def _wait_until_ready(sandbox: _Sandbox, grace_s: float) -> None:
+    """Wait for the harness's ready frame; raise SandboxError if it fails.
+
+    Only frames sent before the ready frame can raise: until then no program
+    code has run, so a program cannot make the parent raise.
+    """
+    frame = sandbox.next_frame(time.monotonic() + grace_s)
+    if frame is None:
+        raise SandboxError("the sandbox did not become ready within "
+                           f"{grace_s:.1f} s{sandbox.diagnostics()}")
+    tag, payload = frame
+    if tag == b"F":
+        raise SandboxError(f"sandbox set-up failed: {payload.decode(errors='replace')}")
+    if tag != b"R":
+        raise SandboxError(f"unexpected first frame {tag!r} from the sandbox")
+
+
+def _child_limits(limits: SandboxLimits, budget_s: float) -> dict:
+    """Resource limits as the child harness applies them (bytes, seconds)."""
+    return {
+        "memory": limits.memory_mb << 20,
+        "cpu_s": math.ceil(limits.startup_grace_s + budget_s) + 1,
+        "processes": limits.processes,
+        "file_size": limits.file_size_mb << 20,
+        "open_files": limits.open_files,
+        "tmpfs": limits.tmpfs_mb << 20,
+    }
+
+
+class _Sandbox:
+    """One sandboxed child: started on enter, killed (whole group) on exit."""
+
+    def __init__(self, config: _SandboxConfig, request: dict, limits: SandboxLimits,
+                 capture_stderr: bool) -> None:
+        self.config = config
+        self.request = request
+        self.max_payload = (limits.file_size_mb << 20) + (1 << 20)
+        self.capture_stderr = capture_stderr
+        self.proc: subprocess.Popen | None = None
+        self.uid: int | None = None  # this sandbox's own uid (root parent only)
+        self.workdir: str | None = None
+        self.stderr_file = None
+        self.buffer = bytearray()
+        self.eof = False
+
+    def __enter__(self) -> Self:
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self) -> None:
+        namespaces = self.config.mode == "namespaces"
+        if os.geteuid() == 0:
+            self.uid = _SANDBOX_UIDS.acquire()
+        cwd = "/" if namespaces else self._make_workdir()
+        home = "/tmp" if namespaces else cwd
+        command = [self.config.python, "-I", "-c", _child_script(), _sandbox_tag(), "harness"]
+        identity, switch_to = {}, None
+        if namespaces:
+            command = _namespace_command(self.config.unshare, as_root=self.uid is not None) + command
+            switch_to = self.uid  # the harness switches after building the mount namespace
+        elif self.uid is not None:
+            identity = {"user": self.uid, "group": self.uid, "extra_groups": []}
+        if self.capture_stderr:
+            self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
+        with tempfile.TemporaryFile() as request_file:
+            request_file.write(marshal.dumps(dict(self.request, uid=switch_to)))
+            request_file.seek(0)
+            try:
+                self.proc = subprocess.Popen(
+                    command, stdin=request_file, stdout=subprocess.PIPE,
+                    stderr=self.stderr_file or subprocess.DEVNULL, cwd=cwd,
+                    env=_scrubbed_environment(home), start_new_session=True,
+                    close_fds=True, **identity,
+                )
+            except OSError as error:
+                raise SandboxError(f"cannot start the sandbox: {error}") from None
+
+    def _make_workdir(self) -> str:
+        """Private ``base/work`` directory; ``base`` stays owned by the parent
+        (traverse-only: ``work``'s absolute path, the program's ``TMPDIR``,
+        must resolve for the program's uid)."""
+        self.workdir = tempfile.mkdtemp(prefix="credo-sandbox-")
+        os.chmod(self.workdir, 0o711)
+        work = os.path.join(self.workdir, "work")
+        os.mkdir(work, 0o700)
+        if self.uid is not None:
+            os.chown(work, self.uid, self.uid)
+        return work
+
+    def next_frame(self, deadline: float) -> tuple[bytes, bytes] | None:
+        """The next complete frame, or ``None`` on EOF, deadline or garbage."""
+        while True:
+            frame = self._pop_frame()
+            if frame is not None or self.eof:
+                return frame if frame is not False else None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._read(remaining):
+                return None
+
+    def _pop_frame(self) -> tuple[bytes, bytes] | None | bool:
+        """Take one frame off the buffer; ``False`` if the stream is bad."""
+        if len(self.buffer) < _FRAME_HEADER:
+            return None
+        length = int.from_bytes(self.buffer[1:_FRAME_HEADER], "big")
+        if length > self.max_payload:
+            self.eof = True
+            return False
+        end = _FRAME_HEADER + length
+        if len(self.buffer) < end:
+            return None
+        frame = (bytes(self.buffer[:1]), bytes(self.buffer[_FRAME_HEADER:end]))
+        del self.buffer[:end]
+        return frame
+
+    def _read(self, timeout: float) -> bool:
+        """Read what arrives within ``timeout``; False on timeout or EOF."""
+        stream = self.proc.stdout
+        readable, _, _ = select.select([stream], [], [], timeout)
+        if not readable:
+            return False
+        chunk = os.read(stream.fileno(), 1 << 20)
+        if not chunk:
+            self.eof = True
+            return True
+        self.buffer += chunk
+        return True
+
+    def diagnostics(self) -> str:
+        """Captured stderr of the child (probe runs only), for error messages."""
+        if self.stderr_file is None or self.proc is None:
+            return ""
+        self._stop()
+        self.stderr_file.seek(0)
+        text = self.stderr_file.read()[-2000:].decode(errors="replace").strip()
+        return f": {text}" if text else ""
+
+    def _stop(self) -> None:
+        """Kill every process of the sandbox, then reap the child (once).
+
+        Processes below the leader die first, deepest first, each reaped by
+        its own parent (the assert harness ignores SIGCHLD; ``unshare`` waits
+        for the namespace's init, whose death makes the kernel kill and reap
+        the rest of the namespace).  Killing the whole group at once would
+        orphan them as zombies for the host's PID 1, and a PID 1 that never
+        reaps (a container without an init) would collect them.
+        """
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        for pid in reversed(_descendants(self.proc.pid)):
+            _kill_and_wait(pid)
+        _kill_group(self.proc)  # before reaping: the pgid cannot be reused yet
+        _reap(self.proc)
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop()
+        if self.proc is not None:
+            self.proc.stdout.close()
+        if self.stderr_file is not None:
+            self.stderr_file.close()
+        if self.workdir is not None:
+            _remove_tree(self.workdir)
+        if self.uid is not None:
+            _SANDBOX_UIDS.release(self.uid)  # every process of the sandbox is dead
+            self.uid = None
+
+
+def _namespace_command(unshare: str, as_root: bool) -> list[str]:
+    """The ``unshare`` prefix of a namespaces-mode child.
+
+    Under a root parent no user namespace is made: the harness builds its
+    mount namespace as root, then switches to its own unprivileged uid.
+    Otherwise a user namespace maps the parent's uid to root inside it.
+    """
+    user = [] if as_root else ["--user", "--map-root-user"]
+    return [unshare, *user, "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
+            "--mount", "--mount-proc"]
+
+
+class _UidPool:
+    """Distinct host uids for the concurrent sandboxes of this process.
+
+    Under a root parent every sandbox runs as a uid of its own, so that
+    ``RLIMIT_NPROC`` counts only its own threads (one program cannot use up a
+    limit a concurrent program needs) and no sandbox can signal or read the
+    files of another.  The range is ``SANDBOX_UID_BASE + (pid mod 2**20) *
+    SANDBOX_UID_SLOTS + slot``: processes of one host get disjoint ranges
+    unless their pids agree modulo 2**20.  A uid is reused only after every
+    process of its previous sandbox is dead.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.taken: set[int] = set()
+
+    def acquire(self) -> int:
+        with self.lock:
+            free = next((slot for slot in range(SANDBOX_UID_SLOTS) if slot not in self.taken), None)
+            if free is None:
+                raise SandboxError(f"more than {SANDBOX_UID_SLOTS} concurrent sandboxes")
+            self.taken.add(free)
+        return SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * SANDBOX_UID_SLOTS + free
+
+    def release(self, uid: int) -> None:
+        with self.lock:
+            self.taken.discard((uid - SANDBOX_UID_BASE) % SANDBOX_UID_SLOTS)
+
+
+_SANDBOX_UIDS = _UidPool()
+
+
+def _sandbox_tag() -> str:
+    """argv[1] of every sandbox process: names the parent that owns it.
+
+    >>> _sandbox_tag() == f"credo-sandbox:{os.getpid()}"
+    True
+    """
+    return f"credo-sandbox:{os.getpid()}"
+
+
+def _scrubbed_environment(home: str) -> dict:
+    """The only environment variables a sandboxed program sees."""
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", **threads}
+
+
+def _descendants(pid: int) -> list[int]:
+    """Processes below ``pid``, parents before children (empty if the kernel
+    does not list children: then the group kill alone ends the sandbox)."""
+    found, queue = [], [pid]
+    while queue:
+        parent = queue.pop(0)
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as listing:
+                children = [int(child) for child in listing.read().split()]
+        except OSError:
+            children = []
+        found += children
+        queue += children
+    return found
+
+
+def _kill_and_wait(pid: int, timeout_s: float = 1.0) -> None:
+    """SIGKILL ``pid`` and wait (bounded) until its parent has reaped it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group led by ``proc`` (before it is reaped)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Wait for a killed child so that no zombie is left behind."""
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        logger.warning("process %d did not exit 10 s after SIGKILL", proc.pid)
+
+
+def _remove_tree(path: str) -> None:
+    """Delete a sandbox work directory, whatever permissions the program set."""
+
+    def make_writable_and_retry(function, failed_path, _exc_info):
+        os.chmod(os.path.dirname(failed_path), 0o700)
+        if os.path.isdir(failed_path) and not os.path.islink(failed_path):
+            os.chmod(failed_path, 0o700)
+        function(failed_path)
+
+    shutil.rmtree(path, onerror=make_writable_and_retry)
+
+
+
+
+# ---------------------------------------------------------------------------
+# The child's script (read as text, never imported)
+# ---------------------------------------------------------------------------
+
+# The child-side modules spliced into sandbox_child.py's text, each in place of
+# its one ``from MODULE import ...`` line; none of them imports a module of ours.
+_SPLICED_MODULES = ("sandbox_lockdown", "typed_json")
+_CHILD_SCRIPT: str | None = None
+
+
+def _child_script() -> str:
+    """Source of the sandbox child program (read once from sandbox_child.py)."""
+    global _CHILD_SCRIPT
+    if _CHILD_SCRIPT is None:
+        _CHILD_SCRIPT = _assemble_child_script(_HERE)
+    return _CHILD_SCRIPT
+
+
+def _assemble_child_script(directory: Path) -> str:
+    """``sandbox_child.py`` with each spliced module's text in place of its import line."""
+    script = (directory / "sandbox_child.py").read_text()
+    for name in _SPLICED_MODULES:
+        lines = re.findall(rf"^from {name} import (?:[\w, ]+|\([\w,\s]+\))$", script, flags=re.MULTILINE)
+        if len(lines) != 1:
+            raise SandboxError(f"sandbox_child.py must have exactly one 'from {name} import' "
+                               f"statement, found {len(lines)}")
+        script = script.replace(lines[0], (directory / f"{name}.py").read_text())
+    return script

@@ -1,0 +1,133 @@
+"""Shared by test_verifier.py, test_sandbox.py and test_mathpool.py: the isolation
+modes (conftest.py makes them the fixtures ``mode`` and ``any_mode``), the
+leftover check, and the programs and tests they grade.
+
+Every attack must score False and finish within its time bound + 2 s.  The
+suites run in every isolation mode available on the machine (namespaces;
+plain, when a plain sandbox can be started), with the guarantees that hold in
+that mode.
+"""
+
+import glob
+import os
+import shutil
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import sandbox
+import verifier
+
+ROOT = Path(__file__).resolve().parent.parent
+SLACK_S = 2.0
+ATTACK_TIMEOUT_S = 1.0
+
+# A distinctive expected value: no attack can hit it by coincidence.
+X, EXPECTED = 1234567, 2469134
+STDIO = {"kind": "stdio", "inputs": [f"{X}\n"], "outputs": [f"{EXPECTED}\n"]}
+CALL = {"kind": "call", "fn_name": "double", "inputs": [[X]], "outputs": [EXPECTED]}
+ASSERT = {
+    "kind": "assert",
+    "entry_point": "double",
+    "test": f"def check(candidate):\n    assert candidate({X}) == {EXPECTED}\n",
+}
+TESTS = {"stdio": STDIO, "call": CALL, "assert": ASSERT}
+PHASES = {"stdio": 1, "call": 2, "assert": 1}  # call: module load + one test
+
+# Appended to every attack: stdio runs print double(input); call/assert runs
+# have /dev/null as stdin, so main() returns at once.
+STDIO_MAIN = """
+def _main():
+    try:
+        value = int(input())
+    except Exception:
+        return
+    print(double(value))
+
+_main()
+"""
+
+
+def completion(source: str) -> str:
+    """A completion whose answer segment holds ``source`` as a python block."""
+    body = textwrap.dedent(source).strip()
+    return f"Here is my solution.\n```python\n{body}\n```\n<analysis>sure</analysis> <confidence>0.9</confidence>"
+
+
+def attack(source: str) -> str:
+    return completion(textwrap.dedent(source) + STDIO_MAIN)
+
+
+# ---------------------------------------------------------------------------
+# Isolation modes
+# ---------------------------------------------------------------------------
+
+
+def _plain_config():
+    """A plain-mode config this machine can run, or None."""
+    root = os.geteuid() == 0
+    python = "/usr/bin/python3" if root else sys.executable
+    if not os.path.exists(python):
+        return None
+    config = sandbox._SandboxConfig("plain", python)
+    return config if sandbox._probe(config) is None else None
+
+
+_MODES = {}
+
+
+def _namespaces_config():
+    """The namespaces-mode config, or None where user namespaces do not work."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    config = sandbox._SandboxConfig("namespaces", sys.executable, unshare=unshare)
+    return config if sandbox._probe(config) is None else None
+
+
+def _mode_config(name):
+    if name not in _MODES:
+        _MODES[name] = _namespaces_config() if name == "namespaces" else _plain_config()
+    return _MODES[name]
+
+
+OWN_SANDBOX_TAG = f"credo-sandbox:{os.getpid()}\0".encode()
+
+
+def _sandbox_processes():
+    """Live processes of sandboxes started by this test process."""
+    found = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            if OWN_SANDBOX_TAG in Path(path).read_bytes():
+                found.append(path)
+        except OSError:
+            pass
+    return found
+
+
+def run_attack(kind, source, limits=None, timeout_s=ATTACK_TIMEOUT_S):
+    """Verify ``source`` on the kind's tests; return (verdict, elapsed, bound)."""
+    start = time.monotonic()
+    verdict = verifier.verify_code(attack(source), TESTS[kind], timeout_s=timeout_s, limits=limits)
+    return verdict, time.monotonic() - start, timeout_s * PHASES[kind]
+
+
+def assert_defeated(kind, source, **kwargs):
+    verdict, elapsed, bound = run_attack(kind, source, **kwargs)
+    assert verdict is False
+    assert elapsed < bound + SLACK_S, f"took {elapsed:.2f} s, bound {bound} s"
+
+
+# ---------------------------------------------------------------------------
+# Correct programs, and the kinds of tests
+# ---------------------------------------------------------------------------
+
+CORRECT = {
+    "stdio": "print(int(input()) * 2)",
+    "call": "def double(x):\n    return 2 * x",
+    "assert": "def double(x):\n    return x + x",
+}
+
+KINDS = ["stdio", "call", "assert"]

@@ -1,0 +1,94 @@
+"""mathpool.py: the math worker pool's behaviour (order, reuse, threads, deadlines,
+killing and replacing workers, shutdown, warm-up), driven through verifier.py."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sandbox_cases import SLACK_S
+
+import mathpool
+import verifier
+
+pytestmark = pytest.mark.usefixtures("no_leftovers", "close_math_pool")
+
+
+def test_verify_math_batch_keeps_order_and_reuses_pool():
+    pairs = [(rf"\boxed{{{i}}}", str(i if i % 3 else i + 1)) for i in range(12)]
+    first = verifier.verify_math_batch(pairs, workers=2, progress=True)
+    pids = sorted(worker.proc.pid for worker in mathpool._POOL.workers)
+    second = verifier.verify_math_batch(pairs, workers=2)
+    assert first == second == [i % 3 != 0 for i in range(12)]
+    assert sorted(worker.proc.pid for worker in mathpool._POOL.workers) == pids
+
+
+def test_verify_math_works_off_the_main_thread():
+    results = []
+    thread = threading.Thread(target=lambda: results.append(verifier.verify_math(r"\boxed{4}", "4")))
+    thread.start()
+    thread.join(60)
+    assert results == [True]
+
+
+def test_power_tower_returns_within_bound():
+    start = time.monotonic()
+    verdicts = verifier.verify_math_batch(
+        [(r"\boxed{2^{2^{2^{2^{2^{2}}}}}}", "5"), (r"\boxed{9^{9^{9^{9^{9}}}}}", "5")],
+        workers=2, timeout_s=3.0,
+    )
+    assert verdicts == [False, False]
+    assert time.monotonic() - start < 3.0 + SLACK_S
+
+
+def test_stuck_worker_is_killed_and_replaced():
+    verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1)
+    old_pid = mathpool._POOL.workers[0].proc.pid
+    start = time.monotonic()
+    # math-verify's alarms are whole seconds (1 s here); the parent's 0.5 s wall clock fires first.
+    assert verifier.verify_math_batch([(r"\boxed{2^{2^{2^{2^{2^{2}}}}}}", "5")], timeout_s=0.5) == [False]
+    assert time.monotonic() - start < 0.5 + SLACK_S
+    assert mathpool._POOL.workers[0].proc.pid != old_pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(old_pid, 0)
+    assert verifier.verify_math_batch([(r"\boxed{7}", "7")]) == [True]
+
+
+def test_close_stops_workers_and_pool_restarts():
+    verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=2)
+    pids = [worker.proc.pid for worker in mathpool._POOL.workers]
+    verifier.close()
+    assert mathpool._POOL is None
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert verifier.verify_math(r"\boxed{1}", "1") is True
+
+
+def test_math_worker_warms_up_before_ready():
+    """The first grade (sympy, the LaTeX parser, math-verify's regex caches) happens before
+    the worker says ready, so a cold start never eats an item's alarm budget."""
+    code = ("import os, sys, verifier\n"
+            "assert verifier._math_worker_main(os.getppid()) == 0\n"
+            "from math_verify.parser import lazy_latex_regex\n"
+            "sys.stderr.write(str(lazy_latex_regex.cache_info().currsize))\n")
+    done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
+                          cwd=Path(verifier.__file__).parent, timeout=300, check=True)
+    assert done.stdout == b'{"ready": true}\n'
+    assert int(done.stderr.decode().strip().splitlines()[-1]) > 0
+
+
+def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
+    """A worker (this is what `python verifier.py --math-worker PID` runs) grades with
+    math-verify and the standard library only: no torch, no code that runs in a sandbox."""
+    code = ("import os, sys, verifier\n"
+            "assert verifier._math_worker_main(os.getppid()) == 0\n"
+            "heavy = ('torch', 'transformers', 'vllm', 'sandbox_child', 'sandbox_lockdown')\n"
+            "sys.stderr.write(repr(sorted(name for name in heavy if name in sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code], input=b"", capture_output=True,
+                          cwd=Path(verifier.__file__).parent, timeout=300, check=True)
+    assert done.stdout == b'{"ready": true}\n'
+    assert done.stderr.decode().strip().splitlines()[-1] == "[]"
