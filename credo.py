@@ -144,11 +144,13 @@ def reported_confidence(rollouts: list[ro.Rollout], plan: ConfidencePlan, tokeni
 
 def outcomes(rollouts: list[ro.Rollout], questions: list[dict], cfg: dict, plan: ConfidencePlan, tokenizer) -> Outcomes:
     """a_i from the verifier (math-verify in killable workers; code in the sandbox, verify_workers
-    at once, verify_timeout_s per test), on the text after any thinking block; F_i and the slot
-    from the segments; the reports sampled as text."""
+    at once, verify_timeout_s per test) on each answer segment (after any thinking block, cut
+    by the rule that splits the tokens); F_i and the slot from the segments; the reports
+    sampled as text."""
     group = cfg["group_size"]
     references = [questions[i // group]["answer" if cfg["domain"] == "math" else "tests"] for i in range(len(rollouts))]
-    verdicts = verifier.grade([ro.after_thinking(r.text) for r in rollouts], references, cfg["domain"],
+    answers = [ro.answer_text(ro.after_thinking(r.text), plan.segments) for r in rollouts]    # what is graded
+    verdicts = verifier.grade(answers, references, cfg["domain"],
                               workers=cfg["verify_workers"], timeout_s=cfg["verify_timeout_s"])
     return Outcomes(correct=torch.tensor(verdicts, dtype=torch.float32),                              # [N]
                     fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),                       # [N]

@@ -140,9 +140,10 @@ def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperatur
                                        ro.parse_segments(tokenizer, s.token_ids, cfg["channel"], ro.ANSWER_MARKERS[domain]),
                                        s.logprobs, s.slot_repaired)
                             for i, s in enumerate(samples)]
+                answers = [ro.answer_text(ro.after_thinking(r.text), cfg["channel"]) for r in rollouts]
                 references = [rows[i // per_problem]["answer" if domain == "math" else "tests"] for i in range(len(rollouts))]
-                correct = [int(v) for v in verifier.grade([ro.after_thinking(r.text) for r in rollouts], references, domain,
-                                                          workers=workers, timeout_s=cfg["verify_timeout_s"])]
+                correct = [int(v) for v in verifier.grade(answers, references, domain, workers=workers,
+                                                          timeout_s=cfg["verify_timeout_s"])]
                 # per source: c of each rollout, and whether close_slot ended its slot at the tag
                 if ckpt.channel == "readout":
                     sources = {"readout": (_or_none(pol.readouts(policy, rollouts, budget, packed)),

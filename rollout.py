@@ -229,6 +229,29 @@ def after_thinking(text: str) -> str:
     return "" if start is None else text[start:]
 
 
+def find_answer_end(text: str, channel: str, start: int = 0) -> int:
+    """Where the answer segment of `text` (from `start`) ends: at the first `<analysis>`, or
+    (no-analysis variant) at the first `<confidence>`; -1 when that tag is missing. The one
+    definition of the answer segment: parse_segments splits tokens by it and answer_text
+    hands the verifier the text it grades.
+
+    >>> find_answer_end("x = 4 <analysis>x</analysis>", "readout"), find_answer_end("no tags", "verbalized")
+    (6, -1)
+    """
+    return text.find(CONF_OPEN if channel == "readout_noanalysis" else ANALYSIS_OPEN, start)
+
+
+def answer_text(text: str, channel: str) -> str:
+    """The answer segment of a completion's text after its thinking block (after_thinking): what
+    the verifier grades; the whole text when the tag that ends it is missing.
+
+    >>> answer_text("x = 4 <analysis>maybe 5</analysis>", "readout")
+    'x = 4 '
+    """
+    end = find_answer_end(text, channel)
+    return text if end < 0 else text[:end]
+
+
 @dataclass
 class Segments:
     """Token-index spans of one completion (half-open, indices into completion ids).
@@ -284,9 +307,7 @@ def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_ma
     if start is None:                                 # still thinking: nothing after the block
         return Segments(n, n, n, None, None, False, False, False)
 
-    # Where the answer ends: at <analysis>, or (no-analysis variant) at <confidence>.
-    answer_stop_tag = ANALYSIS_OPEN if uses_analysis else CONF_OPEN
-    answer_stop = text.find(answer_stop_tag, start)
+    answer_stop = find_answer_end(text, channel, start)
     if answer_stop < 0:
         has_answer = answer_marker in text[start:]
         return Segments(n, n, n, None, None, False, has_answer, False)

@@ -81,6 +81,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import mathpool
+from rollout import answer_text
 from grading import json_normalize, parse_call_tests, parse_tests
 from mathpool import close
 from sandbox import (
@@ -120,7 +121,6 @@ _MATH_WORKER_COMMAND = (sys.executable, os.path.abspath(__file__), "--math-worke
 # Parsing completions
 # ---------------------------------------------------------------------------
 
-_ANALYSIS_TAG = "<analysis>"
 _BOXED_MACRO = re.compile(r"\\boxed(?![A-Za-z])")
 _BARE_BOXED_TOKEN = re.compile(r"[^\s$]+")
 _BOX_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
@@ -130,19 +130,18 @@ _PYTHON_BLOCK = re.compile(
 
 
 def answer_segment(completion: str) -> str:
-    """Return the part of a completion that holds the answer.
-
-    Completions end with ``<analysis>...</analysis> <confidence>...``; the
-    answer is everything before the first ``<analysis>`` (the whole text when
-    there is none).
+    """Return the part of a completion that holds the answer: everything before the first
+    ``<analysis>`` (the whole text when there is none), by rollout.answer_text, the one
+    definition of the answer segment. The loop passes answers already cut (on the channel's
+    own rule); cutting again here keeps a caller that passes a whole completion from being
+    graded on a ``\\boxed`` or a program inside its analysis.
 
     >>> answer_segment("x = \\\\boxed{4} <analysis>maybe 5</analysis>")
     'x = \\\\boxed{4} '
     >>> answer_segment("no tags")
     'no tags'
     """
-    head, _, _ = completion.partition(_ANALYSIS_TAG)
-    return head
+    return answer_text(completion, "readout")
 
 
 def extract_boxed(text: str) -> str | None:
