@@ -8,14 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pytest
 
 import curves
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+plt = curves.pyplot()                                     # matplotlib's pyplot on the Agg backend
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
