@@ -119,6 +119,13 @@ def run_labels(run_dirs: list[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(d) for d in run_dirs]
 
 
+def step_axes(ax, title: str) -> None:
+    """Title, a grid and an x axis of whole steps."""
+    ax.set(title=title, xlabel="step")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+
+
 def note(ax, text: str) -> None:
     """What a panel does not show, in its top left corner over the curves."""
     ax.text(0.03, 0.97, text, transform=ax.transAxes, ha="left", va="top", fontsize=7, color="0.25",
@@ -138,8 +145,7 @@ def draw_metric(ax, key: str, title: str, runs: list[tuple[str, list[dict], Path
         ax.plot(steps[finite], moving_average(values[finite], window), color=f"C{color}", lw=1.4, label=label)
         if not finite.all():
             gaps.append(f"{label}: {int((~finite).sum())} non-finite steps left out")
-    ax.set(title=title, xlabel="step")
-    ax.grid(alpha=0.3)
+    step_axes(ax, title)
     if len(lacking) == len(runs):
         lacking = ["any run"]
     if lacking or gaps:
@@ -155,8 +161,8 @@ def draw_time_split(ax, label: str, records: list[dict], path, window: int) -> N
     else:
         seconds = np.stack([moving_average(v, window) for _, v in columns])   # [4, n]
         ax.stackplot(steps, seconds, colors=PHASE_COLORS, alpha=0.8)
-    ax.set(title=f"step time: {label}", xlabel="step", ylabel="seconds")
-    ax.grid(alpha=0.3)
+    step_axes(ax, f"step time: {label}")
+    ax.set_ylabel("seconds")
 
 
 def draw_legends(plt, ax, labels: list[str]) -> None:
