@@ -25,7 +25,8 @@ from pathlib import Path
 import yaml
 
 from data import EVAL_SETS
-from rollout import DOMAINS, cuts_at_slot, reads_at_slot
+from engine import cuts_at_slot, reads_at_slot
+from rollout import DOMAINS
 
 ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = ROOT / "configs"

@@ -64,6 +64,7 @@ import runlog
 import verifier
 from checkpoint import restore_state, save_checkpoint
 from config import ConfidencePlan
+from engine import make_engine
 from policy import Batch, Policy
 
 
@@ -380,7 +381,7 @@ def train(cfg: dict) -> Path:
     # It is built before any state is restored: vLLM re-seeds the global RNGs on start-up.
     # Each rank has its own (TP = 1), built from the full model before it is sharded.
     engine_dir = run_dir if not world.distributed else run_dir / "engine" / f"rank_{world.rank:05d}"
-    engine = ro.make_engine(cfg, policy.model, policy.tokenizer, str(resume or cfg["model"]), engine_dir, policy.dtype)
+    engine = make_engine(cfg, policy.model, policy.tokenizer, str(resume or cfg["model"]), engine_dir, policy.dtype)
     policy.model = parallel.shard_model(policy.model, world, policy.dtype)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]),
                                   eps=cfg["adam_eps"], weight_decay=cfg["weight_decay"])

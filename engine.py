@@ -1,0 +1,347 @@
+"""Generation engines: vLLM in process (the trainer's colocated engine) and transformers'
+`generate` on the trainer's own model (for machines without vLLM).
+
+Both share one interface: `generate(prompts, group_size, seed)` returns `G` samples per
+prompt, contiguous (row q*G + i), with every sampling parameter set explicitly (never from
+generation_config.json) and each ended exactly at `<confidence>` where the run reads its
+confidence there (rollout.close_slot); `push_weights(model)` copies the trainer's weights
+into the engine in memory; `sleep()` frees the GPU during the update.
+
+Holds: where a rollout stops (`reads_at_slot`, `stop_strings`), the sampling settings,
+per-rollout seeds, the engines and `make_engine`. Does not hold: prompts and segments
+(rollout.py). vLLM and transformers are imported when an engine is built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rollout import CONF_CLOSE, CONF_OPEN, PrefixLengths, close_slot, decode, repaired_tokens, through_slot, tokens_covering
+
+
+@dataclass
+class Sample:
+    """One generated completion as an engine returns it."""
+
+    token_ids: list[int]
+    logprobs: list[float]          # log pi(token) under the engine's weights, raw (T = 1, no top-k), of
+                                   # each sampled token: the slot_repaired last ones have none
+    finish_reason: str             # "stop" or "length"
+    slot_repaired: int = 0         # trailing tokens close_slot wrote in place of the last sampled one
+
+
+def closed_sample(tokenizer, token_ids: list[int], logprobs: list[float], finish_reason: str,
+                  stop: list[str], cut: bool = False) -> Sample:
+    """An engine's sample, ended exactly at `<confidence>` (close_slot) when the engine stops
+    there, or cut right after the tag (through_slot, `cut`: cuts_at_slot). Where generation
+    goes on past the tag (a sampled numeral or slot token) the text after it is the sample
+    itself and is left as it is."""
+    if cut:
+        kept, repaired = through_slot(tokenizer, token_ids)
+    elif CONF_OPEN in stop:
+        kept = close_slot(tokenizer, token_ids)
+        repaired = repaired_tokens(token_ids, kept)
+    else:
+        return Sample(token_ids, logprobs, finish_reason)
+    reason = finish_reason if kept == token_ids else "stop"
+    return Sample(kept, logprobs[: len(kept) - repaired], reason, repaired)
+
+
+def reads_at_slot(cfg: dict) -> bool:
+    """Whether rollouts end at the slot, where the confidence is read from the logits: the
+    readout channels, and the digit-expectation emission of `app:decompose` (`method: credo`
+    on the verbalized prompt, `confidence: digit_exp`); not when the slot token itself is
+    sampled (`conf_train: sampled`)."""
+    if cfg.get("conf_train") == "sampled":
+        return False
+    return cfg["channel"].startswith("readout") or (cfg.get("method") == "credo" and cfg.get("confidence") == "digit_exp")
+
+
+def cuts_at_slot(cfg: dict) -> bool:
+    """With thinking on, a rollout that ends at the slot is cut there by the engine after
+    generation (through_slot) instead of stopped by the string `<confidence>`: a reasoning
+    trace may mention the tag, and the stop string would end the rollout inside it."""
+    return reads_at_slot(cfg) and bool(cfg.get("enable_thinking"))
+
+
+def stop_strings(cfg: dict) -> list[str]:
+    """Where a rollout stops (besides EOS and the length budget).
+
+    * at `<confidence>`, kept in the output, when it ends at the slot (reads_at_slot) and
+      thinking is off (with thinking on it is cut there afterwards, cuts_at_slot);
+    * after `</confidence>` when the slot token itself is sampled and scored by the
+      reward (`conf_train: sampled`, the "readout + reward only" arm);
+    * nowhere else on the verbalized channel: the numeral is sampled as text.
+    """
+    if cfg.get("conf_train") == "sampled":
+        return [CONF_CLOSE]
+    if reads_at_slot(cfg) and not cuts_at_slot(cfg):
+        return [CONF_OPEN]
+    return []
+
+
+def sampling_settings(cfg: dict) -> dict:
+    """Every sampling parameter, explicit: nothing may come from generation_config.json."""
+    stop = stop_strings(cfg)
+    return {
+        "temperature": float(cfg["temperature"]),
+        "top_k": int(cfg["top_k"]),
+        "top_p": float(cfg["top_p"]),
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "max_tokens": int(cfg["max_completion_tokens"]),
+        "stop": stop,
+    }
+
+
+def rollout_seed(step_seed: int, row: int) -> int:
+    """A distinct, reproducible sampling seed for each rollout row of a step."""
+    return (step_seed * 1_000_003 + row) % (2**31 - 1)
+
+
+class VLLMEngine:
+    """vLLM in this process: weights pushed in memory, prefix cache reset after each push.
+
+    Each rollout is its own request with its own seed (rollout_seed), so a step's
+    samples are reproducible and a resumed run draws the same ones; the shared
+    prompt of a group is computed once thanks to the prefix cache.
+    """
+
+    def __init__(self, model_dir: str, tokenizer_dir: str, cfg: dict, dtype: str):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM, SamplingParams
+
+        max_model_len = int(cfg["max_prompt_tokens"] + cfg["max_completion_tokens"])
+        if torch.cuda.is_available():
+            platform = {"gpu_memory_utilization": float(cfg["vllm_gpu_memory_utilization"])}
+        else:
+            platform = {
+                # The KV cache must be sized explicitly (vLLM measures NUMA node 0, not the machine).
+                "kv_cache_memory_bytes": int(cfg["vllm_cpu_kv_cache_gb"] * 2**30),
+                # A seeded request whose prompt is prefilled in chunks gets its generator rewound,
+                # which CPU generators cannot do ("CPU Generator does not use offset"): prefill
+                # whole prompts only.
+                "enable_chunked_prefill": False,
+                "max_num_batched_tokens": max(max_model_len, 8192),
+            }
+
+        # Colocated with the trainer: under torchrun every rank runs its own engine (TP = 1) on
+        # its own GPU. vLLM then joins the job's process group instead of creating one
+        # ("external_launcher": each rank is a TP group of one, on cuda:LOCAL_RANK).
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1
+        if distributed:
+            platform["distributed_executor_backend"] = "external_launcher"
+            platform["tensor_parallel_size"] = 1
+        # Sleep mode frees the engine's GPU memory during the update; vLLM implements it with
+        # CUDA's virtual-memory allocator only. On CPU the engine stays resident (sleep/wake_up
+        # are no-ops there, on purpose: there is no device memory to hand back).
+        self.sleep_mode = torch.cuda.is_available()
+        if self.sleep_mode:
+            platform["enable_sleep_mode"] = True
+        self._asleep: set[str] = set()   # tags ("weights", "kv_cache") currently released
+
+        self._params = SamplingParams
+        self.settings, self.cut_at_slot = sampling_settings(cfg), cuts_at_slot(cfg)
+        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(dtype, dtype)
+        self.llm = LLM(
+            model=model_dir,
+            tokenizer=tokenizer_dir,
+            dtype=dtype,
+            seed=int(cfg["seed"]),
+            max_model_len=max_model_len,
+            enable_prefix_caching=True,
+            enforce_eager=bool(cfg["vllm_enforce_eager"]),
+            generation_config="vllm",   # explicit SamplingParams are never merged with the file's values
+            disable_log_stats=True,
+            **platform,
+        )
+        self.tokenizer = self.llm.get_tokenizer()     # the one that decodes its samples, reserved tokens included
+
+    def _sampling(self, seed: int, **extra):
+        return self._params(
+            n=1, seed=seed, logprobs=0, skip_special_tokens=False, spaces_between_special_tokens=False,
+            include_stop_str_in_output=True, ignore_eos=False, min_tokens=0, detokenize=True,
+            **{**self.settings, **extra},
+        )
+
+    def generate(self, prompts: list[list[int]], group_size: int, seed: int) -> list[Sample]:
+        requests, params = [], []
+        for q, prompt in enumerate(prompts):
+            for i in range(group_size):
+                requests.append({"prompt_token_ids": list(prompt)})
+                params.append(self._sampling(rollout_seed(seed, q * group_size + i)))
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        samples = []
+        for out in outputs:
+            gen = out.outputs[0]
+            ids = list(gen.token_ids)
+            logprobs = [entry[tok].logprob for tok, entry in zip(ids, gen.logprobs)]
+            reason = "length" if gen.finish_reason == "length" else "stop"
+            samples.append(closed_sample(self.tokenizer, ids, logprobs, reason, self.settings["stop"], self.cut_at_slot))
+        return samples
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """log pi(token_k | tokens_<k) for k >= 1 of each sequence (prompt log-probs)."""
+        params = self._sampling(0, max_tokens=1, prompt_logprobs=0, stop=[])
+        outputs = self.llm.generate([{"prompt_token_ids": list(s)} for s in sequences], [params] * len(sequences), use_tqdm=False)
+        return [[entry[tok].logprob for tok, entry in zip(seq[1:], out.prompt_logprobs[1:])] for seq, out in zip(sequences, outputs)]
+
+    def push_weights(self, model) -> None:
+        """Copy the trainer's parameters into the engine's model (no disk round trip).
+
+        vLLM's in-place reload takes checkpoint-format (HF) names, fuses them
+        (q/k/v -> qkv_proj, ...) and re-runs the backend's post-load processing
+        (the CPU backend repacks linear weights, so a bare `load_weights` on
+        the live model fails). Cached KV blocks were computed by the old
+        weights: the prefix cache is reset after every push."""
+        self.wake_up(("weights",))                    # the KV cache stays released until the push is done
+
+        def full_weights():
+            """(HF name, full tensor in the engine's dtype), one parameter at a time in module
+            order (layer by layer). A sharded (FSDP2 DTensor) parameter is all-gathered: a
+            collective, so every rank pushes into its own engine in the same order."""
+            from torch.distributed.tensor import DTensor
+
+            for name, param in model.named_parameters():
+                tensor = param.detach()
+                if isinstance(tensor, DTensor):
+                    tensor = tensor.full_tensor()
+                yield name, tensor.to(self.dtype)
+
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(), "is_checkpoint_format": True})
+        self.wake_up(("kv_cache",))
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight push")
+
+    def sleep(self) -> None:
+        """Release the GPU for the update (sleep level 1: weights copied to host memory, KV
+        cache dropped). No-op on CPU, where vLLM has no sleep mode."""
+        if self.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = {"weights", "kv_cache"}
+
+    def wake_up(self, tags=("weights", "kv_cache")) -> None:
+        """Re-allocate what sleep released, for the given tags (weights first, so a push
+        does not need room for the KV cache too). No-op when awake or on CPU."""
+        wanted = [tag for tag in tags if tag in self._asleep]
+        if wanted:
+
+            torch.cuda.empty_cache()   # blocks the update freed but torch's allocator still holds
+            self.llm.wake_up(tags=wanted)
+            self._asleep -= set(wanted)
+
+    def close(self) -> None:
+        self.wake_up()
+        del self.llm
+
+
+class HFEngine:
+    """transformers `generate` on the trainer's own model object (so a push is free).
+
+    Same interface as VLLMEngine, for machines without vLLM; much slower."""
+
+    def __init__(self, model, tokenizer, cfg: dict, dtype=None):
+
+        self.model, self.tokenizer, self.settings = model, tokenizer, sampling_settings(cfg)
+        self.cut_at_slot = cuts_at_slot(cfg)
+        self.dtype = dtype or torch.float32
+
+    def generate(self, prompts: list[list[int]], group_size: int, seed: int) -> list[Sample]:
+        from transformers import GenerationConfig
+
+        s = self.settings
+        config = GenerationConfig(
+            do_sample=True, temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"],
+            repetition_penalty=s["repetition_penalty"], max_new_tokens=s["max_tokens"],
+            stop_strings=s["stop"] or None, eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id, num_return_sequences=1, use_cache=True,
+            output_logits=True, return_dict_in_generate=True,
+        )
+        rows = [p for p in prompts for _ in range(group_size)]
+        width = max(len(p) for p in rows)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=self.model.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=self.model.device)
+        # transformers fills every unset field from the checkpoint's generation_config.json
+        # (Qwen3 ships temperature 0.6, top-k 20, top-p 0.95): hide it for the call.
+        was_training, checkpoint_defaults = self.model.training, self.model.generation_config
+        self.model.eval()
+        self.model.generation_config = GenerationConfig()
+        torch.manual_seed(seed)
+        try:
+            with torch.no_grad(), torch.autocast(self.model.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                          tokenizer=self.tokenizer)
+        finally:
+            self.model.generation_config = checkpoint_defaults
+            self.model.train(was_training)
+        generated = out.sequences[:, width:].tolist()
+        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)          # [N, steps, V] raw
+        samples = []
+        for i, ids in enumerate(generated):
+            ids, reason = self._trim(ids)
+            lp = logprobs[i, torch.arange(len(ids)), torch.tensor(ids, dtype=torch.long)].tolist() if ids else []
+            samples.append(closed_sample(self.tokenizer, ids, lp, reason, s["stop"], self.cut_at_slot))
+        return samples
+
+    def _trim(self, ids: list[int]) -> tuple[list[int], str]:
+        """Cut a padded generation at its EOS or the end of its stop string."""
+        eos = self.tokenizer.eos_token_id
+        if eos in ids:
+            return ids[: ids.index(eos) + 1], "stop"
+        for stop in self.settings["stop"]:
+            text = decode(self.tokenizer, ids)
+            at = text.find(stop)
+            if at >= 0:
+                k = tokens_covering(PrefixLengths(self.tokenizer, ids), at + len(stop))
+                return ids[:k], "stop"
+        return ids, "length"
+
+    def push_weights(self, model) -> None:
+        """Nothing to copy when the engine generates with the trainer's own model object (also
+        when it is sharded with FSDP2: generate then keeps the ranks in step, `synced_gpus`)."""
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
+
+    def sleep(self) -> None:
+        """No-op: the engine is the trainer's model and has no memory of its own."""
+
+    def wake_up(self, tags=("weights", "kv_cache")) -> None:
+        """No-op (see sleep)."""
+
+    def close(self) -> None:
+        pass
+
+
+def make_engine(cfg: dict, model, tokenizer, model_dir: str, run_dir, dtype) -> VLLMEngine | HFEngine:
+    """The configured engine, holding the trainer's current weights, computing in `dtype`
+    (a torch dtype: bf16 or fp32; the trainer's fp32 weights are cast on the push)."""
+    if cfg["engine"] == "hf":
+        return HFEngine(model, tokenizer, cfg, dtype)
+    tokenizer_dir = Path(run_dir) / "tokenizer"
+    tokenizer.save_pretrained(tokenizer_dir)          # the engine must see the reserved tokens
+    model.config.save_pretrained(tokenizer_dir)       # vLLM reads a config.json beside the tokenizer
+    source = model_dir
+    rows_on_disk = _vocab_rows(model_dir)
+    if rows_on_disk != model.get_input_embeddings().weight.shape[0]:
+        # The embedding matrix grew (no spare rows): vLLM must load a matrix of the new shape.
+        source = str(Path(run_dir) / "engine_init")
+        model.save_pretrained(source, safe_serialization=True)
+    engine = VLLMEngine(str(source), str(tokenizer_dir), cfg, {"torch.bfloat16": "bfloat16", "torch.float32": "float32"}[str(dtype)])
+    engine.push_weights(model)                        # e.g. the freshly initialised reserved rows
+    return engine
+
+
+def _vocab_rows(model_dir: str) -> int:
+    """Rows of the embedding matrix as stored at `model_dir` (local or hub id)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    return int(getattr(config, "vocab_size", None) or config.get_text_config().vocab_size)
