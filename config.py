@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +73,20 @@ def _read_config_file(path: Path) -> dict:
     return merged
 
 
+# What other trainers call some keys (TRL, verl, OpenRLHF): named in the error, never accepted.
+KEY_ALIASES = {"learning_rate": "lr", "num_generations": "group_size", "n_samples_per_prompt": "group_size",
+               "rollout_n": "group_size", "batch_size": "per_device_batch_size", "train_batch_size": "per_device_batch_size",
+               "gradient_accumulation_steps": "grad_accum", "max_grad_norm_clip": "max_grad_norm", "epsilon": "clip_eps",
+               "beta_kl": "kl_coef", "kl_beta": "kl_coef", "max_new_tokens": "max_completion_tokens",
+               "max_prompt_length": "max_prompt_tokens", "max_completion_length": "max_completion_tokens",
+               "model_name_or_path": "model", "dataset": "train_data", "output_dir": "out_dir", "num_train_epochs": "epochs"}
+
+
 def _check_keys(cfg: dict, schema: dict, where: str) -> None:
     for key in cfg:
         if key not in schema:
-            near = difflib.get_close_matches(key, schema, n=3, cutoff=0.5)
+            near = [KEY_ALIASES[key]] if KEY_ALIASES.get(key) in schema else []
+            near += [k for k in difflib.get_close_matches(key, schema, n=3, cutoff=0.5) if k not in near]
             hint = f"; did you mean {' or '.join(near)}?" if near else ""
             raise KeyError(f"unknown config key {key!r} in {where}{hint} (valid keys are listed in configs/base.yaml)")
 
@@ -83,7 +94,7 @@ def _check_keys(cfg: dict, schema: dict, where: str) -> None:
 def parse_override(item: str) -> tuple[str, object]:
     """`key=value` with the value parsed as YAML (`lr=1e-5`, `resume=null`, `engine=hf`)."""
     if "=" not in item:
-        raise ValueError(f"override {item!r} is not of the form key=value")
+        raise ValueError(f"override {item!r} is not of the form key=value (e.g. lr=1e-5; `bash run.sh list` shows the configs)")
     key, value = item.split("=", 1)
     return key.strip(), yaml.safe_load(value)
 
@@ -414,3 +425,38 @@ def list_configs() -> str:
             lines.append(f"{'':<18}   -> {where}")
     lines.append(f"\ntables ({TABLES_FILE.relative_to(ROOT)}): {', '.join(tables)}; `bash run.sh table <name>` prints their commands")
     return "\n".join(lines)
+
+
+# ============================================================================================
+# Bad input on the command line: one line that names the problem and the fix.
+# ============================================================================================
+
+# What a mistake in a config name, a key, a value or a path raises while a command reads its
+# input (before any work starts): the CLIs print these as one line (a traceback with --debug).
+INPUT_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError)
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def check_model_source(model: str, key: str = "model") -> None:
+    """A model is a local directory with a config.json, or a hub id `org/name` (fetched on
+    first use); anything else is refused here instead of deep inside the hub client.
+
+    >>> check_model_source("Qwen/Qwen3-1.7B")
+    >>> check_model_source("/nonexistent")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: model=/nonexistent: no such directory, and not a hub id (org/name)
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{key}={model}: the directory has no config.json (not a saved model or checkpoint)")
+        return
+    if model.startswith(("/", ".", "~")) or not _HUB_ID.fullmatch(model):
+        raise FileNotFoundError(f"{key}={model}: no such directory, and not a hub id (org/name)")
+
+
+def one_line(error: BaseException) -> str:
+    """An input error as the one line a CLI prints (KeyError's message without its quotes)."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return f"{message} (--debug shows the traceback)"

@@ -450,20 +450,28 @@ def training_problems(cfg: dict, plan: ConfidencePlan, tokenizer, world: paralle
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return
-    if argv[0] == "--list":
-        print(config.list_configs())
-        return
-    if argv[0] == "--table":
-        if len(argv) != 2:
-            raise SystemExit(f"usage: credo.py --table <name>; tables: {', '.join(config.load_tables())}")
-        print(config.table_commands(argv[1]))
-        return
-    dry_run = "--dry-run" in argv
-    args = [a for a in argv if a != "--dry-run"]
-    cfg = config.load_config(args[0], args[1:])
+    try:                                    # bad input: one line naming the problem (a traceback with --debug)
+        if argv[0] == "--list":
+            print(config.list_configs())
+            return
+        if argv[0] == "--table":
+            if len(argv) != 2:
+                raise ValueError(f"usage: credo.py --table <name>; tables: {', '.join(config.load_tables())}")
+            print(config.table_commands(argv[1]))
+            return
+        dry_run = "--dry-run" in argv
+        args = [a for a in argv if a != "--dry-run"]
+        cfg = config.load_config(args[0], args[1:])
+        config.check_model_source(str(cfg["resume"] or cfg["model"]), "resume" if cfg["resume"] else "model")
+    except config.INPUT_ERRORS as error:
+        if debug:
+            raise
+        sys.exit(f"credo: {config.one_line(error)}")
     if dry_run:
         print(yaml.safe_dump(cfg, sort_keys=False), end="")
         print(f"# run directory: {config.run_dir_of(cfg)}")
