@@ -395,12 +395,6 @@ def serve_command(ckpt: str, host: str = "127.0.0.1", port: int = 8000, extra: l
     return command + list(extra)
 
 
-def serve_environment() -> dict:
-    """The server runs its engine in a process of its own: V1 multiprocessing on (run.sh turns
-    it off for the trainer's in-process engine)."""
-    return {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-
-
 # --- Command line ----------------------------------------------------------------------------------
 
 
@@ -440,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "serve":
-            os.execve(sys.executable, serve_command(args.ckpt, args.host, args.port, extra), serve_environment())
+            os.execv(sys.executable, serve_command(args.ckpt, args.host, args.port, extra))
         if extra:
             raise ClientError(f"unknown arguments {extra}; see `python client.py ask --help`")
         client = open_client(args.ckpt, args.server, args.timeout, channel=args.channel, domain=args.domain,
