@@ -4,25 +4,20 @@
     python client.py ask --server http://127.0.0.1:8000 --ckpt <ckpt> "What is 2 + 3?"
     python client.py serve <ckpt> [--port N] [--host H] [extra vllm serve args]  # vLLM's server
 
-One protocol, two transports. The protocol (`Client.ask`):
-1. generate from the prompt's token ids (rollout.build_prompt_ids with the checkpoint's
-   channel and domain); a readout checkpoint stops at `<confidence>` (rollout.stop_strings);
-2. close the slot (rollout.close_slot, or through_slot with thinking on) and find the
-   segments on token ids (rollout.parse_segments);
-3. readout channels: c = sigmoid(z_H - z_L) at the slot (`eq:readout`), read as
-   sigmoid(log p(<CONF_HIGH>) - log p(<CONF_LOW>)) - both log-probs share the softmax
-   normaliser - from the prompt log-probs of `prompt + completion + [reserved token]`;
-   verbalized channel: the parsed numeral, and `eq:digitexp` from the prompt log-probs of
-   `... <confidence>` + "0" / "1" and `... <confidence>0.` + each digit (losses.digit_expectation
-   renormalises each candidate set, so log-probs serve as logits).
+One protocol (`Client.ask`), two transports (README "Confidence at inference"):
+1. generate from the prompt's token ids (rollout.build_prompt_ids); a readout checkpoint
+   stops at `<confidence>` (rollout.stop_strings);
+2. close the slot (rollout.close_slot; through_slot with thinking on), find the segments;
+3. readout channels: c = sigmoid(z_H - z_L) at the slot (`eq:readout`), as sigmoid(log p(H) -
+   log p(L)) (one softmax normaliser) from the prompt log-probs of `prompt + completion + [H]`
+   and `... + [L]`; verbalized channel: the parsed numeral, and `eq:digitexp` from the prompt
+   log-probs of `... <confidence>` + "0"/"1" and `... <confidence>0.` + each digit
+   (losses.digit_expectation renormalises each set, so log-probs serve as logits).
 A completion that never reaches the slot gets `c = None` and a reason, never a number.
-
-Transports: `ServerTransport` talks to `vllm serve` (OpenAI-compatible `/v1/completions`,
-token-id prompts, `return_token_ids`, `prompt_logprobs`) through urllib; `LocalTransport`
-drives a `vllm.LLM` in this process (rollout.VLLMEngine). vLLM computes prompt log-probs
-from the raw logits, before temperature or top-k (and with logprobs_mode=raw_logits they are
-logits: differences are unchanged), and a request with prompt log-probs never reads the prefix
-cache, so both transports compute c the same way.
+`ServerTransport` talks to `vllm serve` (`/v1/completions` with token-id prompts,
+`return_token_ids`, `prompt_logprobs`) through urllib; `LocalTransport` drives a vllm.LLM in
+this process (rollout.VLLMEngine). Prompt log-probs come from the raw logits (no temperature,
+no top-k) and never read the prefix cache, so both compute c alike.
 
 Not here: training (credo.py), evaluation over data sets and metrics (eval.py), verification of
 the answer (verifier.py).
@@ -232,7 +227,7 @@ def missing_slot_reason(text: str, finish_reason: str, max_tokens: int, channel:
     """Why a completion has no slot to read, in the order a reader would check.
 
     >>> missing_slot_reason("x = 1 \\\\boxed{1}", "stop", 64, "readout")
-    'the completion has no <analysis> tag: it ended before the uncertainty analysis that precedes <confidence>'
+    'the completion never reaches <confidence>: it has no <analysis> (the analysis that precedes the slot)'
     """
     body = ro.after_thinking(text)
     if ro.segments_start(text) is None:
@@ -240,8 +235,7 @@ def missing_slot_reason(text: str, finish_reason: str, max_tokens: int, channel:
     elif finish_reason == "length":
         why = f"it reached the {max_tokens}-token limit first (raise --max-tokens)"
     elif channel != "readout_noanalysis" and ro.ANALYSIS_OPEN not in body:
-        return ("the completion has no <analysis> tag: it ended before the uncertainty analysis that precedes "
-                "<confidence>")
+        why = "it has no <analysis> (the analysis that precedes the slot)"
     elif channel != "readout_noanalysis" and ro.ANALYSIS_CLOSE not in body:
         why = "its <analysis> is never closed"
     else:
