@@ -1,7 +1,10 @@
-"""Checkpoints of a run: what `runs/<name>/ckpt/step_N/` holds and how a run resumes from it.
+"""Checkpoints of a run: what `runs/<name>/ckpt/step_N/` holds, how a run resumes from it,
+and how a long run survives preemption.
 
+    resume = resume_point(cfg, run_dir)          # resume=<ckpt> | auto | null; refuses to clobber a run
     ckpt = save_checkpoint(run_dir, step, policy, optimizer, cursor, cfg, world)
     step, cursor = restore_state(ckpt, optimizer, policy.model, world)
+    guard = PreemptionGuard()                    # SIGTERM / SIGINT: finish the step, checkpoint, exit
 
 A checkpoint is HF safetensors weights + tokenizer (what eval.py and vLLM load), the resolved
 config, the step and data position, AdamW's state and every RNG stream, so that a resumed
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import torch
@@ -86,3 +90,74 @@ def latest_checkpoint(run_dir: Path) -> Path:
     if not steps:
         raise FileNotFoundError(f"{run_dir} is a run directory without a finished checkpoint under ckpt/")
     return steps[-1]
+
+
+def run_in(run_dir: Path) -> str | None:
+    """What a run directory already holds (logged steps, checkpoints), or None when it holds no run."""
+    metrics = Path(run_dir) / "metrics.jsonl"
+    steps = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+    ckpts = sorted((Path(run_dir) / "ckpt").glob("step_*[0-9]"))
+    if not steps and not ckpts:
+        return None
+    return f"{steps} logged steps" + (f", last checkpoint {ckpts[-1].name}" if ckpts else ", no checkpoint")
+
+
+def resume_point(cfg: dict, run_dir: Path) -> Path | None:
+    """The checkpoint a run continues from: resume=<ckpt dir>; resume=auto, the newest complete
+    checkpoint of run_dir (None: start fresh); resume=null, None, and a run already in run_dir
+    is refused (FileExistsError naming the ways out) unless overwrite=true."""
+    if cfg["resume"] == "auto":
+        ckpts = sorted((Path(run_dir) / "ckpt").glob("step_*[0-9]"))
+        return ckpts[-1] if ckpts else None
+    if cfg["resume"]:
+        ckpt = Path(cfg["resume"])
+        if not (ckpt / "trainer_state.json").exists():
+            raise FileNotFoundError(f"resume={ckpt}: not a complete checkpoint (no trainer_state.json); "
+                                    f"resume=auto takes the run's newest")
+        return ckpt
+    held = run_in(run_dir)
+    if held and not cfg["overwrite"]:
+        raise FileExistsError(f"{run_dir} already holds a run ({held}): add resume=auto to continue it, "
+                              f"run_name=<new name> to start another, or overwrite=true to replace it")
+    return None
+
+
+def clear_run(run_dir: Path) -> None:
+    """Remove a previous run's logs, rollouts and checkpoints (overwrite=true)."""
+    for name in ("metrics.jsonl", "rollouts", "ckpt", "tensorboard", "wandb"):
+        path = Path(run_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+class Preempted(SystemExit):
+    """A run stopped by SIGTERM/SIGINT after checkpointing; exits with 128 + the signal number."""
+
+
+class PreemptionGuard:
+    """SIGTERM and SIGINT (a cluster's preemption, Ctrl-C) ask the loop to stop after the step
+    in flight instead of killing it; a second SIGINT interrupts at once. `requested(world)` is
+    collective: every rank stops at the same step."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+        print(f"\n[credo] {signal.Signals(signum).name}: stopping after this step (a checkpoint follows)", flush=True)
+
+    def requested(self, world: parallel.World) -> int | None:
+        """The signal some rank received (the same answer on every rank), or None."""
+        got = parallel.all_reduce({"signal": float(self.received or 0)}, world, "max")["signal"]
+        return int(got) or None
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

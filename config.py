@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import importlib.util
 import re
 import shlex
 from dataclasses import dataclass
@@ -123,7 +124,9 @@ def _coerce(key: str, value, default):
 BY_DOMAIN = "by_domain"   # a value of base.yaml filled from the domain file, configs/<domain>.yaml
 # Overrides that do not change what is trained, left out of the default run name.
 _NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
-                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing")
+                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "overwrite", "report_to",
+                       "wandb_project", "wandb_mode")
+REPORTERS = ("jsonl", "tensorboard", "wandb")
 
 
 def _domain_profile(domain: str) -> dict:
@@ -219,6 +222,14 @@ def validate_config(cfg: dict) -> None:
     if cfg["conf_train"] == "head" and (method == "credo" or not readout_channel):
         raise ValueError("conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
                          "CREDO's readout drives its own rewards and is regressed directly")
+    unknown = [name for name in reporters(cfg) if name not in REPORTERS]
+    if unknown:
+        raise ValueError(f"report_to={cfg['report_to']!r}: unknown {unknown}; choose from {REPORTERS} (comma-separated)")
+    for name, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+        if name in reporters(cfg) and importlib.util.find_spec(package) is None:
+            raise ValueError(f"report_to={name} needs the {package} package: pip install {package} (or drop it from report_to)")
+    if cfg["wandb_mode"] not in ("auto", "online", "offline"):
+        raise ValueError(f"wandb_mode={cfg['wandb_mode']!r} is not supported; choose one of ('auto', 'online', 'offline')")
     if cfg["kl_coef"] != 0:
         raise ValueError("kl_coef must be 0: the paper trains without a KL term and this loop has no reference model")
     if cfg["train_data"] is None:
@@ -333,9 +344,16 @@ def packing_enabled(cfg: dict) -> bool:
     return cfg["pack_sequences"] != "false"
 
 
+def reporters(cfg: dict) -> list[str]:
+    """The step loggers of report_to (`jsonl,wandb` or a YAML list); jsonl is always one."""
+    names = cfg["report_to"] if isinstance(cfg["report_to"], list) else str(cfg["report_to"] or "").split(",")
+    return list(dict.fromkeys(["jsonl", *(name.strip() for name in names if name.strip())]))
+
+
 def run_dir_of(cfg: dict) -> Path:
-    """runs/<run_name>, by default <config name>-s<seed>; a resumed run keeps its checkpoint's."""
-    if cfg["resume"]:
+    """runs/<run_name>, by default <config name>-s<seed>; a run resumed from a checkpoint
+    directory keeps that checkpoint's (resume=auto: the run's own)."""
+    if cfg["resume"] and cfg["resume"] != "auto":
         return Path(cfg["resume"]).parent.parent
     return Path(cfg["out_dir"]) / (cfg["run_name"] or f"{cfg['config_name']}-s{cfg['seed']}")
 
@@ -433,7 +451,7 @@ def list_configs() -> str:
 
 # What a mistake in a config name, a key, a value or a path raises while a command reads its
 # input (before any work starts): the CLIs print these as one line (a traceback with --debug).
-INPUT_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError)
+INPUT_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError, FileExistsError)
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 

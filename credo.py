@@ -43,6 +43,7 @@ Simplifications, on purpose (read them before forking):
 from __future__ import annotations
 
 import random
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -62,7 +63,7 @@ import policy as pol
 import rollout as ro
 import runlog
 import verifier
-from checkpoint import restore_state, save_checkpoint
+from checkpoint import Preempted, PreemptionGuard, clear_run, restore_state, resume_point, save_checkpoint
 from config import ConfidencePlan
 from engine import make_engine
 from policy import Batch, Policy
@@ -355,9 +356,12 @@ def train(cfg: dict) -> Path:
     parallel.check_world(cfg, world)
     parallel.main_print(world, f"[credo] world size {world.world_size}", flush=True)
     plan = config.confidence_plan(cfg)
-    resume = Path(cfg["resume"]) if cfg["resume"] else None
     run_dir = config.run_dir_of(cfg)
+    resume = resume_point(cfg, run_dir)          # None: a fresh run (refused where a run already is)
+    parallel.barrier(world)                      # every rank has looked before rank 0 clears anything
     if world.is_main:
+        if resume is None:
+            clear_run(run_dir)                   # overwrite=true, or what resume=auto found no checkpoint of
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         data.prepare_on_first_use(cfg["train_data"])    # the paper's split, downloaded on first use
@@ -388,11 +392,13 @@ def train(cfg: dict) -> Path:
     start_step = 0
     if resume:
         start_step, stream.cursor = restore_state(resume, optimizer, policy.model, world)
-    log = runlog.RunLog(run_dir, world, cfg["save_rollouts"], resumed_at=start_step if resume else None)
+    log = runlog.RunLog(run_dir, world, cfg, resumed_at=start_step if resume else None)
+    guard = PreemptionGuard()                                            # SIGTERM/SIGINT: stop after a step
     rank_cfg = {**cfg, "seed": parallel.rank_seed(cfg["seed"], world)}   # this rank's rollout seeds
 
     bar = tqdm(range(start_step, total_steps), initial=start_step, total=total_steps, desc="credo", dynamic_ncols=True,
                disable=not world.is_main)
+    stop = None
     for step in bar:
         timings = {}
         # 1-2. rollouts and their segments: this rank's whole groups of the step's questions
@@ -430,9 +436,18 @@ def train(cfg: dict) -> Path:
         if record is not None:
             bar.set_postfix(reward=f"{record['reward_ans']:.2f}", acc=f"{record['acc']:.2f}",
                             c="-" if record["mean_c"] is None else f"{record['mean_c']:.2f}")
-        if (step + 1) % cfg["save_every"] == 0 or step + 1 == total_steps:
-            save_checkpoint(run_dir, step + 1, policy, optimizer, stream.cursor, cfg, world)
+        stop = guard.requested(world)                                    # collective: every rank agrees
+        if (step + 1) % cfg["save_every"] == 0 or step + 1 == total_steps or stop:
+            ckpt = save_checkpoint(run_dir, step + 1, policy, optimizer, stream.cursor, cfg, world)
+        if stop:
+            break
+    guard.restore()
+    log.close()
     engine.close()
+    if stop:
+        parallel.main_print(world, f"[credo] {signal.Signals(stop).name}: stopped after step {step + 1} of {total_steps}; "
+                                   f"checkpoint {ckpt}. Continue with the same command and resume=auto.", flush=True)
+        raise Preempted(128 + stop)
     return run_dir
 
 
@@ -467,7 +482,9 @@ def main(argv: list[str] | None = None) -> None:
         dry_run = "--dry-run" in argv
         args = [a for a in argv if a != "--dry-run"]
         cfg = config.load_config(args[0], args[1:])
-        config.check_model_source(str(cfg["resume"] or cfg["model"]), "resume" if cfg["resume"] else "model")
+        resume_point(cfg, config.run_dir_of(cfg))    # a run already there: refused unless resumed or overwritten
+        if not cfg["resume"]:
+            config.check_model_source(str(cfg["model"]))
     except config.INPUT_ERRORS as error:
         if debug:
             raise
@@ -479,6 +496,9 @@ def main(argv: list[str] | None = None) -> None:
     world = parallel.init_world()
     try:
         run_dir = train(cfg)
+    except Preempted:
+        parallel.shutdown(world)           # every rank stopped at the same step, after the checkpoint
+        raise
     except BaseException:
         parallel.shutdown(world, wait_for_peers=False)
         raise

@@ -193,14 +193,38 @@ def main(argv: list[str] | None = None) -> None:
                        help='a JSON list of {"label", "path", "channel", "method"}: checkpoints with settings of their own')
     parser.add_argument("--out", default=None, help="default: <run folder>/eval for a training checkpoint")
     parser.add_argument("--no-report", action="store_true", help="write samples.jsonl only (no tables or figures)")
+    parser.add_argument("--debug", action="store_true", help="a traceback instead of one line for bad input")
     args = parser.parse_args(argv)
+    try:                                    # bad input: one line naming the problem (a traceback with --debug)
+        ckpts, out_dir = checkpoints_of(args)
+        for spec in args.sets.split(","):
+            name, domain, path = resolve_set(spec)
+            if not path.exists():
+                raise FileNotFoundError(f"evaluation set {name!r}: {path} does not exist (`bash run.sh prepare` writes "
+                                        f"the paper's sets; a file of your own is name=path.jsonl[:math|:code])")
+    except config.INPUT_ERRORS as error:
+        if args.debug:
+            raise
+        sys.exit(f"eval: {config.one_line(error)}")
+    records = evaluate(ckpts, args.sets.split(","), args.n, args.temperature, args.seed, out_dir, args.engine)
+    if args.no_report:
+        print(f"[eval] {len(records)} records in {out_dir / 'samples.jsonl'}")
+        return
+    sys.exit(report(records, out_dir))
 
+
+def checkpoints_of(args: argparse.Namespace) -> tuple[list[Checkpoint], Path]:
+    """The checkpoints of --ckpt / --plan (each checked to be a model directory or a hub id)
+    and the output directory."""
     ckpts = []
     for entry in json.loads(Path(args.plan).read_text()) if args.plan else []:
+        config.check_model_source(entry["path"], "path")
         ckpts.append(dataclasses.replace(describe_checkpoint(entry["path"], entry.get("channel"), entry.get("method"),
                                                              args.config), label=entry["label"]))
     for entry in args.ckpt.split(",") if args.ckpt else []:
         label, _, path = entry.rpartition("=")
+        if not (Path(path) / "ckpt").is_dir():               # a run directory stands for its latest checkpoint
+            config.check_model_source(path, "--ckpt")
         ckpt = describe_checkpoint(path, args.channel, label or args.method, args.config)
         if ckpt.train_domain is None and args.base_seeds:   # the base model's error bars: evaluation seeds
             ckpts += [dataclasses.replace(ckpt, seed=int(s), label=f"{ckpt.label}/e{s}") for s in args.base_seeds.split(",")]
@@ -212,11 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         out_dir = Path(ckpts[0].path).resolve().parent.parent / "eval"
     else:
         out_dir = ROOT / "runs" / f"eval-{Path(ckpts[0].path).name}"
-    records = evaluate(ckpts, args.sets.split(","), args.n, args.temperature, args.seed, out_dir, args.engine)
-    if args.no_report:
-        print(f"[eval] {len(records)} records in {out_dir / 'samples.jsonl'}")
-        return
-    sys.exit(report(records, out_dir))
+    return ckpts, out_dir
 
 
 def report(records: list[dict], out_dir: Path) -> int:

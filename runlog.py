@@ -8,11 +8,14 @@ metrics.py, the one implementation the evaluation uses too. Does not hold: the l
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import torch
 
+import config
 import metrics
 import parallel
 
@@ -87,18 +90,21 @@ def write_rollouts(path: Path, rollouts, correct, stats) -> None:
 
 
 class RunLog:
-    """The per-step files of a run directory, written by rank 0: metrics.jsonl (one JSON line
-    per step) and, with save_rollouts, rollouts/step_XXXXXX.jsonl."""
+    """The per-step record of a run, written by rank 0: metrics.jsonl (one JSON line per step),
+    with save_rollouts rollouts/step_XXXXXX.jsonl, and the scalars to each other logger of
+    report_to (TensorBoard under <run>/tensorboard, Weights & Biases under <run>/wandb)."""
 
-    def __init__(self, run_dir: Path, world: parallel.World, save_rollouts: bool, resumed_at: int | None = None):
-        self.run_dir, self.world, self.save_rollouts = run_dir, world, save_rollouts
+    def __init__(self, run_dir: Path, world: parallel.World, cfg: dict, resumed_at: int | None = None):
+        self.run_dir, self.world, self.save_rollouts = run_dir, world, cfg["save_rollouts"]
         self.metrics_path = run_dir / "metrics.jsonl"
+        self.sinks = []
         if not world.is_main:
             return
+        self.sinks = [open_sink(name, run_dir, cfg, resumed_at or 0) for name in config.reporters(cfg) if name != "jsonl"]
         if resumed_at is not None and self.metrics_path.exists():   # drop lines a longer, abandoned run wrote past the checkpoint
             kept = [line for line in self.metrics_path.read_text().splitlines() if json.loads(line)["step"] < resumed_at]
             self.metrics_path.write_text("".join(line + "\n" for line in kept))
-        if save_rollouts:
+        if self.save_rollouts:
             (run_dir / "rollouts").mkdir(exist_ok=True)
 
     def step(self, step: int, question_ids: list[str], rollouts, out, stats: dict, logp_gap: float | None,
@@ -122,4 +128,65 @@ class RunLog:
             f.write(json.dumps(record) + "\n")
         if self.save_rollouts:
             write_rollouts(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", all_rollouts, all_correct, all_stats)
+        scalars = {key: value for key, value in record.items() if type(value) in (int, float) and key != "step"}
+        for sink in self.sinks:
+            sink.log(scalars, step)
         return record
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+# --- Other loggers of report_to: imported only when asked -----------------------------------
+
+
+class TensorBoardSink:
+    """Scalars as TensorBoard events under <run>/tensorboard (a resumed run purges the steps it redoes)."""
+
+    def __init__(self, run_dir: Path, resumed_at: int):
+        try:
+            from torch.utils.tensorboard import SummaryWriter   # needs the tensorboard package: only when asked
+        except ImportError as error:
+            raise ValueError(f"report_to=tensorboard needs the tensorboard package (pip install tensorboard): {error}") from None
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resumed_at or None)
+
+    def log(self, scalars: dict, step: int) -> None:
+        for key, value in scalars.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    """Scalars to Weights & Biases, one run per run directory (resumed in place); offline
+    unless asked or logged in (wandb_mode: auto), so it never needs the network."""
+
+    def __init__(self, run_dir: Path, cfg: dict):
+        try:
+            import wandb   # optional: only when asked
+        except ImportError as error:
+            raise ValueError(f"report_to=wandb needs the wandb package (pip install wandb): {error}") from None
+        mode = cfg["wandb_mode"]
+        if mode == "auto":
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+        name = run_dir.name
+        self.run = wandb.init(project=cfg["wandb_project"], name=name, id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
+                              resume="allow", dir=str(run_dir), mode=mode, config=cfg)
+
+    def log(self, scalars: dict, step: int) -> None:
+        self.run.log(scalars, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def open_sink(name: str, run_dir: Path, cfg: dict, resumed_at: int):
+    """The logger `name` of report_to (config.REPORTERS, jsonl excepted)."""
+    if name == "tensorboard":
+        return TensorBoardSink(run_dir, resumed_at)
+    if name == "wandb":
+        return WandbSink(run_dir, cfg)
+    raise ValueError(f"report_to: unknown logger {name!r}; choose from {config.REPORTERS}")
