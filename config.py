@@ -191,6 +191,7 @@ def validate_config(cfg: dict) -> None:
     if isinstance(cfg["pack_sequences"], bool):   # YAML reads `pack_sequences=true` as a boolean
         cfg["pack_sequences"] = str(cfg["pack_sequences"]).lower()
     choices["pack_sequences"] = ("auto", "true", "false")
+    choices["activation_checkpointing"] = ("auto", True, False)
     for key, allowed in choices.items():
         if cfg[key] not in allowed:
             raise ValueError(f"{key}={cfg[key]!r} is not supported; choose one of {allowed}")

@@ -374,8 +374,12 @@ def train(cfg: dict) -> Path:
     # after the engine has its copy (parallel.World.load_device).
     policy = pol.load_policy(str(resume or cfg["model"]), world.load_device, pol.compute_dtype(cfg))
     policy.model.config.use_cache = False
-    if cfg["activation_checkpointing"]:
+    checkpointing, why = parallel.decide_checkpointing(cfg, parallel.shape_of(policy.model.config.to_dict()),
+                                                       world.world_size, parallel.gpu_memory_gib(world))
+    if checkpointing:
         parallel.enable_activation_checkpointing(policy.model)
+    if why:
+        parallel.main_print(world, f"[credo] {why}", flush=True)
     rows, prompts = training_problems(cfg, plan, policy.tokenizer, world)
     stream = QuestionStream(len(rows), cfg["seed"])
     per_step = config.questions_per_step(cfg)             # the whole step's, over all ranks

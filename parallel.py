@@ -357,14 +357,17 @@ CUDA_OVERHEAD_GIB = 3.0        # CUDA context, NCCL buffers, allocator fragmenta
 VLLM_ASLEEP_GIB = 1.0          # what a level-1 sleeping engine keeps on the GPU (CUDA graphs, buffers)
 
 
+def shape_of(config: dict) -> dict:
+    """The architecture numbers the estimate needs, from a model's config (config.json as a dict)."""
+    config = {**config, "head_dim": config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]}
+    return {key: config[key] for key in QWEN3_SHAPES["Qwen/Qwen3-8B"]}
+
+
 def model_shape(model: str) -> dict:
     """The architecture numbers of a local checkpoint (config.json) or of a known Qwen3 id."""
     config_file = Path(model) / "config.json"
     if config_file.exists():
-
-        config = json.loads(config_file.read_text())
-        config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
-        return {key: config[key] for key in QWEN3_SHAPES["Qwen/Qwen3-8B"]}
+        return shape_of(json.loads(config_file.read_text()))
     if model in QWEN3_SHAPES:
         return QWEN3_SHAPES[model]
     raise ValueError(f"no config.json under {model!r} and not a known id ({', '.join(QWEN3_SHAPES)})")
@@ -412,7 +415,7 @@ def estimate_memory(cfg: dict, shape: dict, world_size: int, gpu_gib: float, che
              share of the GPU (vllm_gpu_memory_utilization), which must hold the bf16
              weights (2 P) and the KV cache of at least one full-length sequence.
     """
-    checkpointing = cfg.get("activation_checkpointing", False) if checkpointing is None else checkpointing
+    checkpointing = cfg.get("activation_checkpointing") is True if checkpointing is None else checkpointing
     params, layer_params = parameter_counts(shape)
     root_params = params - shape["num_hidden_layers"] * layer_params
     seq = cfg["max_prompt_tokens"] + cfg["max_completion_tokens"]
@@ -462,6 +465,35 @@ def fit_cell(cfg: dict, shape: dict, world_size: int, gpu_gib: float) -> str:
     return f"no ({peaks})"
 
 
+def decide_checkpointing(cfg: dict, shape: dict, world_size: int, gpu_gib: float | None) -> tuple[bool, str | None]:
+    """activation_checkpointing as set (true/false), or for `auto` on exactly when the update
+    would not fit `gpu_gib` without it (estimate_memory) - never on a CPU (gpu_gib None: no
+    device memory to run out of). Returns (on, the reason to log, or None).
+
+    >>> cfg = config.load_config("math")                     # 1,024 + 8,192 tokens, micro-batches of 2
+    >>> decide_checkpointing(cfg, QWEN3_SHAPES["Qwen/Qwen3-1.7B"], 1, 80.0)[0], decide_checkpointing(cfg, QWEN3_SHAPES["Qwen/Qwen3-1.7B"], 1, None)
+    (True, (False, None))
+    """
+    setting = cfg["activation_checkpointing"]
+    if setting != "auto":
+        return bool(setting), None
+    if gpu_gib is None:
+        return False, None
+    without = estimate_memory(cfg, shape, world_size, gpu_gib, checkpointing=False)
+    if without["update_gib"] <= gpu_gib:                  # the update's peak (a sleeping engine included) fits
+        return False, None
+    with_ = estimate_memory(cfg, shape, world_size, gpu_gib, checkpointing=True)
+    return True, (f"activation checkpointing on (activation_checkpointing=auto): the update needs ~{without['update_gib']:.0f} "
+                  f"GiB per GPU without it, ~{with_['update_gib']:.0f} GiB with it, of {gpu_gib:.0f} GiB")
+
+
+def gpu_memory_gib(world: World) -> float | None:
+    """Total memory of this rank's GPU in GiB; None on a CPU."""
+    if world.device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(world.device).total_memory / GIB
+
+
 def fit_table(cfg: dict, models: list[str], gpus_gib: list[float], world_sizes: list[int]) -> str:
     """A markdown table of what fits where for cfg's sequence budget and micro-batch:
     models x GPU memory (rows) x number of GPUs (columns)."""
@@ -493,7 +525,7 @@ def _fit_cli(argv: list[str]) -> None:
     shape = model_shape(cfg["model"])
     print(f"# {cfg['model']}: sequence budget {cfg['max_prompt_tokens'] + cfg['max_completion_tokens']} tokens, "
           f"micro-batches of {config.micro_batch_budget(cfg)} tokens, "
-          f"activation checkpointing {'on' if cfg['activation_checkpointing'] else 'off'}")
+          f"activation checkpointing {cfg['activation_checkpointing']}")
     for gpu in (24.0, 80.0, 141.0):
         for w in (1, 8, 16):
             est = estimate_memory(cfg, shape, w, gpu)
