@@ -92,6 +92,11 @@ def latest_checkpoint(run_dir: Path) -> Path:
     return steps[-1]
 
 
+def checkpoint_step(ckpt: Path) -> int:
+    """The optimizer steps a checkpoint was written after."""
+    return json.loads((Path(ckpt) / "trainer_state.json").read_text())["step"]
+
+
 def run_in(run_dir: Path) -> str | None:
     """What a run directory already holds (logged steps, checkpoints), or None when it holds no run."""
     metrics = Path(run_dir) / "metrics.jsonl"

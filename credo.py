@@ -63,7 +63,8 @@ import policy as pol
 import rollout as ro
 import runlog
 import verifier
-from checkpoint import Preempted, PreemptionGuard, clear_run, restore_state, resume_point, save_checkpoint
+from checkpoint import (Preempted, PreemptionGuard, checkpoint_step, clear_run, restore_state, resume_point,
+                        save_checkpoint)
 from config import ConfidencePlan
 from engine import make_engine
 from policy import Batch, Policy
@@ -384,6 +385,11 @@ def train(cfg: dict) -> Path:
     stream = QuestionStream(len(rows), cfg["seed"])
     per_step = config.questions_per_step(cfg)             # the whole step's, over all ranks
     total_steps = cfg["max_steps"] if cfg["max_steps"] is not None else cfg["epochs"] * len(rows) // per_step
+
+    if resume and checkpoint_step(resume) >= total_steps:             # resume=auto on a finished run
+        parallel.main_print(world, f"[credo] {run_dir} is complete ({checkpoint_step(resume)} of {total_steps} steps): "
+                                   f"nothing to do", flush=True)
+        return run_dir
 
     # The engine starts from the same weights the trainer holds (reserved rows included).
     # It is built before any state is restored: vLLM re-seeds the global RNGs on start-up.

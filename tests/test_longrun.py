@@ -75,8 +75,9 @@ def test_a_finished_run_is_not_overwritten(tmp_path, tiny_dir):
         assert way_out in message
     assert (run_dir / "metrics.jsonl").read_text() == before         # untouched
 
-    # resume=auto on a finished run: nothing left to do, nothing rewritten
-    tiny(tmp_path, "max_steps=1", "run_name=done", "resume=auto")
+    # resume=auto on a finished run: nothing left to do (no engine built), nothing rewritten
+    done = tiny(tmp_path, "max_steps=1", "run_name=done", "resume=auto")
+    assert "is complete (1 of 1 steps): nothing to do" in done.stdout
     assert (run_dir / "metrics.jsonl").read_text() == before
     # report_to: TensorBoard events and an offline wandb run, without network
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
