@@ -1,0 +1,126 @@
+"""Shared by test_policy.py and test_credo.py: the tiny model as a Policy, hand-built rollouts
+(one per segment layout, and one group shaped as each config's engine returns it), one real
+update through the loop's own helpers, and an optimizer that records gradients."""
+
+import copy
+import dataclasses
+
+import torch
+
+import config
+import credo
+import policy as pol
+import rollout as ro
+from rollout import Rollout, Segments
+
+A = [1.0, 0.0, 0.0]                               # a_i of the hand-built group
+Q = [0.9, 0.2, float("nan")]                      # its reports; the third did not parse
+
+
+def load_tiny(tiny_dir):
+    """The tiny model and tokenizer as saved, without the reserved tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_dir / "model"), AutoTokenizer.from_pretrained(tiny_dir / "model")
+
+
+def tiny_policy(tiny_dir, dtype: torch.dtype = torch.float32) -> pol.Policy:
+    """The tiny model with the reserved tokens added (as a run's first step sees it)."""
+    model, tok = load_tiny(tiny_dir)
+    high, low = pol.add_reserved_tokens(model, tok)
+    return pol.Policy(model, tok, high, low, dtype)
+
+
+def fake_rollout(prompt_len, completion_len, answer_end, analysis_end, slot):
+    seg = Segments(answer_end, answer_end, analysis_end, slot, None, slot is not None, True, True)
+    return Rollout("q", list(range(1, prompt_len + 1)), list(range(50, 50 + completion_len)), "", "stop", seg)
+
+
+def outcomes_of(rollouts, correct) -> credo.Outcomes:
+    """Outcomes with given a_i, F_i and the slot from the segments, no report sampled as text."""
+    return credo.Outcomes(correct=torch.as_tensor(correct, dtype=torch.float32),
+                          fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
+                          valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
+
+
+def standardized(values):
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    return [(v - mean) / std for v in values]
+
+
+class GradientRecorder(torch.optim.Optimizer):
+    """An optimizer whose step only records the gradients it was given (weights stay put)."""
+
+    def __init__(self, named_params):
+        named = list(named_params)
+        self.names = [n for n, _ in named]
+        super().__init__([p for _, p in named], {})
+
+    def step(self, closure=None):
+        params = self.param_groups[0]["params"]
+        self.grads = {n: p.grad.clone() for n, p in zip(self.names, params) if p.grad is not None}
+
+
+def random_qwen3(tok, tied: bool, seed: int = 0):
+    """A small random Qwen3ForCausalLM with Qwen3's real vocabulary size (151,936 rows)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=151_936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024,
+                      tie_word_embeddings=tied, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      bos_token_id=None)
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(cfg).float()
+
+
+def method_rollouts(cfg, tok):
+    """Three hand-written rollouts of one group, shaped as this config's engine returns them."""
+    prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    channel = config.confidence_plan(cfg).segments
+    if cfg["conf_train"] == "sampled":
+        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence><CONF_HIGH></confidence>",
+                 "\\boxed{5} <analysis> a </analysis> <confidence><CONF_LOW></confidence>", "\\boxed{6}"]
+    elif channel == "verbalized":
+        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>0.9</confidence>",
+                 "\\boxed{5} <analysis> a carry </analysis> <confidence>0.2</confidence>", "\\boxed{6}"]
+    elif channel == "readout_noanalysis":
+        texts = ["\\boxed{4} <confidence>", "\\boxed{5} <confidence>", "\\boxed{6}"]
+    else:
+        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>", "\\boxed{5} <analysis> a </analysis> <confidence>", "\\boxed{6}"]
+    rollouts = []
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False)
+        seg = ro.parse_segments(tok, ids, channel, "\\boxed")
+        if cfg["conf_train"] == "sampled":   # as make_rollouts: F needs a reserved slot token
+            seg = dataclasses.replace(seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in pol.reserved_ids(tok))
+        rollouts.append(Rollout("q", prompt, ids, text, "stop", seg))
+    return rollouts
+
+
+def method_batch(cfg, tok, rollouts) -> pol.Batch:
+    plan = config.confidence_plan(cfg)
+    return pol.training_batch(rollouts, tok, plan.teacher_digits, plan.samples_slot_token)
+
+
+def method_step(name, tiny_dir, correct=A, extra=()):
+    """One real update of the tiny model for a config, through the loop's own helpers:
+    (policy, cfg, rollouts, batch, outcomes, gradients, stats)."""
+    policy = tiny_policy(tiny_dir)
+    cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32", *extra])
+    plan = config.confidence_plan(cfg)
+    rollouts = method_rollouts(cfg, policy.tokenizer)
+    batch = method_batch(cfg, policy.tokenizer, rollouts)
+    out = dataclasses.replace(outcomes_of(rollouts, correct),
+                              reported=credo.reported_confidence(rollouts, plan, policy.tokenizer))
+    if plan.weights_read == "digit_pass":
+        out.weight_conf = pol.digit_expectations(policy, rollouts, config.micro_batch_budget(cfg),
+                                                 config.packing_enabled(cfg))
+    recorder = GradientRecorder(policy.model.named_parameters())
+    stats = credo.train_on_batch(policy, recorder, batch, out, cfg, plan, step=100)
+    return policy, cfg, rollouts, batch, out, recorder.grads, stats
+
+
+def copy_policy(policy: pol.Policy) -> pol.Policy:
+    """The same policy with its own copy of the model."""
+    return dataclasses.replace(policy, model=copy.deepcopy(policy.model))

@@ -1,0 +1,197 @@
+"""config.py: the schema and its defaults, overrides, validation, every config in configs/,
+the confidence plan of each method, and the paper's tables as commands."""
+
+import doctest
+
+import pytest
+
+import config
+from config import ConfidencePlan, load_config
+
+
+def test_docstring_examples_hold():
+    result = doctest.testmod(config, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_paper_hyperparameters_are_the_defaults():
+    cfg = load_config("math")
+    expected = {"group_size": 8, "lr": 2e-6, "per_device_batch_size": 2, "grad_accum": 64, "epochs": 2,
+                "temperature": 1.0, "top_k": 50, "max_prompt_tokens": 1024, "max_completion_tokens": 8192,
+                "clip_eps": 0.2, "kl_coef": 0.0, "gamma": 0.5, "alpha": 0.03, "beta": 0.5, "kappa": 0.25,
+                "w_min": 0.5, "w_max": 2.0, "warmup_steps": 30, "seed": 43, "lr_schedule": "constant",
+                "model": "Qwen/Qwen3-8B"}
+    assert {k: cfg[k] for k in expected} == expected
+    assert config.questions_per_step(cfg) == 16
+
+
+def test_overrides_are_parsed_as_yaml():
+    cfg = load_config("tiny", ["lr=3e-5", "max_steps=7", "resume=null", "engine=hf"])
+    assert (cfg["lr"], cfg["max_steps"], cfg["resume"], cfg["engine"]) == (3e-5, 7, None, "hf")
+    assert load_config("tiny", ["kappa=1"])["kappa"] == 1.0 and isinstance(load_config("tiny", ["kappa=1"])["kappa"], float)
+    with pytest.raises(TypeError, match="'group_size' expects int"):
+        load_config("tiny", ["group_size=0.5"])
+    with pytest.raises(TypeError, match="'lr' expects float"):
+        load_config("tiny", ["lr=fast"])
+
+
+def test_unknown_key_names_the_nearest_valid_keys():
+    with pytest.raises(KeyError, match=r"unknown config key 'gama'.*did you mean gamma"):
+        load_config("tiny", ["gama=0.3"])
+
+
+def test_unknown_key_in_a_file(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("inherit: tiny\nkapa: 0.5\n")
+    with pytest.raises(KeyError, match=r"'kapa' in .*mine.yaml.*kappa"):
+        load_config(str(path))
+
+
+def test_unsupported_values_are_refused():
+    with pytest.raises(ValueError, match="kl_coef must be 0"):
+        load_config("tiny", ["kl_coef=0.1"])
+    with pytest.raises(ValueError, match="not a multiple of group_size"):
+        load_config("tiny", ["grad_accum=3", "per_device_batch_size=1"])
+    with pytest.raises(FileNotFoundError, match="no config named 'nope'"):
+        load_config("nope")
+
+
+def test_micro_batch_budget():
+    cfg = load_config("math")
+    assert config.micro_batch_budget(cfg) == 2 * (1024 + 8192 + 2)       # tab:hyper's 2 rollouts of full length
+    assert config.micro_batch_budget(load_config("math", ["micro_batch_tokens=20000"])) == 20000
+    with pytest.raises(ValueError, match=r"micro_batch_tokens=9000 must be auto or an integer of at least .* = 9218"):
+        load_config("math", ["micro_batch_tokens=9000"])
+
+
+# --- every config resolves, and method and channel agree ----------------------------------------
+
+
+def test_every_config_resolves():
+    names = [name for name in config.config_names() if name != "base"]
+    assert {"math", "tiny", "grpo", "rlcr", "dcpo", "credo_alpha0", "credo_noanalysis", "credo_noconfadv",
+            "credo_kappa0", "credo_gated", "credo_noformat", "rlcr_sw", "dcpo_sw"} <= set(names)
+    for name in names:
+        load_config(name)
+        if name not in ("math", "code"):                  # a domain file fixes its own domain
+            for domain, kappa in (("math", 0.25), ("code", 0.5)):
+                cfg = load_config(name, [f"domain={domain}"])
+                assert cfg["domain"] == domain and cfg["run_name"] == f"{name}-{domain}-s43"
+                if name in ("credo", "rlcr_sw", "dcpo_swd"):   # by_domain kappa: CREDO's value of tab:hyper
+                    assert cfg["kappa"] == kappa
+    code = load_config("code")
+    assert (code["max_prompt_tokens"], code["max_completion_tokens"], code["kappa"]) == (2048, 6144, 0.5)
+    assert load_config("base")["train_data"] == load_config("math")["train_data"]   # filled by domain
+    with pytest.raises(ValueError, match="fixes the math values"):
+        load_config("math", ["domain=code"])
+    with pytest.raises(TypeError, match="kappa"):
+        load_config("credo", ["kappa=high"])
+
+
+def test_method_and_channel_must_agree():
+    with pytest.raises(ValueError, match="method=rlcr needs the verbalized channel"):
+        load_config("rlcr", ["channel=readout"])
+    with pytest.raises(ValueError, match="alpha > 0 needs a differentiable confidence"):
+        load_config("rlcr", ["alpha=0.03"])
+    with pytest.raises(ValueError, match="only the auxiliary-head arm"):
+        load_config("grpo", ["channel=readout"])
+    with pytest.raises(ValueError, match="needs a confidence with logits"):
+        load_config("credo", ["channel=verbalized"])
+    with pytest.raises(ValueError, match="set alpha=0"):
+        load_config("credo_sampled", ["alpha=0.03"])
+    with pytest.raises(ValueError, match="needs a baseline method on a readout channel"):
+        load_config("credo", ["conf_train=head"])
+    with pytest.raises(ValueError, match="needs the verbalized channel"):
+        load_config("credo", ["confidence=digit_exp"])
+    assert load_config("rlcr_swd")["confidence"] == "digit_exp"   # weights from eq:digitexp, rewards from q
+
+
+# --- the confidence plan of every config, written out from ConfidencePlan's docstring ---------
+
+# CREDO on a readout channel: c is the readout of the training forward; it drives the rewards
+# and eq:sw's weights and is regressed (eq:calloss); rollouts stop at <confidence>.
+READOUT = ConfidencePlan(prompt="readout", segments="readout", source="readout", rewards_read="model",
+                         weights_read="model", teacher_digits=False, cal_loss="regression", record="model",
+                         stops_at_slot=True, cuts_at_slot=False, samples_slot_token=False)
+# The verbalized baselines: the rewards and the weights read the parsed numeral, which is also
+# what a step records; the numeral is sampled as text, so nothing stops at the slot.
+NUMERAL = ConfidencePlan(prompt="verbalized", segments="verbalized", source="numeral", rewards_read="numeral",
+                         weights_read="numeral", teacher_digits=False, cal_loss="regression", record="report",
+                         stops_at_slot=False, cuts_at_slot=False, samples_slot_token=False)
+# tab:sw_baseline: rewards still from the numeral, eq:sw's weights from a no-grad eq:digitexp pass.
+NUMERAL_SWD = ConfidencePlan(prompt="verbalized", segments="verbalized", source="digit_exp", rewards_read="numeral",
+                             weights_read="digit_pass", teacher_digits=False, cal_loss="regression", record="report",
+                             stops_at_slot=False, cuts_at_slot=False, samples_slot_token=False)
+EXPECTED_PLANS = {
+    **dict.fromkeys(("base", "code", "credo", "credo_alpha0", "credo_gated", "credo_kappa0", "credo_noconfadv",
+                     "credo_noformat", "math", "tiny", "toy"), READOUT),
+    "credo_noanalysis": ConfidencePlan(prompt="readout_noanalysis", segments="readout_noanalysis", source="readout",
+                                       rewards_read="model", weights_read="model", teacher_digits=False,
+                                       cal_loss="regression", record="model", stops_at_slot=True, cuts_at_slot=False,
+                                       samples_slot_token=False),
+    # the digit-expectation emission: verbalized prompt, stopped at the slot and parsed like
+    # the readout channel, "0." teacher-forced so that eq:digitexp comes from the training forward
+    "credo_digitexp": ConfidencePlan(prompt="verbalized", segments="readout", source="digit_exp", rewards_read="model",
+                                     weights_read="model", teacher_digits=True, cal_loss="regression", record="model",
+                                     stops_at_slot=True, cuts_at_slot=False, samples_slot_token=False),
+    # readout + reward only: the slot token is sampled (stop after </confidence>) and rewarded;
+    # eq:sw's weights still read the model's readout
+    "credo_sampled": ConfidencePlan(prompt="readout", segments="readout", source="readout", rewards_read="slot_token",
+                                    weights_read="model", teacher_digits=False, cal_loss="regression", record="model",
+                                    stops_at_slot=False, cuts_at_slot=False, samples_slot_token=True),
+    # GRPO + auxiliary head (tab:decompose): the head's BCE on the detached hidden state
+    "grpo_head": ConfidencePlan(prompt="readout", segments="readout", source="readout", rewards_read="model",
+                                weights_read="model", teacher_digits=False, cal_loss="head", record="model",
+                                stops_at_slot=True, cuts_at_slot=False, samples_slot_token=False),
+    **dict.fromkeys(("grpo", "rlcr", "rlcr_sw", "dcpo", "dcpo_sw"), NUMERAL),
+    **dict.fromkeys(("rlcr_swd", "dcpo_swd"), NUMERAL_SWD),
+}
+
+
+def test_confidence_plan_of_every_config():
+    assert sorted(EXPECTED_PLANS) == config.config_names()          # a new config needs its plan written here
+    for name, expected in EXPECTED_PLANS.items():
+        assert config.confidence_plan(load_config(name)) == expected, name
+    reads_model = {name for name, plan in EXPECTED_PLANS.items() if plan.reads_model}
+    assert reads_model == set(EXPECTED_PLANS) - {"grpo", "rlcr", "rlcr_sw", "dcpo", "dcpo_sw", "rlcr_swd", "dcpo_swd"}
+
+
+def test_confidence_plan_with_thinking_on_cuts_instead_of_stopping():
+    """With thinking on, a rollout that ends at the slot is cut there after generation (the trace
+    may mention <confidence>); the sampled slot token and the numeral are unaffected."""
+    def plan(name):
+        return config.confidence_plan(load_config(name, ["enable_thinking=true"]))
+
+    assert (plan("credo").stops_at_slot, plan("credo").cuts_at_slot) == (True, True)
+    assert (plan("credo_digitexp").segments, plan("credo_digitexp").cuts_at_slot) == ("readout", True)
+    assert plan("credo_sampled").cuts_at_slot is False and plan("rlcr") == EXPECTED_PLANS["rlcr"]
+
+
+# --- the paper's tables as commands ---------------------------------------------------------------
+
+
+def test_every_table_row_is_a_runnable_config():
+    for key in config.load_tables():
+        runs = config.table_runs(key)
+        trained = [r for r in runs if r["train"]]
+        commands_of = {}
+        for r in trained:
+            words = r["train"].split()
+            assert words[:2] == ["bash", "run.sh"]
+            cfg = load_config(words[2], words[3:])          # the printed command resolves ...
+            assert str(config.run_dir_of(cfg)) == r["eval"]   # ... to the run directory eval.py reads
+            commands_of.setdefault(r["eval"], set()).add(r["train"])
+        assert all(len(c) == 1 for c in commands_of.values())    # one run directory, one training
+        text = config.table_commands(key)
+        assert all(r["train"] in text for r in trained) and text.count("python eval.py") >= 1
+    sens = {(r["label"], r["domain"]): r["eval"] for r in config.table_runs("sens")}
+    # tab:hyper's own values are the CREDO runs themselves (kappa 0.25 math, 0.5 code), not new trainings
+    assert sens[("kappa = 0.25", "math")] == sens[("alpha = 0.03", "math")] == "runs/credo-math-s43"
+    assert sens[("kappa = 0.5", "code")] == "runs/credo-code-s43" != sens[("kappa = 0.5", "math")]
+    main = config.table_runs("main")
+    assert {r["seed"] for r in main if r["train"]} == {43, 44, 45} and any(r["eval"] == "Qwen/Qwen3-8B" for r in main)
+    listing = config.list_configs()
+    for name in config.config_names():
+        assert f"\n{name} " in "\n" + listing
+    with pytest.raises(KeyError, match="known: tab:main"):
+        config.table_commands("tab:nope")

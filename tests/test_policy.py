@@ -1,0 +1,262 @@
+"""policy.py: the reserved tokens, rollouts as tensors (collate, micro-batches, packing), the
+one forward pass, and the no-grad confidence reads (eq:readout, eq:digitexp) by hand."""
+
+import copy
+import dataclasses
+import doctest
+import math
+
+import pytest
+import torch
+from numerics import assert_same_gradient
+from step_cases import (
+    A,
+    GradientRecorder,
+    fake_rollout,
+    load_tiny,
+    method_batch,
+    method_rollouts,
+    outcomes_of,
+    random_qwen3,
+    tiny_policy,
+)
+
+import config
+import credo
+import policy as pol
+import rollout as ro
+import runlog
+from rollout import Rollout
+
+
+def test_docstring_examples_hold():
+    result = doctest.testmod(pol, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 7 and result.failed == 0
+
+
+# --- reserved tokens --------------------------------------------------------------------------
+
+
+def test_reserved_tokens_land_in_spare_rows(tiny_dir):
+    model, tok = load_tiny(tiny_dir)
+    rows = model.get_input_embeddings().weight.shape[0]
+    n_tokens = len(tok)
+    assert rows > n_tokens + 2
+    high, low = pol.add_reserved_tokens(model, tok)
+    assert (high, low) == (n_tokens, n_tokens + 1)
+    assert tok.encode("<CONF_HIGH><CONF_LOW>", add_special_tokens=False) == [high, low]
+    assert model.get_input_embeddings().weight.shape[0] == rows        # not resized
+    for new_id, word in ((high, "high"), (low, "low")):
+        pieces = tok.encode(word, add_special_tokens=False)
+        for matrix in (model.get_input_embeddings().weight, model.get_output_embeddings().weight):
+            torch.testing.assert_close(matrix[new_id], matrix[pieces].mean(0))
+    # a second call (a checkpoint that already has them) changes nothing
+    before = model.get_output_embeddings().weight.detach().clone()
+    assert pol.add_reserved_tokens(model, tok) == (high, low)
+    assert torch.equal(model.get_output_embeddings().weight, before)
+    assert pol.reserved_ids(tok) == {high, low}
+
+
+def test_reserved_tokens_grow_a_full_embedding_matrix(tiny_dir):
+    from transformers import Qwen3ForCausalLM
+
+    _, tok = load_tiny(tiny_dir)
+    cfg = copy.deepcopy(load_tiny(tiny_dir)[0].config)
+    cfg.vocab_size = len(tok)                         # no spare row at all
+    model = Qwen3ForCausalLM(cfg)
+    high, low = pol.add_reserved_tokens(model, tok)
+    assert model.get_input_embeddings().weight.shape[0] == len(tok) == low + 1
+    assert model.get_output_embeddings().weight.shape[0] == len(tok)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_reserved_tokens_on_a_random_qwen3_with_the_real_vocabulary(qwen3_tokenizer, tmp_path, tied):
+    """Qwen3-8B-Base (untied) and Qwen3-1.7B (tied): the pair lands in the spare rows 151669/151670,
+    nothing is resized, and a checkpoint saved and loaded through load_policy keeps both."""
+    tok = copy.deepcopy(qwen3_tokenizer)
+    model = random_qwen3(tok, tied)
+    model.save_pretrained(tmp_path / "base")
+    tok.save_pretrained(tmp_path / "base")
+    policy = pol.load_policy(str(tmp_path / "base"), torch.device("cpu"))
+    tok, high, low = policy.tokenizer, policy.high_id, policy.low_id
+    assert (high, low) == (151_669, 151_670) and len(tok) == 151_671 and policy.dtype == torch.float32
+    embed, head = policy.model.get_input_embeddings().weight, policy.model.get_output_embeddings().weight
+    assert embed.shape == head.shape == (151_936, 32) and (embed is head) == tied
+    for new_id, word in ((high, "high"), (low, "low")):
+        pieces = tok.encode(word, add_special_tokens=False)
+        for matrix in (embed, head):
+            torch.testing.assert_close(matrix[new_id], matrix[pieces].mean(0))
+    original = random_qwen3(tok, tied)
+    rows = [i for i in range(151_936) if i not in (high, low)]
+    assert torch.equal(embed.detach()[rows], original.get_input_embeddings().weight[rows])
+
+    policy.model.save_pretrained(tmp_path / "ckpt")                 # a CREDO checkpoint
+    tok.save_pretrained(tmp_path / "ckpt")
+    again = pol.load_policy(str(tmp_path / "ckpt"), torch.device("cpu"))
+    assert (again.high_id, again.low_id) == (high, low) and len(again.tokenizer) == len(tok)
+    assert again.tokenizer.encode("<CONF_HIGH><CONF_LOW>", add_special_tokens=False) == [high, low]
+    for before, after in ((embed, again.model.get_input_embeddings().weight),
+                          (head, again.model.get_output_embeddings().weight)):
+        assert torch.equal(before, after)
+
+
+# --- rollouts as tensors ------------------------------------------------------------------------
+
+
+def test_collate_places_segments_on_target_columns():
+    # prompt 3 tokens, completion 5: answer = completion[0:2], analysis = [2:5), slot after token 4
+    batch = pol.collate([fake_rollout(3, 5, 2, 5, 5), fake_rollout(2, 3, 3, 3, None)], pad_id=0)
+    assert batch.input_ids.shape == (2, 8) and batch.completion_mask.shape == (2, 7)
+    # column k predicts position k + 1; completion token j of row 0 is position 3 + j -> column 2 + j
+    assert batch.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 1]
+    assert batch.ans_mask[0].tolist() == [0, 0, 1, 1, 0, 0, 0]
+    assert batch.conf_mask[0].tolist() == [0, 0, 0, 0, 1, 1, 1]
+    assert batch.slot_pos.tolist() == [7, -1]   # the last position of row 0 predicts the slot
+    assert batch.ans_mask[1].tolist() == [0, 1, 1, 1, 0, 0, 0] and not batch.conf_mask[1].any()
+    assert batch.attention_mask.sum(1).tolist() == [8, 5]
+
+
+def test_a_repaired_tail_is_not_scored():
+    """The tokens close_slot wrote (here the last one) get no policy-gradient credit and no
+    engine log-prob; the slot still follows them."""
+    repaired = dataclasses.replace(fake_rollout(3, 5, 2, 5, 5), slot_repaired=1, engine_logprobs=[-1.0] * 4)
+    batch = pol.collate([repaired], pad_id=0)
+    assert batch.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0]
+    assert batch.conf_mask[0].tolist() == [0, 0, 0, 0, 1, 1, 0]
+    assert batch.slot_pos.tolist() == [7] and repaired.sampled_len == 4
+    trainer = [torch.tensor([-1.0, -1.0, -1.0, -1.5])]                 # the trainer's log-probs of the 4 sampled tokens
+    assert runlog.engine_logprob_gap([repaired], trainer) == pytest.approx(0.125)
+    digits = pol.collate([repaired], pad_id=0, teacher_digits=(list(range(10)), 10))
+    assert digits.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0, 0, 0]   # nor the teacher-forced "0."
+    assert digits.digit_pos.tolist() == [9]
+
+
+@pytest.mark.parametrize("numeral", ["0.8", ".8", "\n0.6"])
+def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokenizer, numeral):
+    """Qwen3 glues ">" to ".8" and "\\n": at_slot ends the completion at the tag (a lone ">"),
+    so eq:digitexp reads the integer digit right after <confidence> and the decimal after "0."."""
+    tok = qwen3_tokenizer
+    ids = tok.encode("\\boxed{4}\n<analysis>\nok\n</analysis>\n<confidence>" + numeral + "</confidence>", add_special_tokens=False)
+    rollout = Rollout("q", [1, 2, 3], ids, "", "stop", ro.parse_segments(tok, ids, "verbalized", "\\boxed"))
+    (cut,) = pol.at_slot(tok, [rollout])
+    assert cut.slot_repaired == (0 if numeral == "0.8" else 1) and cut.segments.slot == len(cut.completion_ids)
+    digits, point = pol.digit_token_ids(tok)
+    batch = pol.collate([cut], tok.pad_token_id, teacher_digits=(digits, point))
+    row, slot, dec = batch.input_ids[0], int(batch.slot_pos[0]), int(batch.digit_pos[0])
+    assert ro.decode(tok, row[: slot + 1].tolist()).endswith("</analysis>\n<confidence>") and row[slot] == 29
+    assert (row[slot + 1], row[dec]) == (digits[0], point) and dec == slot + 2 == len(row) - 1
+    assert not batch.completion_mask[0, slot:].any()                  # ">" was written, not sampled
+    assert pol.at_slot(tok, [cut])[0].completion_ids == cut.completion_ids   # idempotent
+
+
+def test_a_rollout_longer_than_the_budget_is_refused():
+    with pytest.raises(ValueError, match="rollout 1 has 7 tokens, more than micro_batch_tokens = 6"):
+        pol.micro_batches([5, 7], budget=6, group=1, whole_groups=False, packed=True)
+
+
+def test_micro_batches_pack_whole_groups_up_to_the_budget():
+    """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
+    lengths = [3, 3, 2, 2, 9, 1, 4, 4]
+    plan = pol.micro_batches(lengths, budget=10, group=2, whole_groups=True, packed=True)
+    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]                        # 4 + 6 = 10; 8; 10
+    assert all(pol.holds_whole_groups(rows, 2) for rows in plan)
+    # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
+    padded = pol.micro_batches(lengths, 10, 2, True, packed=False)
+    assert padded == [[2, 3], [0, 1], [6, 7], [5], [4]]
+    assert pol.pad_fraction(lengths, padded) == 0.0
+
+
+def test_sequence_attention_refuses_a_padded_batch_with_sequence_bounds():
+    q = torch.zeros(2, 1, 4, 8)
+    with pytest.raises(ValueError, match="one packed row without a mask; got a batch of 2 rows"):
+        pol.sequence_attention(None, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 2, 4]))
+
+
+# --- the forward pass ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["credo", "credo_digitexp", "grpo_head"])
+def test_packed_micro_batches_equal_padded_ones(name, tiny_dir):
+    """Padding-free packing (one row, block-causal attention) changes no output and no gradient."""
+    policy = tiny_policy(tiny_dir)
+    cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
+    plan = config.confidence_plan(cfg)
+    rollouts = method_rollouts(cfg, policy.tokenizer)
+    batch = method_batch(cfg, policy.tokenizer, rollouts)
+    assert batch.attention_mask.sum() < batch.attention_mask.numel()          # the padded batch has padding
+    head = plan.cal_loss == "head"
+    padded = pol.forward(policy, batch, packed=False, detach_readout=head)
+    packed = pol.forward(policy, batch, packed=True, detach_readout=head)
+    mask = batch.completion_mask
+    torch.testing.assert_close(packed.logp[mask], padded.logp[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed.z_diff, padded.z_diff, atol=1e-5, rtol=1e-5)
+    if padded.c_digit is not None:
+        torch.testing.assert_close(packed.c_digit, padded.c_digit, atol=1e-6, rtol=1e-5)
+    confidence_only = pol.forward(policy, batch, packed=True, detach_readout=head, logprobs=False)
+    assert confidence_only.logp is None
+    torch.testing.assert_close(confidence_only.z_diff, packed.z_diff, atol=1e-6, rtol=0)
+    grads = {}
+    for mode in ("false", "true"):
+        recorder = GradientRecorder(policy.model.named_parameters())
+        stats = credo.train_on_batch(policy, recorder, batch, outcomes_of(rollouts, A), {**cfg, "pack_sequences": mode},
+                                     plan, step=100)
+        grads[mode] = recorder.grads
+        assert (stats["pad_fraction"] == 0.0) == (mode == "true")
+        policy.model.zero_grad(set_to_none=True)
+    for param, g in grads["false"].items():
+        assert_same_gradient(grads["true"][param], g, param)
+
+
+def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
+    policy = tiny_policy(tiny_dir)
+    tok = policy.tokenizer
+    prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    ids = tok.encode("\\boxed{4} <analysis> ok </analysis> <confidence>", add_special_tokens=False)
+    rollouts = [Rollout("q", prompt, ids, "", "stop", ro.parse_segments(tok, ids, "readout", "\\boxed"))] * 2
+    batch = pol.collate(rollouts, tok.pad_token_id)
+    cfg = config.load_config("tiny", ["precision=bf16", "group_size=2", "per_device_batch_size=2", "grad_accum=1"])
+    assert pol.compute_dtype(cfg) == torch.bfloat16
+    bf16 = dataclasses.replace(policy, dtype=pol.compute_dtype(cfg))
+    logp32, z32, _ = pol.forward(policy, batch)
+    logp16, z16, _ = pol.forward(bf16, batch)
+    assert logp16.dtype == z16.dtype == torch.float32
+    assert 0 < float((logp16 - logp32).detach().abs().max()) < 0.1         # bf16 compute, close to fp32
+    recorder = GradientRecorder(policy.model.named_parameters())
+    credo.train_on_batch(bf16, recorder, batch, outcomes_of(rollouts, [1.0, 0.0]), cfg, config.confidence_plan(cfg),
+                         step=100)
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+    assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in recorder.grads.values())
+
+
+# --- the no-grad confidence reads -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_digit_expectation_and_readout_read_the_right_positions(tiny_dir, packed):
+    """eq:digitexp and eq:readout against a naive full-vocabulary forward, by hand."""
+    policy = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
+    policy.model.eval()
+    tok, high, low = policy.tokenizer, policy.high_id, policy.low_id
+    prompt = ro.build_prompt_ids(tok, "What is 2 + 3?", "verbalized", "math")
+    texts = ["2 + 3 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>0.7</confidence>",
+             "\\boxed{6} <analysis> none </analysis> no tag"]
+    rollouts = []
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False)
+        rollouts.append(ro.Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
+    budget = 2 * max(len(prompt) + len(r.completion_ids) + 2 for r in rollouts)
+    digit = pol.digit_expectations(policy, rollouts, budget, packed)                 # [2]
+    readout = pol.readouts(policy, rollouts, budget, packed)                         # [2]
+    assert digit.shape == readout.shape == (2,)
+    assert math.isnan(digit[1]) and math.isnan(readout[1])                           # no <confidence> to read
+
+    slot = rollouts[0].segments.slot
+    ids = prompt + rollouts[0].completion_ids[:slot] + tok.encode("0", add_special_tokens=False) + tok.encode(".", add_special_tokens=False)
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0]              # [L, V]
+    d = [tok.encode(str(k), add_special_tokens=False)[0] for k in range(10)]
+    p = torch.softmax(logits[-3, [d[0], d[1]]], 0)                      # after "<confidence>"
+    q = torch.softmax(logits[-1, d], 0)                                 # after "0."
+    expected = float(p[1] + p[0] * (q * torch.arange(10)).sum() / 10)
+    assert float(digit[0]) == pytest.approx(expected, abs=1e-5)
+    assert float(readout[0]) == pytest.approx(float(torch.sigmoid(logits[-3, high] - logits[-3, low])), abs=1e-5)
