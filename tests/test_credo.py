@@ -1,62 +1,35 @@
-"""The training loop: configuration, data, reserved tokens, batching, credit routing, updates."""
+"""The training loop (credo.py): the question stream, credit and its routing per method,
+train_on_batch on hand-built groups (one real step per config and per arm of tab:decompose
+and tab:sw_baseline), outcomes, and end-to-end runs with resume."""
 
 import copy
-import dataclasses
 import json
 
 import pytest
 import torch
+from numerics import assert_same_gradient
+from step_cases import (
+    A,
+    Q,
+    GradientRecorder,
+    copy_policy,
+    fake_rollout,
+    method_step,
+    outcomes_of,
+    random_qwen3,
+    standardized,
+    tiny_policy,
+)
 
+import config
 import credo
 import losses
+import policy as pol
 import rollout as ro
 from rollout import Rollout, Segments
-from numerics import assert_same_gradient
 
 
-# --- configuration ----------------------------------------------------------------------------
-
-
-def test_paper_hyperparameters_are_the_defaults():
-    cfg = credo.load_config("math")
-    expected = {"group_size": 8, "lr": 2e-6, "per_device_batch_size": 2, "grad_accum": 64, "epochs": 2,
-                "temperature": 1.0, "top_k": 50, "max_prompt_tokens": 1024, "max_completion_tokens": 8192,
-                "clip_eps": 0.2, "kl_coef": 0.0, "gamma": 0.5, "alpha": 0.03, "beta": 0.5, "kappa": 0.25,
-                "w_min": 0.5, "w_max": 2.0, "warmup_steps": 30, "seed": 43, "lr_schedule": "constant",
-                "model": "Qwen/Qwen3-8B"}
-    assert {k: cfg[k] for k in expected} == expected
-    assert credo.questions_per_step(cfg) == 16
-
-
-def test_overrides_are_parsed_as_yaml():
-    cfg = credo.load_config("tiny", ["lr=3e-5", "max_steps=7", "resume=null", "engine=hf"])
-    assert (cfg["lr"], cfg["max_steps"], cfg["resume"], cfg["engine"]) == (3e-5, 7, None, "hf")
-    assert credo.load_config("tiny", ["kappa=1"])["kappa"] == 1.0 and isinstance(credo.load_config("tiny", ["kappa=1"])["kappa"], float)
-    with pytest.raises(TypeError, match="'group_size' expects int"):
-        credo.load_config("tiny", ["group_size=0.5"])
-    with pytest.raises(TypeError, match="'lr' expects float"):
-        credo.load_config("tiny", ["lr=fast"])
-
-
-def test_unknown_key_names_the_nearest_valid_keys():
-    with pytest.raises(KeyError, match=r"unknown config key 'gama'.*did you mean gamma"):
-        credo.load_config("tiny", ["gama=0.3"])
-
-
-def test_unknown_key_in_a_file(tmp_path):
-    path = tmp_path / "mine.yaml"
-    path.write_text("inherit: tiny\nkapa: 0.5\n")
-    with pytest.raises(KeyError, match=r"'kapa' in .*mine.yaml.*kappa"):
-        credo.load_config(str(path))
-
-
-def test_unsupported_values_are_refused():
-    with pytest.raises(ValueError, match="kl_coef must be 0"):
-        credo.load_config("tiny", ["kl_coef=0.1"])
-    with pytest.raises(ValueError, match="not a multiple of group_size"):
-        credo.load_config("tiny", ["grad_accum=3", "per_device_batch_size=1"])
-    with pytest.raises(FileNotFoundError, match="no config named 'nope'"):
-        credo.load_config("nope")
+# --- the command line ------------------------------------------------------------------------
 
 
 def test_dry_run_prints_the_resolved_config(capsys):
@@ -77,72 +50,14 @@ def test_question_stream_is_a_deterministic_sequence_of_epochs():
     assert resumed.take(4) == first[3:]                    # the cursor is the whole state
 
 
-# --- reserved tokens --------------------------------------------------------------------------
-
-
-def load_tiny(tiny_dir):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoModelForCausalLM.from_pretrained(tiny_dir / "model"), AutoTokenizer.from_pretrained(tiny_dir / "model")
-
-
-def test_reserved_tokens_land_in_spare_rows(tiny_dir):
-    model, tok = load_tiny(tiny_dir)
-    rows = model.get_input_embeddings().weight.shape[0]
-    n_tokens = len(tok)
-    assert rows > n_tokens + 2
-    high, low = credo.add_reserved_tokens(model, tok)
-    assert (high, low) == (n_tokens, n_tokens + 1)
-    assert tok.encode("<CONF_HIGH><CONF_LOW>", add_special_tokens=False) == [high, low]
-    assert model.get_input_embeddings().weight.shape[0] == rows        # not resized
-    for new_id, word in ((high, "high"), (low, "low")):
-        pieces = tok.encode(word, add_special_tokens=False)
-        for matrix in (model.get_input_embeddings().weight, model.get_output_embeddings().weight):
-            torch.testing.assert_close(matrix[new_id], matrix[pieces].mean(0))
-    # a second call (a checkpoint that already has them) changes nothing
-    before = model.get_output_embeddings().weight.detach().clone()
-    assert credo.add_reserved_tokens(model, tok) == (high, low)
-    assert torch.equal(model.get_output_embeddings().weight, before)
-
-
-def test_reserved_tokens_grow_a_full_embedding_matrix(tiny_dir):
-    from transformers import Qwen3ForCausalLM
-
-    _, tok = load_tiny(tiny_dir)
-    config = copy.deepcopy(load_tiny(tiny_dir)[0].config)
-    config.vocab_size = len(tok)                      # no spare row at all
-    model = Qwen3ForCausalLM(config)
-    high, low = credo.add_reserved_tokens(model, tok)
-    assert model.get_input_embeddings().weight.shape[0] == len(tok) == low + 1
-    assert model.get_output_embeddings().weight.shape[0] == len(tok)
-
-
-# --- batching and credit routing ---------------------------------------------------------------
-
-
-def fake_rollout(prompt_len, completion_len, answer_end, analysis_end, slot):
-    seg = Segments(answer_end, answer_end, analysis_end, slot, None, slot is not None, True, True)
-    return Rollout("q", list(range(1, prompt_len + 1)), list(range(50, 50 + completion_len)), "", "stop", seg)
-
-
-def test_collate_places_segments_on_target_columns():
-    # prompt 3 tokens, completion 5: answer = completion[0:2], analysis = [2:5), slot after token 4
-    batch = credo.collate([fake_rollout(3, 5, 2, 5, 5), fake_rollout(2, 3, 3, 3, None)], pad_id=0)
-    assert batch.input_ids.shape == (2, 8) and batch.completion_mask.shape == (2, 7)
-    # column k predicts position k + 1; completion token j of row 0 is position 3 + j -> column 2 + j
-    assert batch.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 1]
-    assert batch.ans_mask[0].tolist() == [0, 0, 1, 1, 0, 0, 0]
-    assert batch.conf_mask[0].tolist() == [0, 0, 0, 0, 1, 1, 1]
-    assert batch.slot_pos.tolist() == [7, -1]   # the last position of row 0 predicts the slot
-    assert batch.ans_mask[1].tolist() == [0, 1, 1, 1, 0, 0, 0] and not batch.conf_mask[1].any()
-    assert batch.attention_mask.sum(1).tolist() == [8, 5]
+# --- credit and its routing -------------------------------------------------------------------
 
 
 def test_answer_and_analysis_tokens_get_their_advantages():
     """A hand-built group: answer tokens get w * A_ans, analysis tokens A_conf, the slot nothing."""
-    cfg = credo.load_config("tiny", ["group_size=2"])
+    cfg = config.load_config("tiny", ["group_size=2"])
     rollouts = [fake_rollout(2, 4, 2, 4, 4), fake_rollout(2, 4, 1, 4, 4)]
-    batch = credo.collate(rollouts, pad_id=0)
+    batch = pol.collate(rollouts, pad_id=0)
     correct, fmt, valid = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0]), torch.tensor([True, True])
     conf = torch.tensor([0.6, 0.4])
     got = credo.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
@@ -160,133 +75,11 @@ def test_answer_and_analysis_tokens_get_their_advantages():
     torch.testing.assert_close(adv_tok, torch.tensor([[0.0, 0.85, 0.85, 1.0, 1.0], [0.0, -1.15, -1.0, -1.0, -1.0]]))
 
 
-def test_a_repaired_tail_is_not_scored():
-    """The tokens close_slot wrote (here the last one) get no policy-gradient credit and no
-    engine log-prob; the slot still follows them."""
-    repaired = dataclasses.replace(fake_rollout(3, 5, 2, 5, 5), slot_repaired=1, engine_logprobs=[-1.0] * 4)
-    batch = credo.collate([repaired], pad_id=0)
-    assert batch.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0]
-    assert batch.conf_mask[0].tolist() == [0, 0, 0, 0, 1, 1, 0]
-    assert batch.slot_pos.tolist() == [7] and repaired.sampled_len == 4
-    trainer = [torch.tensor([-1.0, -1.0, -1.0, -1.5])]                 # the trainer's log-probs of the 4 sampled tokens
-    assert credo.engine_logprob_gap([repaired], trainer) == pytest.approx(0.125)
-    digits = credo.collate([repaired], pad_id=0, teacher_digits=(list(range(10)), 10))
-    assert digits.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0, 0, 0]   # nor the teacher-forced "0."
-    assert digits.digit_pos.tolist() == [9]
-
-
-@pytest.mark.parametrize("numeral", ["0.8", ".8", "\n0.6"])
-def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokenizer, numeral):
-    """Qwen3 glues ">" to ".8" and "\\n": at_slot ends the completion at the tag (a lone ">"),
-    so eq:digitexp reads the integer digit right after <confidence> and the decimal after "0."."""
-    tok = qwen3_tokenizer
-    ids = tok.encode("\\boxed{4}\n<analysis>\nok\n</analysis>\n<confidence>" + numeral + "</confidence>", add_special_tokens=False)
-    rollout = Rollout("q", [1, 2, 3], ids, "", "stop", ro.parse_segments(tok, ids, "verbalized", "\\boxed"))
-    (cut,) = credo.at_slot(tok, [rollout])
-    assert cut.slot_repaired == (0 if numeral == "0.8" else 1) and cut.segments.slot == len(cut.completion_ids)
-    digits, point = credo.digit_token_ids(tok)
-    batch = credo.collate([cut], tok.pad_token_id, teacher_digits=(digits, point))
-    row, slot, dec = batch.input_ids[0], int(batch.slot_pos[0]), int(batch.digit_pos[0])
-    assert ro.decode(tok, row[: slot + 1].tolist()).endswith("</analysis>\n<confidence>") and row[slot] == 29
-    assert (row[slot + 1], row[dec]) == (digits[0], point) and dec == slot + 2 == len(row) - 1
-    assert not batch.completion_mask[0, slot:].any()                  # ">" was written, not sampled
-    assert credo.at_slot(tok, [cut])[0].completion_ids == cut.completion_ids   # idempotent
-
-
-def random_qwen3(tok, tied: bool, seed: int = 0):
-    """A small random Qwen3ForCausalLM with Qwen3's real vocabulary size (151,936 rows)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(vocab_size=151_936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024,
-                         tie_word_embeddings=tied, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         bos_token_id=None)
-    torch.manual_seed(seed)
-    return Qwen3ForCausalLM(config).float()
-
-
-@pytest.mark.parametrize("tied", [False, True])
-def test_reserved_tokens_on_a_random_qwen3_with_the_real_vocabulary(qwen3_tokenizer, tmp_path, tied):
-    """Qwen3-8B-Base (untied) and Qwen3-1.7B (tied): the pair lands in the spare rows 151669/151670,
-    nothing is resized, and a checkpoint saved and loaded through load_policy keeps both."""
-    tok = copy.deepcopy(qwen3_tokenizer)
-    model = random_qwen3(tok, tied)
-    model.save_pretrained(tmp_path / "base")
-    tok.save_pretrained(tmp_path / "base")
-    policy, tok, high, low = credo.load_policy(str(tmp_path / "base"), torch.device("cpu"))
-    assert (high, low) == (151_669, 151_670) and len(tok) == 151_671
-    embed, head = policy.get_input_embeddings().weight, policy.get_output_embeddings().weight
-    assert embed.shape == head.shape == (151_936, 32) and (embed is head) == tied
-    for new_id, word in ((high, "high"), (low, "low")):
-        pieces = tok.encode(word, add_special_tokens=False)
-        for matrix in (embed, head):
-            torch.testing.assert_close(matrix[new_id], matrix[pieces].mean(0))
-    original = random_qwen3(tok, tied)
-    rows = [i for i in range(151_936) if i not in (high, low)]
-    assert torch.equal(embed.detach()[rows], original.get_input_embeddings().weight[rows])
-
-    policy.save_pretrained(tmp_path / "ckpt")                       # a CREDO checkpoint
-    tok.save_pretrained(tmp_path / "ckpt")
-    again, tok2, high2, low2 = credo.load_policy(str(tmp_path / "ckpt"), torch.device("cpu"))
-    assert (high2, low2) == (high, low) and len(tok2) == len(tok)
-    assert tok2.encode("<CONF_HIGH><CONF_LOW>", add_special_tokens=False) == [high, low]
-    for before, after in ((embed, again.get_input_embeddings().weight), (head, again.get_output_embeddings().weight)):
-        assert torch.equal(before, after)
-
-
-class GradientRecorder(torch.optim.Optimizer):
-    """An optimizer whose step only records the gradients it was given (weights stay put)."""
-
-    def __init__(self, named_params):
-        named = list(named_params)
-        self.names = [n for n, _ in named]
-        super().__init__([p for _, p in named], {})
-
-    def step(self, closure=None):
-        params = self.param_groups[0]["params"]
-        self.grads = {n: p.grad.clone() for n, p in zip(self.names, params) if p.grad is not None}
-
-
-def test_docstring_examples_hold():
-    import doctest
-
-    result = doctest.testmod(credo, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 7 and result.failed == 0
-
-
-def test_micro_batch_budget():
-    cfg = credo.load_config("math")
-    assert credo.micro_batch_budget(cfg) == 2 * (1024 + 8192 + 2)       # tab:hyper's 2 rollouts of full length
-    assert credo.micro_batch_budget(credo.load_config("math", ["micro_batch_tokens=20000"])) == 20000
-    with pytest.raises(ValueError, match=r"micro_batch_tokens=9000 must be auto or an integer of at least .* = 9218"):
-        credo.load_config("math", ["micro_batch_tokens=9000"])
-    with pytest.raises(ValueError, match="rollout 1 has 7 tokens, more than micro_batch_tokens = 6"):
-        credo.micro_batches([5, 7], budget=6, group=1, whole_groups=False, packed=True)
-
-
-def test_micro_batches_pack_whole_groups_up_to_the_budget():
-    """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
-    lengths = [3, 3, 2, 2, 9, 1, 4, 4]
-    plan = credo.micro_batches(lengths, budget=10, group=2, whole_groups=True, packed=True)
-    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]                        # 4 + 6 = 10; 8; 10
-    assert all(credo.holds_whole_groups(rows, 2) for rows in plan)
-    # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
-    padded = credo.micro_batches(lengths, 10, 2, True, packed=False)
-    assert padded == [[2, 3], [0, 1], [6, 7], [5], [4]]
-    assert credo.pad_fraction(lengths, padded) == 0.0
-
-
-def test_sequence_attention_refuses_a_padded_batch_with_sequence_bounds():
-    q = torch.zeros(2, 1, 4, 8)
-    with pytest.raises(ValueError, match="one packed row without a mask; got a batch of 2 rows"):
-        credo.sequence_attention(None, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 2, 4]))
-
-
 def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     """Whole-group micro-batches (advantages from the training forward) and split ones
     (advantages from a no-grad readout pass) must produce the same gradients."""
-    model, tok = load_tiny(tiny_dir)
-    high, low = credo.add_reserved_tokens(model, tok)
+    policy = tiny_policy(tiny_dir)
+    tok = policy.tokenizer
     prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
     texts = ["2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
              "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
@@ -296,20 +89,18 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False)
         rollouts.append(Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
-    batch = credo.collate(rollouts, tok.pad_token_id)
-    correct = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    fmt = torch.tensor([float(r.segments.fmt) for r in rollouts])
-    valid = torch.tensor([r.segments.slot is not None for r in rollouts])
-    assert valid.tolist() == [True, True, True, False]
+    batch = pol.collate(rollouts, tok.pad_token_id)
+    out = outcomes_of(rollouts, [1.0, 0.0, 1.0, 0.0])
+    assert out.valid.tolist() == [True, True, True, False]
 
     grads, stats = [], []
-    cfg = credo.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
+    cfg = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
     longest = int(batch.attention_mask.sum(dim=1).max())
     for budget in ("auto", longest):   # one micro-batch; the group split over several
         cfg = {**cfg, "micro_batch_tokens": budget}
-        m = copy.deepcopy(model)
-        recorder = GradientRecorder(m.named_parameters())
-        stats.append(credo.train_on_batch(m, recorder, batch, correct, fmt, valid, cfg, step=100, high_id=high, low_id=low))
+        copied = copy_policy(policy)
+        recorder = GradientRecorder(copied.model.named_parameters())
+        stats.append(credo.train_on_batch(copied, recorder, batch, out, cfg, config.confidence_plan(cfg), step=100))
         grads.append(recorder.grads)
     assert stats[0]["micro_batches"] == 1 and stats[1]["micro_batches"] > 1
     assert stats[0]["readout_pass_rows"] == 0 and stats[1]["readout_pass_rows"] == 4
@@ -326,7 +117,7 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
 def run_tiny(out_dir, *overrides):
     import subprocess
 
-    result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides], cwd=credo.ROOT,
+    result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides], cwd=config.ROOT,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
@@ -385,104 +176,36 @@ def test_two_steps_then_resume_matches_a_straight_run(tmp_path, tiny_dir):
     assert resumed[2]["loss_cal"] == pytest.approx(straight[2]["loss_cal"], abs=1e-6)
 
 
-def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
-    model, tok = load_tiny(tiny_dir)
-    high, low = credo.add_reserved_tokens(model, tok)
-    prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
-    ids = tok.encode("\\boxed{4} <analysis> ok </analysis> <confidence>", add_special_tokens=False)
-    batch = credo.collate([Rollout("q", prompt, ids, "", "stop", ro.parse_segments(tok, ids, "readout", "\\boxed"))] * 2, tok.pad_token_id)
-    cfg = credo.load_config("tiny", ["precision=bf16", "group_size=2", "per_device_batch_size=2", "grad_accum=1"])
-    assert credo.compute_dtype(cfg) == torch.bfloat16
-    logp32, z32, _ = credo.policy_forward(model, batch, high, low)
-    logp16, z16, _ = credo.policy_forward(model, batch, high, low, torch.bfloat16)
-    assert logp16.dtype == z16.dtype == torch.float32
-    assert 0 < float((logp16 - logp32).abs().max()) < 0.1          # bf16 compute, close to fp32
-    recorder = GradientRecorder(model.named_parameters())
-    credo.train_on_batch(model, recorder, batch, torch.tensor([1.0, 0.0]), torch.ones(2), torch.tensor([True, True]),
-                         cfg, step=100, high_id=high, low_id=low)
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in recorder.grads.values())
+# --- methods: each routes its advantages as it defines ---------------------------------------
 
 
-# --- methods: every config resolves, and each routes its advantages as it defines -------------
-
-
-def test_every_config_resolves():
-    names = [name for name in credo.config_names() if name != "base"]
-    assert {"math", "tiny", "grpo", "rlcr", "dcpo", "credo_alpha0", "credo_noanalysis", "credo_noconfadv",
-            "credo_kappa0", "credo_gated", "credo_noformat", "rlcr_sw", "dcpo_sw"} <= set(names)
-    for name in names:
-        credo.load_config(name)
-        if name not in ("math", "code"):                  # a domain file fixes its own domain
-            for domain, kappa in (("math", 0.25), ("code", 0.5)):
-                cfg = credo.load_config(name, [f"domain={domain}"])
-                assert cfg["domain"] == domain and cfg["run_name"] == f"{name}-{domain}-s43"
-                if name in ("credo", "rlcr_sw", "dcpo_swd"):   # by_domain kappa: CREDO's value of tab:hyper
-                    assert cfg["kappa"] == kappa
-    code = credo.load_config("code")
-    assert (code["max_prompt_tokens"], code["max_completion_tokens"], code["kappa"]) == (2048, 6144, 0.5)
-    assert credo.load_config("base")["train_data"] == credo.load_config("math")["train_data"]   # filled by domain
-    with pytest.raises(ValueError, match="fixes the math values"):
-        credo.load_config("math", ["domain=code"])
-    with pytest.raises(TypeError, match="kappa"):
-        credo.load_config("credo", ["kappa=high"])
-
-
-def test_method_and_channel_must_agree():
-    with pytest.raises(ValueError, match="method=rlcr needs the verbalized channel"):
-        credo.load_config("rlcr", ["channel=readout"])
-    with pytest.raises(ValueError, match="alpha > 0 needs a differentiable confidence"):
-        credo.load_config("rlcr", ["alpha=0.03"])
-    with pytest.raises(ValueError, match="only the auxiliary-head arm"):
-        credo.load_config("grpo", ["channel=readout"])
-    with pytest.raises(ValueError, match="needs a confidence with logits"):
-        credo.load_config("credo", ["channel=verbalized"])
-    with pytest.raises(ValueError, match="set alpha=0"):
-        credo.load_config("credo_sampled", ["alpha=0.03"])
-    with pytest.raises(ValueError, match="needs a baseline method on a readout channel"):
-        credo.load_config("credo", ["conf_train=head"])
-    with pytest.raises(ValueError, match="needs the verbalized channel"):
-        credo.load_config("credo", ["confidence=digit_exp"])
-    assert credo.load_config("rlcr_swd")["confidence"] == "digit_exp"   # weights from eq:digitexp, rewards from q
-
-
-def standardized(values):
-    mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
-    return [(v - mean) / std for v in values]
-
-
-A = [1.0, 0.0, 0.0]
-Q = [0.9, 0.2, float("nan")]                      # the third report did not parse
-
-
-def expected_routing(config):
+def expected_routing(name):
     """(A_ans, A_conf, w) worked out by hand for the group a = A, q = Q, lambda = 0.5."""
-    if config == "grpo":
+    if name == "grpo":
         adv = standardized(A)
         return adv, adv, [1.0, 1.0, 1.0]
-    if config in ("rlcr", "rlcr_sw"):
+    if name in ("rlcr", "rlcr_sw"):
         adv = standardized([1 - 0.01, 0 - 0.04, 0 - 1.0])          # a - (q - a)^2, worst term when missing
         # s = |a - q| = [.1, .2] over the valid reports, mean .15; w = 1 + .25 (s - .15)
-        w = [1.0, 1.0, 1.0] if config == "rlcr" else [0.9875, 1.0125, 1.0]
+        w = [1.0, 1.0, 1.0] if name == "rlcr" else [0.9875, 1.0125, 1.0]
         return adv, adv, w
-    if config == "dcpo":
+    if name == "dcpo":
         r_ig = [0.5 / 3 + 0.5 * a for a in A]                     # lam * mean(a) + (1 - lam) a
         return standardized(A), standardized([-abs(0.9 - r_ig[0]), -abs(0.2 - r_ig[1]), -1.0]), [1.0, 1.0, 1.0]
-    raise AssertionError(config)
+    raise AssertionError(name)
 
 
-@pytest.mark.parametrize("config", ["grpo", "rlcr", "dcpo", "rlcr_sw"])
-def test_baselines_route_their_advantages(config):
-    cfg = credo.load_config(config, ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
+@pytest.mark.parametrize("name", ["grpo", "rlcr", "dcpo", "rlcr_sw"])
+def test_baselines_route_their_advantages(name):
+    cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     q = torch.tensor(Q)
     got = credo.credit(torch.tensor(A), torch.ones(3), q, ~torch.isnan(q), cfg, kappa=cfg["kappa"])
-    adv_ans, adv_conf, w = expected_routing(config)
+    adv_ans, adv_conf, w = expected_routing(name)
     torch.testing.assert_close(got["adv_ans"], torch.tensor(adv_ans))
     torch.testing.assert_close(got["adv_conf"], torch.tensor(adv_conf))
     torch.testing.assert_close(got["w"], torch.tensor(w))
     # answer tokens (columns 1-2) get w * A_ans, analysis tokens (3-4) A_conf
-    batch = credo.collate([fake_rollout(2, 4, 2, 4, None)] * 3, pad_id=0)
+    batch = pol.collate([fake_rollout(2, 4, 2, 4, None)] * 3, pad_id=0)
     adv_tok = losses.token_advantages(got["adv_ans"], got["adv_conf"], got["w"], batch.ans_mask, batch.conf_mask)
     for i in range(3):
         expected_row = [0.0, w[i] * adv_ans[i], w[i] * adv_ans[i], adv_conf[i], adv_conf[i]]
@@ -490,7 +213,7 @@ def test_baselines_route_their_advantages(config):
 
 
 def test_ablation_without_confidence_advantage_zeroes_the_analysis():
-    cfg = credo.load_config("credo_noconfadv", ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
+    cfg = config.load_config("credo_noconfadv", ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     conf, valid = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([True, True, True])
     got = credo.credit(torch.tensor(A), torch.ones(3), conf, valid, cfg, kappa=0.25)
     full = credo.credit(torch.tensor(A), torch.ones(3), conf, valid, {**cfg, "conf_advantage": True}, kappa=0.25)
@@ -498,91 +221,18 @@ def test_ablation_without_confidence_advantage_zeroes_the_analysis():
     torch.testing.assert_close(got["adv_ans"], full["adv_ans"])
 
 
-METHOD_CONFIGS = [name for name in credo.config_names() if name not in ("base", "math", "code", "tiny", "toy")]
+METHOD_CONFIGS = [name for name in config.config_names() if name not in ("base", "math", "code", "tiny", "toy")]
 
 
-def method_rollouts(cfg, tok):
-    """Three hand-written rollouts of one group, shaped as this config's engine returns them."""
-    prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
-    channel = credo.segment_channel(cfg)
-    if cfg["conf_train"] == "sampled":
-        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence><CONF_HIGH></confidence>",
-                 "\\boxed{5} <analysis> a </analysis> <confidence><CONF_LOW></confidence>", "\\boxed{6}"]
-    elif channel == "verbalized":
-        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>0.9</confidence>",
-                 "\\boxed{5} <analysis> a carry </analysis> <confidence>0.2</confidence>", "\\boxed{6}"]
-    elif channel == "readout_noanalysis":
-        texts = ["\\boxed{4} <confidence>", "\\boxed{5} <confidence>", "\\boxed{6}"]
-    else:
-        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>", "\\boxed{5} <analysis> a </analysis> <confidence>", "\\boxed{6}"]
-    rollouts = []
-    for text in texts:
-        ids = tok.encode(text, add_special_tokens=False)
-        seg = ro.parse_segments(tok, ids, channel, "\\boxed")
-        if cfg["conf_train"] == "sampled":   # as make_rollouts: F needs a reserved slot token
-            seg = dataclasses.replace(seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in credo.reserved_ids(tok))
-        rollouts.append(Rollout("q", prompt, ids, text, "stop", seg))
-    return rollouts
-
-
-def method_step(config, tiny_dir, correct=A, extra=()):
-    """One real update of the tiny model for a config, through the loop's own helpers."""
-    model, tok = load_tiny(tiny_dir)
-    high, low = credo.add_reserved_tokens(model, tok)
-    cfg = credo.load_config(config, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32", *extra])
-    rollouts = method_rollouts(cfg, tok)
-    batch = credo.training_batch(rollouts, tok, cfg)
-    valid = torch.tensor([r.segments.slot is not None for r in rollouts])
-    fmt = torch.tensor([float(r.segments.fmt) for r in rollouts])
-    reported = credo.reported_confidence(rollouts, cfg, tok)
-    weight_conf = credo.digit_weight_confidence(model, tok, rollouts, cfg, high, low)
-    recorder = GradientRecorder(model.named_parameters())
-    stats = credo.train_on_batch(model, recorder, batch, torch.tensor(correct), fmt, valid, cfg, step=100,
-                                 high_id=high, low_id=low, reported=reported, weight_conf=weight_conf)
-    return model, tok, cfg, rollouts, batch, reported, weight_conf, recorder.grads, stats
-
-
-@pytest.mark.parametrize("config", METHOD_CONFIGS)
-def test_one_real_training_step_per_method(config, tiny_dir):
-    _, _, cfg, rollouts, batch, reported, _, grads, stats = method_step(config, tiny_dir)
+@pytest.mark.parametrize("name", METHOD_CONFIGS)
+def test_one_real_training_step_per_method(name, tiny_dir):
+    _, cfg, rollouts, batch, out, grads, stats = method_step(name, tiny_dir)
+    reported = out.reported
     if cfg["channel"] == "verbalized" and cfg["method"] != "credo":
         assert reported[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(reported[2])
     assert stats["loss_pg"] != 0 and all(torch.isfinite(g).all() for g in grads.values())
     has_c = any(r.segments.slot is not None for r in rollouts)
     assert (stats["loss_cal"] > 0) == has_c   # L_cal (or the head's BCE) only where the model's c exists
-
-
-@pytest.mark.parametrize("config", ["credo", "credo_digitexp", "grpo_head"])
-def test_packed_micro_batches_equal_padded_ones(config, tiny_dir):
-    """Padding-free packing (one row, block-causal attention) changes no output and no gradient."""
-    model, tok = load_tiny(tiny_dir)
-    high, low = credo.add_reserved_tokens(model, tok)
-    cfg = credo.load_config(config, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
-    rollouts = method_rollouts(cfg, tok)
-    batch = credo.training_batch(rollouts, tok, cfg)
-    assert batch.attention_mask.sum() < batch.attention_mask.numel()          # the padded batch has padding
-    head = cfg["conf_train"] == "head"
-    padded = credo.policy_forward(model, batch, high, low, detach_readout=head, packed=False)
-    packed = credo.policy_forward(model, batch, high, low, detach_readout=head, packed=True)
-    mask = batch.completion_mask
-    torch.testing.assert_close(packed.logp[mask], padded.logp[mask], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(packed.z_diff, padded.z_diff, atol=1e-5, rtol=1e-5)
-    if padded.c_digit is not None:
-        torch.testing.assert_close(packed.c_digit, padded.c_digit, atol=1e-6, rtol=1e-5)
-    confidence_only = credo.policy_forward(model, batch, high, low, detach_readout=head, packed=True, logprobs=False)
-    assert confidence_only.logp is None
-    torch.testing.assert_close(confidence_only.z_diff, packed.z_diff, atol=1e-6, rtol=0)
-    grads = {}
-    for mode in ("false", "true"):
-        recorder = GradientRecorder(model.named_parameters())
-        stats = credo.train_on_batch(model, recorder, batch, torch.tensor(A), torch.ones(3),
-                                     torch.tensor([r.segments.slot is not None for r in rollouts]),
-                                     {**cfg, "pack_sequences": mode}, step=100, high_id=high, low_id=low)
-        grads[mode] = recorder.grads
-        assert (stats["pad_fraction"] == 0.0) == (mode == "true")
-        model.zero_grad(set_to_none=True)
-    for name, g in grads["false"].items():
-        assert_same_gradient(grads["true"][name], g, name)
 
 
 # --- tab:decompose and tab:sw_baseline: what each arm changes, on the hand-built group ---------
@@ -591,14 +241,15 @@ def test_packed_micro_batches_equal_padded_ones(config, tiny_dir):
 def test_sampled_slot_token_is_scored_by_the_reward(tiny_dir):
     """Readout + reward only: q = 1 for <CONF_HIGH>, 0 for <CONF_LOW>; r_conf = F (1 - (t - q)^2)
     with t = 0.5 a + 0.5 mean(a) = [2/3, 1/6, 1/6]; the slot token joins the analysis advantage."""
-    _, tok, cfg, rollouts, batch, reported, _, _, stats = method_step("credo_sampled", tiny_dir)
+    policy, cfg, rollouts, batch, out, _, stats = method_step("credo_sampled", tiny_dir)
+    tok, reported = policy.tokenizer, out.reported
     assert reported[:2].tolist() == [1.0, 0.0] and torch.isnan(reported[2])
     assert stats["r_conf"].tolist() == pytest.approx([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
     assert stats["alpha"] == 0.0
     for i in range(2):   # the slot column (predicting the sampled token) is in the confidence segment
         slot_col = int(batch.slot_pos[i])
         assert batch.conf_mask[i, slot_col] and batch.conf_mask[i, slot_col - 1] and not batch.conf_mask[i, slot_col + 1]
-    plain = credo.collate(rollouts, tok.pad_token_id)
+    plain = pol.collate(rollouts, tok.pad_token_id)
     assert not plain.conf_mask[0, int(plain.slot_pos[0])]   # without conf_train=sampled the slot gets no credit
     adv_conf = standardized([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
     assert stats["adv_conf"].tolist() == pytest.approx(adv_conf, abs=1e-6)
@@ -610,9 +261,10 @@ def test_sampled_slot_token_is_scored_by_the_reward(tiny_dir):
 def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
     """The verbalized prompt stops at <confidence>; "0." is teacher-forced after it; c is eq:digitexp
     from the same forward (checked against full logits), and L_cal's gradient reaches the trunk."""
-    model, tok, cfg, rollouts, batch, _, _, grads, stats = method_step("credo_digitexp", tiny_dir)
-    assert ro.stop_strings(cfg) == [ro.CONF_OPEN] and credo.segment_channel(cfg) == "readout"
-    digits, dot = credo.digit_token_ids(tok)
+    policy, cfg, rollouts, batch, _, grads, stats = method_step("credo_digitexp", tiny_dir)
+    model, tok = policy.model, policy.tokenizer
+    assert ro.stop_strings(cfg) == [ro.CONF_OPEN] and config.confidence_plan(cfg).segments == "readout"
+    digits, dot = pol.digit_token_ids(tok)
     for i, r in enumerate(rollouts[:2]):
         seq = r.prompt_ids + r.completion_ids + [digits[0], dot]
         assert batch.input_ids[i, : len(seq)].tolist() == seq
@@ -631,8 +283,8 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
 def test_auxiliary_head_trains_only_the_reserved_output_rows(tiny_dir):
     """GRPO + auxiliary head: with every rollout correct the GRPO advantages are 0, so the only
     gradient is the head's BCE on the detached trunk: the output rows of H and L, nothing else."""
-    model, tok, cfg, _, _, _, _, grads, stats = method_step("grpo_head", tiny_dir, correct=[1.0, 1.0, 1.0])
-    high, low = (tok.convert_tokens_to_ids(t) for t in credo.RESERVED_TOKENS)
+    policy, cfg, _, _, _, grads, stats = method_step("grpo_head", tiny_dir, correct=[1.0, 1.0, 1.0])
+    high, low = (policy.tokenizer.convert_tokens_to_ids(t) for t in pol.RESERVED_TOKENS)
     head = grads.pop("lm_head.weight")
     assert head[[high, low]].abs().sum() > 0
     head[[high, low]] = 0
@@ -643,7 +295,8 @@ def test_auxiliary_head_trains_only_the_reserved_output_rows(tiny_dir):
 
 def test_baseline_weights_from_the_digit_expectation(tiny_dir):
     """tab:sw_baseline: rewards still read the parsed numeral; eq:sw's weights read eq:digitexp."""
-    _, _, cfg, _, _, reported, weight_conf, _, stats = method_step("rlcr_swd", tiny_dir)
+    _, cfg, _, _, out, _, stats = method_step("rlcr_swd", tiny_dir)
+    reported, weight_conf = out.reported, out.weight_conf
     assert torch.isfinite(weight_conf[:2]).all() and torch.isnan(weight_conf[2])   # the third has no <confidence>
     correct = torch.tensor(A)
     assert stats["r_ans"].tolist() == pytest.approx(losses.rlcr_reward(correct, reported).tolist())
@@ -658,13 +311,16 @@ def test_baseline_weights_from_the_digit_expectation(tiny_dir):
 DOUBLE_TESTS = {"kind": "stdio", "inputs": ["3\n", "10\n"], "outputs": ["6\n", "20\n"]}
 
 
-def test_code_rewards_come_from_the_sandbox():
-    cfg = credo.load_config("code", ["group_size=2", "per_device_batch_size=2", "grad_accum=1", "verify_workers=2"])
+def test_code_rewards_come_from_the_sandbox(tiny_tokenizer):
+    cfg = config.load_config("code", ["group_size=2", "per_device_batch_size=2", "grad_accum=1", "verify_workers=2"])
     answers = ["```python\nprint(2 * int(input()))\n```", "```python\nprint(int(input()) + 2)\n```"]
     rollouts = [Rollout("c1", [1], [2], text + " <analysis> ok </analysis> <confidence>", "stop",
                         Segments(1, 1, 1, None, None, False, True, True)) for text in answers]
-    correct = credo.verify_rollouts(rollouts, [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}], cfg)
-    assert correct.tolist() == [1.0, 0.0]   # n + 2 passes the first test (n = 2 is not in it) but not 10 -> 12
+    out = credo.outcomes(rollouts, [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}], cfg,
+                         config.confidence_plan(cfg), tiny_tokenizer)
+    assert out.correct.tolist() == [1.0, 0.0]   # n + 2 passes the first test (n = 2 is not in it) but not 10 -> 12
+    # F_i and the slot come from the segments (no slot here); CREDO's rewards read c, no report
+    assert out.fmt.tolist() == [0.0, 0.0] and out.valid.tolist() == [False, False] and out.reported is None
 
 
 @pytest.mark.slow
@@ -674,7 +330,7 @@ def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
                                         "tests": {"kind": "stdio", "inputs": ["2\n"], "outputs": [f"{2 * i}\n"]}}) + "\n"
                             for i in range(4)))
     run_tiny(tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
-    cfg = credo.load_config(str(tmp_path / "code" / "config.yaml"))
+    cfg = config.load_config(str(tmp_path / "code" / "config.yaml"))
     assert (cfg["domain"], cfg["kappa"]) == ("code", 0.5)   # kappa from the code profile (tab:hyper)
     (metrics,) = read_metrics(tmp_path / "code")
     assert metrics["acc"] == 0.0 and metrics["t_verify"] > 0   # the tiny model writes no programs: all fail, none crash
@@ -752,42 +408,15 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
 
     out = tmp_path / "eval"
     result = subprocess.run(
-        [str(credo.ROOT / ".venv" / "bin" / "python"), "eval.py", "--ckpt", str(tmp_path / "qwen3"), "--sets",
+        [str(config.ROOT / ".venv" / "bin" / "python"), "eval.py", "--ckpt", str(tmp_path / "qwen3"), "--sets",
          f"t={root / 'train.jsonl'}:math", "--n", "4", "--engine", "hf", "--out", str(out)],
-        cwd=credo.ROOT, capture_output=True, text=True, timeout=900)
+        cwd=config.ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(records) == 16 and {r["source"] for r in records} == {"readout"}
     assert all(r["c"] is not None for r in records if reaches_the_slot(r["text"]))
     assert all(r["c"] is None for r in records if not reaches_the_slot(r["text"]))
     assert any(r["slot_repaired"] for r in records) and all(isinstance(r["slot_repaired"], bool) for r in records)
-
-
-def test_every_table_row_is_a_runnable_config():
-    for key in credo.load_tables():
-        runs = credo.table_runs(key)
-        trained = [r for r in runs if r["train"]]
-        commands_of = {}
-        for r in trained:
-            words = r["train"].split()
-            assert words[:2] == ["bash", "run.sh"]
-            cfg = credo.load_config(words[2], words[3:])          # the printed command resolves ...
-            assert str(credo.run_dir_of(cfg)) == r["eval"]        # ... to the run directory eval.py reads
-            commands_of.setdefault(r["eval"], set()).add(r["train"])
-        assert all(len(c) == 1 for c in commands_of.values())    # one run directory, one training
-        text = credo.table_commands(key)
-        assert all(r["train"] in text for r in trained) and text.count("python eval.py") >= 1
-    sens = {(r["label"], r["domain"]): r["eval"] for r in credo.table_runs("sens")}
-    # tab:hyper's own values are the CREDO runs themselves (kappa 0.25 math, 0.5 code), not new trainings
-    assert sens[("kappa = 0.25", "math")] == sens[("alpha = 0.03", "math")] == "runs/credo-math-s43"
-    assert sens[("kappa = 0.5", "code")] == "runs/credo-code-s43" != sens[("kappa = 0.5", "math")]
-    main = credo.table_runs("main")
-    assert {r["seed"] for r in main if r["train"]} == {43, 44, 45} and any(r["eval"] == "Qwen/Qwen3-8B" for r in main)
-    listing = credo.list_configs()
-    for name in credo.config_names():
-        assert f"\n{name} " in "\n" + listing
-    with pytest.raises(KeyError, match="known: tab:main"):
-        credo.table_commands("tab:nope")
 
 
 def test_training_prepares_a_missing_paper_split_first(tmp_path, hub_offline, capsys):
