@@ -17,8 +17,9 @@ from losses import (
     hybrid_target,
     readout,
     rlcr_reward,
+    readout_logits,
     token_advantages,
-    token_logprobs_and_readout,
+    token_logprobs,
 )
 
 T = torch.tensor
@@ -193,12 +194,15 @@ def test_chunked_logprobs_and_readout_match_naive(chunk):
     hidden = torch.randn(n, length, h, dtype=torch.float64, requires_grad=True)
     head = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
     ids = torch.randint(0, v, (n, length))
-    slot = T([6, -1, 2])   # row 0: the slot is the last position (generation stopped at the tag)
-    logp, z = token_logprobs_and_readout(hidden, head, ids, slot, high_id=7, low_id=11, chunk_tokens=chunk)
+    slot = T([6, -1, 2])   # row 0: the slot is the last position (generation stopped at the tag); row 1: none
+    logp = token_logprobs(hidden, head, ids, chunk_tokens=chunk)                                     # [N, L-1]
+    h_slot = hidden[torch.arange(n), slot.clamp(min=0)]                                              # [N, H]
+    z = torch.where(slot >= 0, readout_logits(h_slot, head, high_id=7, low_id=11), 0.0)             # [N], as policy.forward
 
     logits = hidden.float() @ head.float().T                                  # naive [N, L, V]
     naive_logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     naive_z = torch.stack([logits[0, 6, 7] - logits[0, 6, 11], logits.new_zeros(()), logits[2, 2, 7] - logits[2, 2, 11]])
+    assert z.dtype == torch.float32
     assert logp.shape == (n, length - 1)
     torch.testing.assert_close(logp, naive_logp, atol=1e-5, rtol=0)
     torch.testing.assert_close(z, naive_z, atol=1e-5, rtol=0)
@@ -220,8 +224,8 @@ def test_logprobs_score_only_the_masked_columns():
     head = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
     ids = torch.randint(0, v, (n, length))
     mask = torch.tensor([[False, False, True, True, True], [False, True, True, False, False]])          # [N, L-1]
-    full, _ = token_logprobs_and_readout(hidden, head, ids, T([-1, -1]).long(), 7, 11, chunk_tokens=2)
-    part, _ = token_logprobs_and_readout(hidden, head, ids, T([-1, -1]).long(), 7, 11, chunk_tokens=2, score_mask=mask)
+    full = token_logprobs(hidden, head, ids, chunk_tokens=2)
+    part = token_logprobs(hidden, head, ids, chunk_tokens=2, score_mask=mask)
     torch.testing.assert_close(part[mask], full[mask], atol=1e-6, rtol=0)
     assert (part[~mask] == 0).all()
     weights = torch.randn(n, length - 1)
@@ -230,3 +234,11 @@ def test_logprobs_score_only_the_masked_columns():
     for got, expected in zip(grads, want):
         torch.testing.assert_close(got.float(), expected.float(), atol=1e-5, rtol=1e-5)
     assert float(grads[0][0, 0].abs().sum()) == 0.0      # column 0 of row 0 is not scored: no gradient
+
+
+def test_readout_logits_by_hand():
+    # W_H - W_L = [3, 1] - [1, 1] = [2, 0]: z = h . [2, 0] = [2, -4, 0]; fp32 from fp64 inputs
+    head = T([[0.0, 0.0], [3.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    z = readout_logits(T([[1.0, 5.0], [-2.0, 0.5], [0.0, 7.0]], dtype=torch.float64), head, high_id=1, low_id=2)
+    assert z.dtype == torch.float32 and z.tolist() == [2.0, -4.0, 0.0]
+    close(readout(z, torch.zeros(3)), [1 / (1 + math.exp(-2.0)), 1 / (1 + math.exp(4.0)), 0.5])   # eq:readout
