@@ -1,4 +1,4 @@
-"""Peak memory and time of `token_logprobs_and_readout` against a naive full-vocabulary
+"""Peak memory and time of `losses.token_logprobs` (+ `readout_logits` at the slot) against a naive full-vocabulary
 fp32 `log_softmax` + gather, forward and backward, each run in a fresh process (CPU or GPU).
 
     python bench/bench_logprobs.py [--seq 1024 4096 8192] [--vocab 151936] [--hidden 256]
@@ -39,7 +39,7 @@ def rss_mib() -> float:
 
 
 def checkpointed(hidden, lm_head, input_ids, slot_pos, high_id, low_id, chunk_tokens=512):
-    """The previous `token_logprobs_and_readout`: row chunks under activation checkpointing."""
+    """The previous log-probs + readout (before the hand-written backward): row chunks under activation checkpointing."""
     import torch
     from torch.utils.checkpoint import checkpoint
 
@@ -97,6 +97,11 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int) -> dict:
     slot = torch.tensor([seq - 1], device=device)
     grad_out = torch.randn(1, seq - 1, device=device)
 
+    def chunked(h, w, ids, slot):
+        """What policy.forward computes: the chunked log-probs, z_H - z_L at the slot (fp32)."""
+        z = losses.readout_logits(h[torch.arange(1), slot.clamp(min=0)], w, 7, 11)          # [1]
+        return losses.token_logprobs(h, w, ids), torch.where(slot >= 0, z, 0.0)
+
     def naive():
         logits = (h @ w.T).float()                                        # [1, T, V] fp32
         logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
@@ -104,7 +109,7 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int) -> dict:
         return logp, z
 
     fn = {"naive": naive,
-          "chunked": lambda: losses.token_logprobs_and_readout(h, w, ids, slot, 7, 11),
+          "chunked": lambda: chunked(h, w, ids, slot),
           "checkpointed": lambda: checkpointed(h, w, ids, slot, 7, 11),
           "grad_in_forward": lambda: grad_in_forward(h, w, ids, grad_out)}[impl]
     if device.type == "cuda":

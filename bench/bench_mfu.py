@@ -30,7 +30,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import config  # noqa: E402
 import credo  # noqa: E402
+import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 from bench.results_io import report  # noqa: E402
 
@@ -93,11 +95,11 @@ def main() -> None:
     device = torch.device("cuda" if cuda else "cpu")
     shape = SHAPES[args.shape]
     torch.manual_seed(0)
-    config = Qwen3Config(**shape, max_position_embeddings=max(40960, args.seq), pad_token_id=0)
+    model_config = Qwen3Config(**shape, max_position_embeddings=max(40960, args.seq), pad_token_id=0)
     with torch.device(device):
-        model = Qwen3ForCausalLM(config).float()
+        model = Qwen3ForCausalLM(model_config).float()
     prompt = 256 if args.seq > 512 else args.seq // 4
-    cfg = credo.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
+    cfg = config.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
                                      f"precision={'bf16' if cuda else 'fp32'}", f"max_prompt_tokens={prompt}",
                                      f"max_completion_tokens={args.seq - prompt}"])
     rng = torch.Generator().manual_seed(0)
@@ -107,14 +109,17 @@ def main() -> None:
         c = args.seq - prompt
         seg = ro.Segments(c - 12, c - 11, c - 3, c - 2, None, True, True, True)
         rollouts.append(ro.Rollout("q0", ids[:prompt], ids[prompt:], "", "stop", seg))
-    batch = credo.collate(rollouts, 0)
+    batch = pol.collate(rollouts, 0)
     correct = torch.tensor([float(i % 2) for i in range(args.rows)])
     valid = batch.slot_pos >= 0
     high_id, low_id = shape["vocab_size"] - 2, shape["vocab_size"] - 1
     optimizer = NoStep(model)
+    policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # random weights: no tokenizer
+    out = credo.Outcomes(correct=correct, fmt=valid.float(), valid=valid, reported=None)
+    plan = config.confidence_plan(cfg)
 
     def step():
-        credo.train_on_batch(model, optimizer, batch, correct, valid.float(), valid, cfg, 1000, high_id, low_id)
+        credo.train_on_batch(policy, optimizer, batch, out, cfg, plan, 1000)
         if cuda:
             torch.cuda.synchronize()
 

@@ -12,7 +12,7 @@ Length sources:
   completions log-normal (median 1,500) capped at 8,192 (truncated), `--batches` steps;
 * math_g8_mb16: the same lengths with micro-batches of 16 rows (budget of 16 rows).
 Strategies: `consecutive` (rows in order, `micro` at a time: plain row micro-batches),
-`credo_padded` / `credo_packed` (credo.micro_batches as train_on_batch builds them, with
+`credo_padded` / `credo_packed` (policy.micro_batches as train_on_batch builds them, with
 micro_batch_tokens=auto = micro full-length rows: whole groups where they fit the budget,
 the rows of the others length-sorted; padded to the longest row, or packed into one row
 (pack_sequences, the default), which has no padding), `packed_rows` (first-fit-decreasing
@@ -32,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import credo  # noqa: E402
+import config  # noqa: E402
+import policy as pol  # noqa: E402
 from bench.results_io import report  # noqa: E402
 
 
@@ -66,14 +67,14 @@ def strategies(batches: list[list[int]], micro: int, group: int, capacity: int) 
         n = len(lengths)
         tokens += sum(lengths)
         plans = {"consecutive": consecutive(n, micro),
-                 "credo_padded": credo.micro_batches(lengths, budget, group, whole_groups=True, packed=False),
-                 "credo_packed": credo.micro_batches(lengths, budget, group, whole_groups=True, packed=True)}
+                 "credo_padded": pol.micro_batches(lengths, budget, group, whole_groups=True, packed=False),
+                 "credo_packed": pol.micro_batches(lengths, budget, group, whole_groups=True, packed=True)}
         for name, plan in plans.items():
             counts[name] += len(plan)
             slots[name] += sum(lengths[i] for b in plan for i in b) if name == "credo_packed" else \
                 sum(len(b) * max(lengths[i] for i in b) for b in plan)
             if name in split:
-                split[name] += sum(lengths[i] for b in plan if not credo.holds_whole_groups(b, group) for i in b)
+                split[name] += sum(lengths[i] for b in plan if not pol.holds_whole_groups(b, group) for i in b)
         slots["packed_rows"] += sum(lengths) / (1 - packed_rows_pad(lengths, capacity))
     return {f"{name}_pad_fraction": round(1 - tokens / s, 4) for name, s in slots.items()} | {
         f"{name}_micro_batches": round(c / len(batches), 2) for name, c in counts.items()} | {
@@ -111,7 +112,7 @@ def main() -> None:
         seen: list[tuple[list[int], int, int]] = []
         tiny_run(args.steps, [], on_batch=lambda batch, cfg: seen.append(
             (batch.attention_mask.sum(dim=1).tolist(), cfg["per_device_batch_size"], cfg["group_size"])))
-        cfg = credo.load_config("tiny")
+        cfg = config.load_config("tiny")
         result["tiny"] = strategies([lengths for lengths, _, _ in seen], seen[0][1], seen[0][2],
                                     cfg["max_prompt_tokens"] + cfg["max_completion_tokens"])
     result["pad_fraction"] = result["math_g8_mb2"]["credo_packed_pad_fraction"]

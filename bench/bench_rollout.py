@@ -30,12 +30,14 @@ from bench.results_io import report  # noqa: E402
 def engines_side_by_side(questions: int, repeats: int) -> dict:
     import torch
 
-    import credo
+    import config
     import data
+    import policy as pol
     import rollout as ro
 
-    cfg = credo.load_config("tiny")
-    model, tokenizer, _, _ = credo.load_policy(cfg["model"], torch.device("cpu"))
+    cfg = config.load_config("tiny")
+    policy = pol.load_policy(cfg["model"], torch.device("cpu"))
+    model, tokenizer = policy.model, policy.tokenizer
     rows = data.load_rows(cfg["train_data"], cfg["domain"])[:questions]
     prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg["channel"], cfg["domain"], cfg["enable_thinking"]) for r in rows]
     times = {"vllm": [], "hf": []}

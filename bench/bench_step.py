@@ -6,7 +6,7 @@ credo's `train_on_batch` against a straightforward reference and TRL's GRPOTrain
 Every path trains a copy of the same model, from the same weights, on the same
 rollouts (synthetic, varied lengths, groups of G):
 
-* credo:     `credo.train_on_batch` on `credo.collate`d rollouts, as configured by
+* credo:     `credo.train_on_batch` on `policy.collate`d rollouts, as configured by
              default: micro-batches of whole groups up to micro_batch_tokens=auto
              (`micro` rollouts of the shapes' maximum length, the reference's worst case),
              each one padding-free packed row attended per sequence, log-probs of the
@@ -46,8 +46,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import config  # noqa: E402
 import credo  # noqa: E402
 import losses  # noqa: E402
+import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 from bench.results_io import report  # noqa: E402
 
@@ -64,7 +66,8 @@ def build_model(name: str):
     if not (tiny_dir / "config.json").exists():
         import tiny
         tiny.build(ROOT / ".cache" / "tiny")
-    model, tokenizer, high_id, low_id = credo.load_policy(str(tiny_dir), torch.device("cpu"))
+    policy = pol.load_policy(str(tiny_dir), torch.device("cpu"))
+    model, tokenizer, high_id, low_id = policy.model, policy.tokenizer, policy.high_id, policy.low_id
     if name == "l4h256":
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -132,7 +135,9 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
 def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> dict:
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
     cfg = {**cfg, "pack_sequences": "true" if packed else "false"}
-    return credo.train_on_batch(model, optimizer, batch, correct, fmt, valid, cfg, STEP, high_id, low_id)
+    policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # the update reads no tokenizer
+    out = credo.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None)
+    return credo.train_on_batch(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
 
 
 def make_optimizer(model, cfg):
@@ -176,11 +181,11 @@ def step_inputs(name: str, group: int = 4) -> tuple:
     reference's `micro` rows are bounded."""
     prompt_range, completion_range, n, micro = SHAPES[name]
     model, tokenizer, high_id, low_id, saved = build_model(name)
-    cfg = credo.load_config("tiny", [f"group_size={group}", f"per_device_batch_size={micro}", f"grad_accum={n // micro}",
+    cfg = config.load_config("tiny", [f"group_size={group}", f"per_device_batch_size={micro}", f"grad_accum={n // micro}",
                                      "precision=fp32", f"max_prompt_tokens={prompt_range[1]}",
                                      f"max_completion_tokens={completion_range[1]}"])
     rollouts = synthetic_rollouts(n, group, model.config.vocab_size, prompt_range, completion_range)
-    batch = credo.collate(rollouts, tokenizer.pad_token_id)
+    batch = pol.collate(rollouts, tokenizer.pad_token_id)
     valid = batch.slot_pos >= 0
     correct = torch.tensor([float(i % 3 == 0) for i in range(n)])
     return model, tokenizer, saved, rollouts, (batch, correct, valid.float(), valid, cfg, high_id, low_id)
@@ -237,7 +242,7 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     result = {
         "model": name, "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
         "vocab": model.config.vocab_size, "rollouts": n, "micro_batch": micro, "tokens": tokens,
-        "micro_batch_tokens": credo.micro_batch_budget(cfg),
+        "micro_batch_tokens": config.micro_batch_budget(cfg),
         "credo_micro_batches": first["credo"]["micro_batches"], "reference_micro_batches": len(widths),
         "credo_pad_fraction": round(first["credo"]["pad_fraction"], 4),
         "reference_pad_fraction": round(1 - tokens / sum(widths), 4),

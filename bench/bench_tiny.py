@@ -27,19 +27,20 @@ def tiny_run(steps: int, overrides: list[str], on_batch=None) -> dict:
     on_batch(batch, cfg): called with every training batch (e.g. to record its lengths)."""
     import torch
 
+    import config
     import credo
 
     original = credo.train_on_batch
 
-    def recording(model, optimizer, batch, *args, **kwargs):
-        on_batch(batch, args[3] if len(args) > 3 else kwargs["cfg"])
-        return original(model, optimizer, batch, *args, **kwargs)
+    def recording(policy, optimizer, batch, out, cfg, *args, **kwargs):
+        on_batch(batch, cfg)
+        return original(policy, optimizer, batch, out, cfg, *args, **kwargs)
 
     if on_batch is not None:
         credo.train_on_batch = recording
     try:
         with tempfile.TemporaryDirectory() as out:
-            cfg = credo.load_config("tiny", [f"max_steps={steps}", f"out_dir={out}", "save_every=1000", *overrides])
+            cfg = config.load_config("tiny", [f"max_steps={steps}", f"out_dir={out}", "save_every=1000", *overrides])
             start = time.perf_counter()
             run_dir = credo.train(cfg)
             wall = time.perf_counter() - start

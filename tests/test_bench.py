@@ -15,13 +15,15 @@ sys.path.insert(0, str(ROOT))
 
 @pytest.fixture(scope="module")
 def setup(tiny_dir):
-    import credo
+    import config
+    import policy as pol
     from bench import bench_step
 
-    model, tokenizer, high_id, low_id = credo.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
-    cfg = credo.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=2", "precision=fp32"])
+    policy = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
+    model, high_id, low_id = policy.model, policy.high_id, policy.low_id
+    cfg = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=2", "precision=fp32"])
     rollouts = bench_step.synthetic_rollouts(8, 4, model.config.vocab_size, (10, 30), (16, 40), seed=1)
-    batch = credo.collate(rollouts, tokenizer.pad_token_id)
+    batch = pol.collate(rollouts, policy.tokenizer.pad_token_id)
     valid = batch.slot_pos >= 0
     correct = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 1])
     return model, batch, correct, valid.float(), valid, cfg, high_id, low_id

@@ -25,9 +25,13 @@ sys.path.insert(0, str(ROOT))
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import checkpoint  # noqa: E402
+import config  # noqa: E402
 import credo  # noqa: E402
 import parallel  # noqa: E402
+import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
+import runlog  # noqa: E402
 from numerics import assert_same_first_adamw_step, assert_same_gradient, grad_atol  # noqa: E402
 
 ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false",
@@ -82,30 +86,33 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     of the weights after the step, and the rank-averaged losses. split_groups: micro-batches
     of the longest rollout's tokens, so no group fits one (readouts from a no-grad pass)."""
     world = parallel.init_world()
-    cfg = credo.load_config("tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5",
+    cfg = config.load_config("tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5",
                                      *overrides])
     torch.manual_seed(0)
-    model, tokenizer, high, low = credo.load_policy(model_dir, world.load_device)
-    model.config.use_cache = False
+    policy = pol.load_policy(model_dir, world.load_device)
+    tokenizer = policy.tokenizer
+    policy.model.config.use_cache = False
     if activation_checkpointing:
-        parallel.enable_activation_checkpointing(model)
-    model = parallel.shard_model(model, world, torch.float32)
+        parallel.enable_activation_checkpointing(policy.model)
+    policy.model = parallel.shard_model(policy.model, world, torch.float32)
+    model = policy.model
     optimizer = RecordingAdamW(model.named_parameters(), lr=LR)
 
     mine = parallel.rank_slice(GROUPS, world)
     rollouts = [r for problem, texts, _ in mine for r in group_rollouts(tokenizer, problem, texts)]
-    correct = torch.tensor([a for _, _, answers in mine for a in answers])                  # [N_rank]
-    fmt = torch.tensor([float(r.segments.fmt) for r in rollouts])
-    valid = torch.tensor([r.segments.slot is not None for r in rollouts])
-    counts = parallel.all_reduce({"n": len(rollouts), "valid": float(valid.sum())}, world)
+    out = credo.Outcomes(correct=torch.tensor([a for _, _, answers in mine for a in answers]),      # [N_rank]
+                         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
+                         valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
+    counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
     n_total = counts["n"] / world.world_size if world.distributed else None
     n_valid_total = counts["valid"] / world.world_size if world.distributed else None
 
-    batch = credo.training_batch(rollouts, tokenizer, cfg)
+    plan = config.confidence_plan(cfg)
+    batch = pol.training_batch(rollouts, tokenizer, plan.teacher_digits, plan.samples_slot_token)
     if split_groups:
         cfg = {**cfg, "micro_batch_tokens": int(batch.attention_mask.sum(dim=1).max())}
     parallel.gather_root(model)
-    stats = credo.train_on_batch(model, optimizer, batch, correct, fmt, valid, cfg, step=100, high_id=high, low_id=low,
+    stats = credo.train_on_batch(policy, optimizer, batch, out, cfg, plan, step=100,
                                  n_total=n_total, n_valid_total=n_valid_total)
     losses = parallel.all_reduce({"loss_pg": stats["loss_pg"], "loss_cal": stats["loss_cal"]}, world, "mean")
     weights = {name: parallel.full_tensor(p.detach()).clone() for name, p in model.named_parameters()}
@@ -120,21 +127,23 @@ def generate_on_shards(model_dir: str) -> dict:
     world = parallel.init_world()
     # Rank 0 may write 2 tokens, rank 1 up to 64: rank 0 is done long before rank 1, by
     # construction rather than by what the random model happens to sample on this machine.
-    cfg = credo.load_config("tiny", [f"max_completion_tokens={[2, 64][world.rank]}"])
-    model, tokenizer, high, low = credo.load_policy(model_dir, world.load_device)
-    model = parallel.shard_model(model, world, torch.float32)
+    cfg = config.load_config("tiny", [f"max_completion_tokens={[2, 64][world.rank]}"])
+    policy = pol.load_policy(model_dir, world.load_device)
+    tokenizer = policy.tokenizer
+    policy.model = model = parallel.shard_model(policy.model, world, torch.float32)
     problem = ["What is 2 + 2?", "What is 31 * 7 + 12?"][world.rank]
     prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
     samples = ro.HFEngine(model, tokenizer, cfg).generate([prompt], 4, seed=parallel.rank_seed(2, world))
     rollouts = [ro.Rollout(problem, prompt, s.token_ids, "", s.finish_reason, ro.parse_segments(tokenizer, s.token_ids, "readout", "\\boxed"),
                            engine_logprobs=s.logprobs, slot_repaired=s.slot_repaired) for s in samples]
     parallel.gather_root(model)
+    plan = config.confidence_plan(cfg)
+    batch = pol.training_batch(rollouts, tokenizer, plan.teacher_digits, plan.samples_slot_token)
     with torch.no_grad():
-        fwd = credo.policy_forward(model, credo.training_batch(rollouts, tokenizer, cfg), high, low)
-    batch = credo.training_batch(rollouts, tokenizer, cfg)
+        fwd = pol.forward(policy, batch)
     trainer_logp = [row[mask] for row, mask in zip(fwd.logp, batch.completion_mask)]
     parallel.release_root(model)
-    return {"lengths": [len(s.token_ids) for s in samples], "gap": credo.engine_logprob_gap(rollouts, trainer_logp, world)}
+    return {"lengths": [len(s.token_ids) for s in samples], "gap": runlog.engine_logprob_gap(rollouts, trainer_logp, world)}
 
 
 def worker(out_file: str, model_dir: str) -> None:
@@ -175,7 +184,7 @@ def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
     one = one_update(model_dir, False, [])                       # this process: no launcher, no process group
     assert one["grad_norm"] > 0.5 and one["loss_cal"] > 0 and one["loss_pg"] != 0   # non-trivial, and clipped (0.5)
     moved = sum(float((one["weights"][n] - w0).abs().max() > 0) for n, w0 in
-                credo.load_policy(model_dir, torch.device("cpu"))[0].named_parameters())
+                pol.load_policy(model_dir, torch.device("cpu")).model.named_parameters())
     assert moved == len(one["weights"])                          # every parameter took the step
     for variant in ("plain", "checkpointed"):
         assert_same_update(two[variant], one)
@@ -240,14 +249,14 @@ def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
 
     # The same checkpoint on another world size is refused with the numbers.
     with pytest.raises(ValueError, match="written by 2 process.*this run has 1"):
-        credo.restore_state(ckpt, None, credo.QuestionStream(10, 0))
+        checkpoint.restore_state(ckpt, None)
 
 
 # --- cheap checks -----------------------------------------------------------------------------
 
 
 def test_a_world_size_that_does_not_divide_the_questions_is_refused():
-    cfg = credo.load_config("tiny")                               # 4 x 2 rollouts / G = 4 -> 2 questions
+    cfg = config.load_config("tiny")                               # 4 x 2 rollouts / G = 4 -> 2 questions
     parallel.check_world(cfg, parallel.World(1, 2, 1, torch.device("cpu")))
     with pytest.raises(ValueError, match=r"3 ranks cannot share 2 questions per step.*per_device_batch_size 4 x grad_accum 2"):
         parallel.check_world(cfg, parallel.World(0, 3, 0, torch.device("cpu")))
@@ -268,12 +277,12 @@ def test_run_sh_refuses_a_bad_nproc():
 def test_parameter_count_of_the_memory_estimate(tiny_dir):
     """parallel.fit counts parameters from config.json: exact for the tiny model, and the
     published sizes of Qwen3 (0.6 B, 8.2 B)."""
-    model, _, _, _ = credo.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
+    model = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu")).model
     counted, _ = parallel.parameter_counts(parallel.model_shape(str(tiny_dir / "model")))
     assert counted == sum(p.numel() for p in model.parameters())
     assert parallel.parameter_counts(parallel.QWEN3_SHAPES["Qwen/Qwen3-0.6B"])[0] == pytest.approx(0.596e9, rel=0.01)
     assert parallel.parameter_counts(parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"])[0] == pytest.approx(8.19e9, rel=0.01)
-    cfg = credo.load_config("math")
+    cfg = config.load_config("math")
     one_gpu = parallel.estimate_memory(cfg, parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"], 1, 80.0, checkpointing=True)
     eight = parallel.estimate_memory(cfg, parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"], 8, 80.0, checkpointing=True)
     assert not one_gpu["fits"] and one_gpu["update_gib"] > 16 * 8.19e9 / 2**30    # AdamW in fp32 alone: 122 GiB

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import config
 import data
 import rollout as ro
 from rollout import Rollout, parse_segments, parse_verbalized_confidence, system_prompt
@@ -143,25 +144,23 @@ def test_no_analysis_variant(tiny_tokenizer):
 
 
 def test_where_each_arm_stops_generating():
-    import credo
-
-    def stops(config):
-        return ro.stop_strings(credo.load_config(config))
+    def stops(name):
+        return ro.stop_strings(config.load_config(name))
 
     assert stops("credo") == stops("credo_noanalysis") == stops("grpo_head") == [ro.CONF_OPEN]   # read at the slot
     assert stops("credo_digitexp") == [ro.CONF_OPEN]      # verbalized prompt, eq:digitexp read at the slot
     assert stops("credo_sampled") == [ro.CONF_CLOSE]      # the slot token itself is sampled
     assert stops("rlcr") == stops("rlcr_swd") == stops("grpo") == []   # the numeral is sampled as text
-    assert ro.sampling_settings(credo.load_config("credo_sampled"))["stop"] == [ro.CONF_CLOSE]
+    assert ro.sampling_settings(config.load_config("credo_sampled"))["stop"] == [ro.CONF_CLOSE]
 
-    def thinking(config):
-        cfg = credo.load_config(config, ["enable_thinking=true"])
-        return ro.stop_strings(cfg), ro.cuts_at_slot(cfg), credo.segment_channel(cfg)
+    def thinking(name):
+        cfg = config.load_config(name, ["enable_thinking=true"])
+        return ro.stop_strings(cfg), ro.cuts_at_slot(cfg), config.confidence_plan(cfg).segments
 
     # with thinking on, a trace that mentions <confidence> must not end the rollout: cut afterwards
     assert thinking("credo") == ([], True, "readout") and thinking("credo_digitexp") == ([], True, "readout")
     assert thinking("rlcr") == ([], False, "verbalized") and thinking("credo_sampled")[:2] == ([ro.CONF_CLOSE], False)
-    assert not ro.cuts_at_slot(credo.load_config("credo"))
+    assert not ro.cuts_at_slot(config.load_config("credo"))
 
 
 def test_verbalized_rollouts(tiny_tokenizer):
@@ -376,11 +375,12 @@ def test_rollout_doctests():
 def policy(tiny_dir):
     import torch
 
-    import credo
+    import policy as pol
 
     torch.manual_seed(0)
-    cfg = credo.load_config("tiny", ["group_size=3", "per_device_batch_size=3", "grad_accum=2", "max_completion_tokens=48"])
-    model, tok, high, low = credo.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
+    cfg = config.load_config("tiny", ["group_size=3", "per_device_batch_size=3", "grad_accum=2", "max_completion_tokens=48"])
+    loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
+    model, tok, high, low = loaded.model, loaded.tokenizer, loaded.high_id, loaded.low_id
     rows = data.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
     prompts = [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
     return cfg, model, tok, high, low, rows, prompts
@@ -397,17 +397,17 @@ def vllm_engine(policy, tmp_path_factory):
 
 
 def trainer_logprobs(policy, samples, prompts, group):
-    import credo
+    import policy as pol
 
     cfg, model, tok, high, low, *_ = policy
     rollouts = [Rollout("q", prompts[i // group], s.token_ids, "", s.finish_reason,
                         parse_segments(tok, s.token_ids, "readout", "\\boxed"), s.logprobs, s.slot_repaired)
                 for i, s in enumerate(samples)]
-    batch = credo.collate(rollouts, tok.pad_token_id)
+    batch = pol.collate(rollouts, tok.pad_token_id)
     import torch
 
     with torch.no_grad():
-        logp = credo.policy_forward(model, batch, high, low).logp
+        logp = pol.forward(pol.Policy(model, tok, high, low, torch.float32), batch).logp
     out = []
     for i, r in enumerate(rollouts):
         p, c = len(r.prompt_ids), r.sampled_len
@@ -455,17 +455,18 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
     import torch
 
     import credo
+    import policy as pol
 
     cfg, model, tok, high, low, rows, prompts = policy
     samples = vllm_engine.generate(prompts, group_size=3, seed=13)
     rollouts, batch, before = trainer_logprobs(policy, samples, prompts, 3)
     sequences = [r.prompt_ids + r.completion_ids for r in rollouts]
-    correct = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])            # a fixed outcome: something to learn
-    fmt = torch.tensor([float(r.segments.fmt) for r in rollouts])
-    valid = torch.tensor([r.segments.slot is not None for r in rollouts])
+    out = credo.Outcomes(correct=torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),   # a fixed outcome: something to learn
+                         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
+                         valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    credo.train_on_batch(model, optimizer, batch, correct, fmt, valid, cfg,
-                         step=100, high_id=high, low_id=low)
+    credo.train_on_batch(pol.Policy(model, tok, high, low, torch.float32), optimizer, batch, out, cfg,
+                         config.confidence_plan(cfg), step=100)
     _, _, after = trainer_logprobs(policy, samples, prompts, 3)
     assert max(float((a - b).abs().max()) for a, b in zip(after, before)) > 1e-2   # the step changed the policy
 
@@ -499,11 +500,12 @@ def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     completion there itself; the log-probs kept are the trainer's for the tokens kept."""
     import torch
 
-    import credo
+    import policy as pol
 
     cfg, *_, prompts = policy
-    model, tok, high, low = credo.load_policy(str(tiny_dir / "model"), torch.device("cpu"))   # as warm-started
-    policy = (cfg, model, tok, high, low, None, prompts)
+    loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))   # as warm-started
+    model, tok = loaded.model, loaded.tokenizer
+    policy = (cfg, model, tok, loaded.high_id, loaded.low_id, None, prompts)
     thinking = {**cfg, "enable_thinking": True}
     engine = ro.HFEngine(model, tok, thinking)
     assert engine.settings["stop"] == [] and engine.cut_at_slot
