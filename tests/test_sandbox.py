@@ -224,41 +224,6 @@ def test_the_parent_never_imports_the_child_code():
     assert done.stdout.strip().splitlines()[-1] == "['sandbox']"
 
 
-# Our modules: the top-level .py files of the checkout.
-OWN_MODULES = {path.stem for path in ROOT.glob("*.py")}
-
-
-def _imports_of_ours(path):
-    """(module imported, line, inside a function?) for each import of our modules in ``path``."""
-    found = []
-
-    def visit(node, in_function):
-        for child in ast.iter_child_nodes(node):
-            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                names = [a.name for a in child.names] if isinstance(child, ast.Import) else [child.module]
-                found.extend((name, child.lineno, nested) for name in names if name in OWN_MODULES)
-            visit(child, nested)
-
-    visit(ast.parse(path.read_text()), False)
-    return found
-
-
-@pytest.mark.parametrize("name, allowed", [
-    ("verifier.py", {"grading", "mathpool", "sandbox", "typed_json"}),
-    ("grading.py", {"sandbox", "typed_json"}),
-    ("sandbox.py", set()),
-    ("mathpool.py", set()),
-    ("typed_json.py", set()),
-    ("sandbox_lockdown.py", set()),
-    ("sandbox_child.py", {"sandbox_lockdown", "typed_json"}),  # spliced in, never imported
-])
-def test_layering_and_no_imports_of_ours_inside_functions(name, allowed):
-    found = _imports_of_ours(ROOT / name)
-    assert [(module, line) for module, line, nested in found if nested] == []
-    assert {module for module, _, _ in found} == allowed
-
-
 def test_sandbox_docstring_examples():
     for module in (sandbox, typed_json):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
