@@ -23,6 +23,7 @@ from step_cases import (
 
 import config
 import credo
+import engine as eng
 import losses
 import policy as pol
 import rollout as ro
@@ -263,7 +264,7 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
     from the same forward (checked against full logits), and L_cal's gradient reaches the trunk."""
     policy, cfg, rollouts, batch, _, grads, stats = method_step("credo_digitexp", tiny_dir)
     model, tok = policy.model, policy.tokenizer
-    assert ro.stop_strings(cfg) == [ro.CONF_OPEN] and config.confidence_plan(cfg).segments == "readout"
+    assert eng.stop_strings(cfg) == [ro.CONF_OPEN] and config.confidence_plan(cfg).segments == "readout"
     digits, dot = pol.digit_token_ids(tok)
     for i, r in enumerate(rollouts[:2]):
         seq = r.prompt_ids + r.completion_ids + [digits[0], dot]

@@ -28,6 +28,7 @@ import torch  # noqa: E402
 import checkpoint  # noqa: E402
 import config  # noqa: E402
 import credo  # noqa: E402
+import engine as eng  # noqa: E402
 import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
@@ -133,7 +134,7 @@ def generate_on_shards(model_dir: str) -> dict:
     policy.model = model = parallel.shard_model(policy.model, world, torch.float32)
     problem = ["What is 2 + 2?", "What is 31 * 7 + 12?"][world.rank]
     prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    samples = ro.HFEngine(model, tokenizer, cfg).generate([prompt], 4, seed=parallel.rank_seed(2, world))
+    samples = eng.HFEngine(model, tokenizer, cfg).generate([prompt], 4, seed=parallel.rank_seed(2, world))
     rollouts = [ro.Rollout(problem, prompt, s.token_ids, "", s.finish_reason, ro.parse_segments(tokenizer, s.token_ids, "readout", "\\boxed"),
                            engine_logprobs=s.logprobs, slot_repaired=s.slot_repaired) for s in samples]
     parallel.gather_root(model)

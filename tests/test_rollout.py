@@ -7,6 +7,7 @@ import pytest
 
 import config
 import data
+import engine as eng
 import rollout as ro
 from rollout import Rollout, parse_segments, parse_verbalized_confidence, system_prompt
 
@@ -145,22 +146,22 @@ def test_no_analysis_variant(tiny_tokenizer):
 
 def test_where_each_arm_stops_generating():
     def stops(name):
-        return ro.stop_strings(config.load_config(name))
+        return eng.stop_strings(config.load_config(name))
 
     assert stops("credo") == stops("credo_noanalysis") == stops("grpo_head") == [ro.CONF_OPEN]   # read at the slot
     assert stops("credo_digitexp") == [ro.CONF_OPEN]      # verbalized prompt, eq:digitexp read at the slot
     assert stops("credo_sampled") == [ro.CONF_CLOSE]      # the slot token itself is sampled
     assert stops("rlcr") == stops("rlcr_swd") == stops("grpo") == []   # the numeral is sampled as text
-    assert ro.sampling_settings(config.load_config("credo_sampled"))["stop"] == [ro.CONF_CLOSE]
+    assert eng.sampling_settings(config.load_config("credo_sampled"))["stop"] == [ro.CONF_CLOSE]
 
     def thinking(name):
         cfg = config.load_config(name, ["enable_thinking=true"])
-        return ro.stop_strings(cfg), ro.cuts_at_slot(cfg), config.confidence_plan(cfg).segments
+        return eng.stop_strings(cfg), eng.cuts_at_slot(cfg), config.confidence_plan(cfg).segments
 
     # with thinking on, a trace that mentions <confidence> must not end the rollout: cut afterwards
     assert thinking("credo") == ([], True, "readout") and thinking("credo_digitexp") == ([], True, "readout")
     assert thinking("rlcr") == ([], False, "verbalized") and thinking("credo_sampled")[:2] == ([ro.CONF_CLOSE], False)
-    assert not ro.cuts_at_slot(config.load_config("credo"))
+    assert not eng.cuts_at_slot(config.load_config("credo"))
 
 
 def test_verbalized_rollouts(tiny_tokenizer):
@@ -225,7 +226,7 @@ def test_close_slot_on_plausible_continuations(qwen3_tokenizer):
     tok, merges = qwen3_tokenizer, 0
     for rest in CONTINUATIONS:
         ids = enc(tok, HEAD + ">" + rest)
-        stopped = ids[: ro.tokens_covering(ro._PrefixLengths(tok, ids), len(HEAD) + 1)]   # as a stop string cuts
+        stopped = ids[: ro.tokens_covering(ro.PrefixLengths(tok, ids), len(HEAD) + 1)]   # as a stop string cuts
         closed = ro.close_slot(tok, stopped)
         merges += closed != stopped
         assert ro.decode(tok, closed) == HEAD + ">" and closed[-1] == GT
@@ -350,7 +351,7 @@ def test_thinking_rollouts_are_cut_at_the_slot_after_the_block(qwen3_tokenizer):
         head = enc(tok, THOUGHT + "So \\boxed{4}.\n<analysis>\nok\n</analysis>\n<confidence")
         ids = head + enc(tok, glue) + [tok.eos_token_id]
         logprobs = [-0.5] * len(ids)
-        sample = ro.closed_sample(tok, ids, logprobs, "stop", stop=[], cut=True)
+        sample = eng.closed_sample(tok, ids, logprobs, "stop", stop=[], cut=True)
         assert ro.decode(tok, sample.token_ids).endswith("</analysis>\n<confidence>") and sample.slot_repaired == repaired
         assert sample.token_ids[: len(head)] == head and len(sample.logprobs) == len(sample.token_ids) - repaired
         seg = parse_segments(tok, sample.token_ids, "readout", "\\boxed")
@@ -358,7 +359,7 @@ def test_thinking_rollouts_are_cut_at_the_slot_after_the_block(qwen3_tokenizer):
     stopped_in_thought = enc(tok, THOUGHT.split("<confidence>")[0] + "<confidence>")   # what a stop string gives
     assert parse_segments(tok, stopped_in_thought, "readout", "\\boxed").slot is None
     untagged = enc(tok, "<think>\nhmm\n</think>\n\nNo idea.") + [tok.eos_token_id]
-    sample = ro.closed_sample(tok, untagged, [-1.0] * len(untagged), "stop", stop=[], cut=True)
+    sample = eng.closed_sample(tok, untagged, [-1.0] * len(untagged), "stop", stop=[], cut=True)
     assert (sample.token_ids, sample.slot_repaired, len(sample.logprobs)) == (untagged, 0, len(untagged))
 
 def test_rollout_doctests():
@@ -391,7 +392,7 @@ def vllm_engine(policy, tmp_path_factory):
     import torch
 
     cfg, model, tok, *_ = policy
-    engine = ro.make_engine(cfg, model, tok, cfg["model"], tmp_path_factory.mktemp("run"), torch.float32)
+    engine = eng.make_engine(cfg, model, tok, cfg["model"], tmp_path_factory.mktemp("run"), torch.float32)
     yield engine
     engine.close()
 
@@ -483,7 +484,7 @@ def test_hf_engine_has_the_same_interface(policy):
     import torch
 
     cfg, model, tok, *_ , prompts = policy
-    engine = ro.HFEngine(model, tok, cfg)
+    engine = eng.HFEngine(model, tok, cfg)
     samples = engine.generate(prompts, group_size=3, seed=3)
     assert len(samples) == 6
     _, _, trainer = trainer_logprobs(policy, samples, prompts, 3)
@@ -507,7 +508,7 @@ def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     model, tok = loaded.model, loaded.tokenizer
     policy = (cfg, model, tok, loaded.high_id, loaded.low_id, None, prompts)
     thinking = {**cfg, "enable_thinking": True}
-    engine = ro.HFEngine(model, tok, thinking)
+    engine = eng.HFEngine(model, tok, thinking)
     assert engine.settings["stop"] == [] and engine.cut_at_slot
     samples = engine.generate(prompts, group_size=3, seed=3)
     segments = [parse_segments(tok, s.token_ids, "readout", "\\boxed") for s in samples]
