@@ -3,7 +3,7 @@ method, run names, and the paper's tables as commands.
 
     >>> cfg = load_config("tiny", ["lr=3e-5"])
     >>> cfg["lr"], cfg["run_name"], confidence_plan(cfg).source
-    (3e-05, 'tiny-lr3e-05-s43', 'readout')
+    (3e-05, 'tiny-lr3e-5-s43', 'readout')
 
 Every key a run can set is declared, with its `tab:hyper` default, in configs/base.yaml; a
 file may `inherit:` another; `by_domain` values come from configs/<domain>.yaml. Anything
@@ -274,6 +274,9 @@ class ConfidencePlan:
                    auxiliary readout on the detached hidden state, tab:decompose)
     record:        the confidence a step logs: model (c) or report (the sampled report)
     stops_at_slot: rollouts end at the slot (a stop string, or a cut with thinking on)
+    cuts_at_slot:  ... cut there after generation (thinking on: a trace may mention the tag)
+    samples_slot_token: the slot token itself is sampled and must be one of the reserved
+                   pair for F_i (conf_train=sampled)
     """
 
     prompt: str

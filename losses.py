@@ -411,6 +411,6 @@ def readout_logits(h_slot: torch.Tensor, lm_head: torch.Tensor, high_id: int, lo
     without a softmax; c = readout(z_H, z_L) = sigmoid(z_H - z_L).
 
     >>> readout_logits(torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 0.0], [3.0, 1.0], [1.0, 1.0]]), 1, 2)
-    tensor([3.])
+    tensor([2.])
     """
     return h_slot.float() @ (lm_head[high_id] - lm_head[low_id]).float()      # [N]
