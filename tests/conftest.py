@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny)."""
+"""Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny), and
+the device of the tests that can run on a GPU (`device`: cpu unless CREDO_TEST_DEVICE=cuda)."""
 
 import os
 from pathlib import Path
@@ -50,3 +51,20 @@ def hub_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+@pytest.fixture(scope="session")
+def device():
+    """Where the device-agnostic numerical tests run: cpu, or cuda with CREDO_TEST_DEVICE=cuda
+    (bench/gpucheck.py runs them so, in fp32, to the CPU tolerances)."""
+    import torch
+
+    name = os.environ.get("CREDO_TEST_DEVICE", "cpu")
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"CREDO_TEST_DEVICE must be cpu or cuda, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("CREDO_TEST_DEVICE=cuda but torch sees no CUDA device; unset it to run on the CPU")
+    if name == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False      # fp32 means fp32: no TF32 matmuls
+        torch.backends.cudnn.allow_tf32 = False
+    return torch.device(name)

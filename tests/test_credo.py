@@ -598,9 +598,11 @@ def test_one_real_training_step_per_method(config, tiny_dir):
 
 
 @pytest.mark.parametrize("config", ["credo", "credo_digitexp", "grpo_head"])
-def test_packed_micro_batches_equal_padded_ones(config, tiny_dir):
-    """Padding-free packing (one row, block-causal attention) changes no output and no gradient."""
+def test_packed_micro_batches_equal_padded_ones(config, tiny_dir, device):
+    """Padding-free packing (one row, block-causal attention) changes no output and no gradient
+    (fp32, on the `device` fixture's device: bench/gpucheck.py runs it on CUDA)."""
     model, tok = load_tiny(tiny_dir)
+    model.to(device)
     high, low = credo.add_reserved_tokens(model, tok)
     cfg = credo.load_config(config, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
     rollouts = method_rollouts(cfg, tok)
@@ -620,8 +622,8 @@ def test_packed_micro_batches_equal_padded_ones(config, tiny_dir):
     grads = {}
     for mode in ("false", "true"):
         recorder = GradientRecorder(model.named_parameters())
-        stats = credo.train_on_batch(model, recorder, batch, torch.tensor(A), torch.ones(3),
-                                     torch.tensor([r.segments.slot is not None for r in rollouts]),
+        stats = credo.train_on_batch(model, recorder, batch, torch.tensor(A, device=device), torch.ones(3, device=device),
+                                     torch.tensor([r.segments.slot is not None for r in rollouts], device=device),
                                      {**cfg, "pack_sequences": mode}, step=100, high_id=high, low_id=low)
         grads[mode] = recorder.grads
         assert (stats["pad_fraction"] == 0.0) == (mode == "true")

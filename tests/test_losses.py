@@ -187,13 +187,13 @@ def test_clipped_policy_loss_gradient_on_policy_is_advantage_weighted_logprob():
 # memory-efficient log-probs ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("chunk", [1, 5, 7, 1024])
-def test_chunked_logprobs_and_readout_match_naive(chunk):
+def test_chunked_logprobs_and_readout_match_naive(chunk, device):
     torch.manual_seed(0)
     n, length, h, v = 3, 7, 16, 50
-    hidden = torch.randn(n, length, h, dtype=torch.float64, requires_grad=True)
-    head = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
-    ids = torch.randint(0, v, (n, length))
-    slot = T([6, -1, 2])   # row 0: the slot is the last position (generation stopped at the tag)
+    hidden = torch.randn(n, length, h, dtype=torch.float64).to(device).requires_grad_()
+    head = torch.randn(v, h, dtype=torch.float64).to(device).requires_grad_()
+    ids = torch.randint(0, v, (n, length)).to(device)
+    slot = T([6, -1, 2]).to(device)   # row 0: the slot is the last position (generation stopped at the tag)
     logp, z = token_logprobs_and_readout(hidden, head, ids, slot, high_id=7, low_id=11, chunk_tokens=chunk)
 
     logits = hidden.float() @ head.float().T                                  # naive [N, L, V]
@@ -204,27 +204,28 @@ def test_chunked_logprobs_and_readout_match_naive(chunk):
     torch.testing.assert_close(z, naive_z, atol=1e-5, rtol=0)
 
     # gradients agree too (the checkpointed chunks recompute in backward)
-    g_logp, g_z = torch.randn(n, length - 1), torch.randn(n)
+    g_logp, g_z = torch.randn(n, length - 1).to(device), torch.randn(n).to(device)
     gh, gw = torch.autograd.grad((logp * g_logp).sum() + (z * g_z).sum(), (hidden, head))
     nh, nw = torch.autograd.grad((naive_logp * g_logp).sum() + (naive_z * g_z).sum(), (hidden, head))
     torch.testing.assert_close(gh.float(), nh.float(), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(gw.float(), nw.float(), atol=1e-4, rtol=1e-4)
 
 
-def test_logprobs_score_only_the_masked_columns():
+def test_logprobs_score_only_the_masked_columns(device):
     """score_mask: the masked columns equal the full computation, the others are exactly 0,
     and the gradient is that of the masked log-probs alone."""
     torch.manual_seed(1)
     n, length, h, v = 2, 6, 8, 30
-    hidden = torch.randn(n, length, h, dtype=torch.float64, requires_grad=True)
-    head = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
-    ids = torch.randint(0, v, (n, length))
-    mask = torch.tensor([[False, False, True, True, True], [False, True, True, False, False]])          # [N, L-1]
-    full, _ = token_logprobs_and_readout(hidden, head, ids, T([-1, -1]).long(), 7, 11, chunk_tokens=2)
-    part, _ = token_logprobs_and_readout(hidden, head, ids, T([-1, -1]).long(), 7, 11, chunk_tokens=2, score_mask=mask)
+    hidden = torch.randn(n, length, h, dtype=torch.float64).to(device).requires_grad_()
+    head = torch.randn(v, h, dtype=torch.float64).to(device).requires_grad_()
+    ids = torch.randint(0, v, (n, length)).to(device)
+    mask = torch.tensor([[False, False, True, True, True], [False, True, True, False, False]], device=device)  # [N, L-1]
+    no_slot = T([-1, -1]).long().to(device)
+    full, _ = token_logprobs_and_readout(hidden, head, ids, no_slot, 7, 11, chunk_tokens=2)
+    part, _ = token_logprobs_and_readout(hidden, head, ids, no_slot, 7, 11, chunk_tokens=2, score_mask=mask)
     torch.testing.assert_close(part[mask], full[mask], atol=1e-6, rtol=0)
     assert (part[~mask] == 0).all()
-    weights = torch.randn(n, length - 1)
+    weights = torch.randn(n, length - 1).to(device)
     grads = torch.autograd.grad((part * weights).sum(), (hidden, head))
     want = torch.autograd.grad((full * weights * mask).sum(), (hidden, head))
     for got, expected in zip(grads, want):
