@@ -6,6 +6,8 @@
 #   bash run.sh toy [--quick]           the toy demonstration (2 CPU cores: 12-14 min, 7.5-9.5 once its world is built; runs/toy/)
 #   bash run.sh bench [--quick] [--only step,...]  the benchmarks of bench/ (~15 min on 2 CPU cores;
 #                                       results in bench/results/, docs/performance.md)
+#   bash run.sh gpucheck [--only a,b]   on a GPU machine: the CUDA path checked and measured in < 10 min
+#                                       (report in bench/results/gpucheck-<date>-<gpu>.json; docs/performance.md)
 #   bash run.sh list                    every config, and the paper's table rows it trains
 #   bash run.sh table <name>            the train + eval commands that regenerate a table (e.g. sens)
 #   bash run.sh <config> [key=value]    train with configs/<config>.yaml, e.g. `bash run.sh tiny max_steps=2`,
@@ -84,6 +86,11 @@ case "$target" in
     shift
     setup
     exec "$PY" bench/run_all.py "$@"
+    ;;
+  gpucheck)
+    shift
+    setup
+    exec "$PY" bench/gpucheck.py "$@"
     ;;
   list)
     setup
