@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,8 +55,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import credo  # noqa: E402  (config, policy and data loading of the tiny world, for the in-Python checks)
+import rollout as ro  # noqa: E402
 
 STATUSES = ("pass", "fail", "skipped")
 SCHEMA = 1
@@ -168,7 +173,7 @@ def parse_junit(xml_text: str) -> dict:
 def parse_pytest_verbose(stdout: str) -> dict:
     """Counts from `pytest -v` lines (`path::test PASSED [ 5%]`), for a run cut short before
     its junit XML was written."""
-    outcomes = re.findall(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)", stdout, flags=re.M)
+    outcomes = re.findall(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)", stdout, flags=re.MULTILINE)
     count = lambda *names: sum(1 for _, o in outcomes if o in names)   # noqa: E731
     return {"tests": len(outcomes), "passed": count("PASSED", "XPASS"), "failures": count("FAILED"),
             "errors": count("ERROR"), "skipped": count("SKIPPED", "XFAIL"),
@@ -435,7 +440,6 @@ def git_commit() -> str | None:
 def child_environment(device: str, quick: bool) -> dict:
     from importlib import metadata
 
-    import torch
     import transformers
 
     try:                                   # installed or not; whether it imports is vllm_engine's business
@@ -458,13 +462,8 @@ def child_environment(device: str, quick: bool) -> dict:
 
 def tiny_world(device: str, overrides: list[str]):
     """The tiny policy on `device` and its first prompts."""
-    import torch
-
-    import credo
-    import rollout as ro
-
     cfg = credo.load_config("tiny", overrides)
-    model, tokenizer, high, low = credo.load_policy(cfg["model"], torch.device(device))
+    model, tokenizer, _, _ = credo.load_policy(cfg["model"], torch.device(device))
     rows = credo.load_rows(cfg["train_data"], cfg["domain"])
     prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg["channel"], cfg["domain"]) for r in rows]
     return cfg, model, tokenizer, prompts
@@ -474,12 +473,6 @@ def child_hf_engine(device: str, quick: bool) -> dict:
     """Generated tokens per second of the HF engine: a step's rows together (hf_engine_batch),
     then one row at a time (hf_engine_batch=1, the old per-request cost), medians of rounds
     after a warm-up."""
-    import statistics
-
-    import torch
-
-    import rollout as ro
-
     questions, group, rounds = (2, 2, 1) if quick else (8, 8, 3)
     cfg, model, tokenizer, prompts = tiny_world(device, ["max_completion_tokens=16" if quick else "max_completion_tokens=64"])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -508,15 +501,16 @@ def child_vllm_engine(device: str, quick: bool) -> dict:
         import vllm  # noqa: F401
     except Exception as err:  # noqa: BLE001 - the reason is the report
         return {"status": "skipped", "reason": f"vllm does not import here: {type(err).__name__}: {err}"[:300]}
-    import torch
+    with tempfile.TemporaryDirectory(prefix="gpucheck-vllm-") as run_dir:
+        return vllm_engine_checks(device, run_dir)
 
-    import credo
-    import rollout as ro
 
+def vllm_engine_checks(device: str, run_dir: str) -> dict:
+    """child_vllm_engine's checks, the engine's files under `run_dir`."""
     bf16 = device == "cuda"
     cfg, model, tokenizer, prompts = tiny_world(device, [f"precision={'bf16' if bf16 else 'fp32'}", "max_completion_tokens=32"])
     dtype = torch.bfloat16 if bf16 else torch.float32
-    engine = ro.make_engine(cfg, model, tokenizer, cfg["model"], tempfile.mkdtemp(prefix="gpucheck-vllm-"), dtype)
+    engine = ro.make_engine(cfg, model, tokenizer, cfg["model"], run_dir, dtype)
     figures, problems = {"sleep_mode": engine.sleep_mode}, []
     if bf16 and not engine.sleep_mode:
         problems.append("sleep mode is off on CUDA")
@@ -593,7 +587,6 @@ def main(argv: list[str]) -> int:
         plan = select(list(CHECKS), args.only, args.skip)
     except ValueError as err:
         parser.error(str(err))
-    import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpucheck: torch sees no CUDA device on this machine; run it where a GPU is (nothing was written)",
