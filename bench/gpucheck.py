@@ -23,7 +23,7 @@ duration; nothing is left out silently. Needs no network.
     vllm_engine     where vllm imports: sleep mode, seeded generation reproducible, weights pushed
                     and followed within bf16 tolerance, a sleep/wake/push cycle frees and restores memory
     vllm_tiny_run   where vllm imports: `bash run.sh tiny max_steps=2` (credo.py tiny) and its gap
-    pytest_suite    python -m pytest -q on this machine: counts (junit XML) and the failures
+    pytest_suite    python -m pytest -m "not slow" on this machine: counts (junit XML) and the failures
 
 A benchmark check passes when it ran; its figures say whether the issue's targets are met
 (`meets_target`). The numerical and smoke checks pass on their tolerances.
@@ -372,7 +372,9 @@ def check_vllm_tiny_run(ctx: Context):
 
 def check_pytest_suite(ctx: Context):
     junit = ctx.work / "suite.xml"
-    paths = ["tests/test_losses.py"] if ctx.quick else []
+    # Not the `slow` end-to-end runs (minutes each; the smoke checks above cover their paths on
+    # the GPU): the rest of the suite fits the budget.
+    paths = ["tests/test_losses.py"] if ctx.quick else ["-m", "not slow"]
     try:
         out = ctx.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", f"--junitxml={junit}", *paths])
     except CheckTimeout as err:                    # no junit XML yet: count the -v lines printed so far
@@ -380,7 +382,7 @@ def check_pytest_suite(ctx: Context):
         return "fail", f"{err}; so far {suite_verdict(counts)[1]}", counts
     counts = parse_junit(junit.read_text()) if junit.exists() else parse_pytest_verbose(out.stdout)
     status, reason = suite_verdict(counts)
-    return status, reason + (" (tests/test_losses.py only: --quick)" if ctx.quick else ""), counts
+    return status, reason + (" (tests/test_losses.py only: --quick)" if ctx.quick else " (-m 'not slow')"), counts
 
 
 CHECKS = {  # name -> (function, time limit in seconds)
@@ -477,7 +479,7 @@ def child_hf_engine(device: str, quick: bool) -> dict:
     cfg, model, tokenizer, prompts = tiny_world(device, ["max_completion_tokens=16" if quick else "max_completion_tokens=64"])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     figures = {"rows": questions * group, "max_completion_tokens": cfg["max_completion_tokens"], "dtype": str(dtype)}
-    for label, batch, n_questions in (("batched", cfg["hf_engine_batch"], questions), ("one_by_one", 1, max(1, questions // 4))):
+    for label, batch, n_questions in (("batched", cfg["hf_engine_batch"], questions), ("one_by_one", 1, 1)):
         engine = ro.HFEngine(model, tokenizer, {**cfg, "hf_engine_batch": batch}, dtype)
         engine.generate(prompts[:1], 1, seed=0)                                   # warm-up
         rates = []

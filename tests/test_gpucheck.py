@@ -94,6 +94,7 @@ def test_without_cuda_it_says_so_and_writes_nothing(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow
 def test_the_command_end_to_end_on_the_cpu(tmp_path):
     """Every check that can run on a CPU, quick sizes, GPUs hidden: a real report."""
     out_file = tmp_path / "report.json"
