@@ -669,8 +669,8 @@ class HFEngine:
     same machine, whatever batch (chunk size, neighbours, padding) the row is generated in,
     up to floating-point noise: the logits of a row differ across batch compositions only
     by kernel rounding, and that changes a token only when a draw lands within that
-    rounding of a boundary of the sampling distribution (fp32: about once in 10^6 tokens;
-    bf16: more often). Greedy decoding (temperature 0) follows the same rule.
+    rounding of a boundary of the sampling distribution (rare in fp32: the tests see none;
+    more frequent in bf16). Greedy decoding (temperature 0) follows the same rule.
 
     Sampling matches VLLMEngine's SamplingParams (sampling_settings): temperature, then
     top-k, then top-p, min_p 0, no penalties; stops at EOS, at the length budget, or after
