@@ -22,7 +22,7 @@ duration; nothing is left out silently. Needs no network.
     hf_engine       tokens/s of rollout.HFEngine on the tiny model: a step's rows together, and one by one
     vllm_engine     where vllm imports: sleep mode, seeded generation reproducible, weights pushed
                     and followed within bf16 tolerance, a sleep/wake/push cycle frees and restores memory
-    vllm_tiny_run   where vllm imports: `bash run.sh tiny max_steps=2` (credo.py tiny) and its gap
+    vllm_tiny_run   where vllm imports: `bash run.sh tiny max_steps=2 precision=bf16` and its gap
     pytest_suite    python -m pytest -m "not slow" on this machine: counts (junit XML) and the failures
 
 A benchmark check passes when it ran; its figures say whether the issue's targets are met
@@ -366,7 +366,8 @@ def check_vllm_tiny_run(ctx: Context):
     probe = ctx.run([sys.executable, "-c", "import vllm"])
     if probe.returncode != 0:
         return "skipped", f"vllm does not import here: {probe.stderr.strip().splitlines()[-1][:200]}", {}
-    # what `bash run.sh tiny max_steps=2` runs (one process), with its output under the scratch directory
+    # what `bash run.sh tiny max_steps=2 precision=bf16` runs (one process; bf16 on a GPU, as the
+    # paper's runs), with its output under the scratch directory
     return smoke_run(ctx, [sys.executable], "gpucheck-vllm", 1 if ctx.quick else 2, "tiny", None)
 
 
@@ -432,7 +433,11 @@ def report(checks: list[Check], device_name: str, argv: list[str]) -> dict:
 
 
 def git_commit() -> str | None:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    """The checked-out commit; None outside a git checkout or without git."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        return None
     return out.stdout.strip() or None
 
 
@@ -456,7 +461,7 @@ def child_environment(device: str, quick: bool) -> dict:
         facts.update(device_name=torch.cuda.get_device_name(), device_count=torch.cuda.device_count(),
                      capability=".".join(map(str, torch.cuda.get_device_capability())),
                      memory_gib=round(total / 2**30, 1), free_gib=round(free / 2**30, 1),
-                     bf16_supported=torch.cuda.is_bf16_supported(), nccl=".".join(map(str, torch.cuda.nccl.version())))
+                     bf16_supported=torch.cuda.is_bf16_supported(), nccl=str(torch.cuda.nccl.version()))
     else:
         facts["device_name"] = f"cpu ({platform.machine()} {os.cpu_count()} cpus)"
     return facts
