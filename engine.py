@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from rollout import CONF_CLOSE, CONF_OPEN, PrefixLengths, close_slot, decode, repaired_tokens, through_slot, tokens_covering
 
@@ -242,57 +243,152 @@ class VLLMEngine:
         del self.llm
 
 
-class HFEngine:
-    """transformers `generate` on the trainer's own model object (so a push is free).
+def sample_next(logits, settings: dict, generators: list) -> tuple:
+    """The next token of each row and its raw log-prob, as vLLM samples (sampling_settings):
+    logits / T, then top-k, then top-p; T = 0 is greedy. One uniform draw per row from that
+    row's own CPU `torch.Generator`, mapped through the row's cumulative distribution (inverse
+    CDF), so a row's tokens do not depend on the other rows. The log-prob is log_softmax of
+    the raw logits (T = 1, no top-k), as VLLMEngine reports it.
 
-    Same interface as VLLMEngine, for machines without vLLM; much slower."""
+    logits: [N, V] float; returns (tokens [N] long, logprobs [N] float), on logits' device.
+    """
+    raw_logp = logits.float().log_softmax(-1)                                          # [N, V]
+    if settings["temperature"] == 0:
+        tokens = logits.argmax(-1)                                                     # [N]
+    else:
+        scaled = logits.float() / settings["temperature"]                              # [N, V]
+        k = settings["top_k"]
+        if 0 < k < scaled.shape[-1]:
+            kth = scaled.topk(k, dim=-1).values[:, -1:]                                # [N, 1]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        if settings["top_p"] < 1.0:
+            sorted_logits, order = scaled.sort(-1, descending=True)                    # [N, V]
+            sorted_probs = sorted_logits.softmax(-1)
+            above = sorted_probs.cumsum(-1) - sorted_probs                             # mass ranked above each token
+            drop_sorted = above >= settings["top_p"]                                   # [N, V], sorted order
+            drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)      # [N, V], vocabulary order
+            scaled = scaled.masked_fill(drop, float("-inf"))
+        cdf = scaled.softmax(-1).double().cumsum(-1)                                   # [N, V]
+        draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])   # [N]
+        target = draws.to(cdf.device)[:, None] * cdf[:, -1:]                           # [N, 1] in [0, total)
+        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+    return tokens, raw_logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _all_ranks(device, value: int, op: str) -> int:
+    """`value` reduced (min or max) over the ranks of the process group; `value` itself
+    when there is no group of more than one process."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return value
+    tensor = torch.tensor([value], device=device)
+    dist.all_reduce(tensor, op={"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
+    return int(tensor.item())
+
+
+class HFEngine:
+    """Generation on the trainer's own model object (so a push is free), for machines
+    without vLLM. Same interface as VLLMEngine.
+
+    A step's requests are generated together, `hf_engine_batch` rows at a time (left-padded,
+    one KV-cached forward per token for the whole chunk), by a sampling loop of our own
+    rather than transformers' `generate`: `generate` draws every row from one torch
+    generator, so a row's tokens would depend on what else is in its batch. Here each row
+    has its own `torch.Generator` seeded with rollout_seed (on the CPU, so the draws are
+    the same on every device), as vLLM gives each request its own seed.
+
+    Reproducibility contract: the same seed, prompt and weights give the same tokens on the
+    same machine, whatever batch (chunk size, neighbours, padding) the row is generated in,
+    up to floating-point noise: the logits of a row differ across batch compositions only
+    by kernel rounding, and that changes a token only when a draw lands within that
+    rounding of a boundary of the sampling distribution (rare in fp32: the tests see none;
+    more frequent in bf16). Greedy decoding (temperature 0) follows the same rule.
+
+    Sampling matches VLLMEngine's SamplingParams (sampling_settings): temperature, then
+    top-k, then top-p, min_p 0, no penalties; stops at EOS, at the length budget, or after
+    the token that completes a stop string (kept); the log-probs returned are the raw ones
+    (T = 1, no top-k) of the sampled tokens, as vLLM's.
+    """
 
     def __init__(self, model, tokenizer, cfg: dict, dtype=None):
-
         self.model, self.tokenizer, self.settings = model, tokenizer, sampling_settings(cfg)
         self.cut_at_slot = cuts_at_slot(cfg)
         self.dtype = dtype or torch.float32
+        self.batch = cfg["hf_engine_batch"]
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1:
+            raise ValueError(f"hf_engine_batch must be a positive integer (rows generated together), got "
+                             f"{self.batch!r}; set e.g. hf_engine_batch=64")
 
     def generate(self, prompts: list[list[int]], group_size: int, seed: int) -> list[Sample]:
-        from transformers import GenerationConfig
-
-        s = self.settings
-        config = GenerationConfig(
-            do_sample=True, temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"],
-            repetition_penalty=s["repetition_penalty"], max_new_tokens=s["max_tokens"],
-            stop_strings=s["stop"] or None, eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id, num_return_sequences=1, use_cache=True,
-            output_logits=True, return_dict_in_generate=True,
-        )
         rows = [p for p in prompts for _ in range(group_size)]
-        width = max(len(p) for p in rows)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=self.model.device)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=self.model.device)
-        # transformers fills every unset field from the checkpoint's generation_config.json
-        # (Qwen3 ships temperature 0.6, top-k 20, top-p 0.95): hide it for the call.
-        was_training, checkpoint_defaults = self.model.training, self.model.generation_config
+        seeds = [rollout_seed(seed, r) for r in range(len(rows))]
+        chunks = [range(s, min(s + self.batch, len(rows))) for s in range(0, len(rows), self.batch)]
+        # Under FSDP2 every forward is a collective: each rank runs as many chunks as the rank with most.
+        n_chunks = self._max_over_ranks(len(chunks))
+        samples: list[Sample] = []
+        was_training = self.model.training
         self.model.eval()
-        self.model.generation_config = GenerationConfig()
-        torch.manual_seed(seed)
         try:
-            with torch.no_grad(), torch.autocast(self.model.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                          tokenizer=self.tokenizer)
+            for c in range(n_chunks):
+                if c < len(chunks):
+                    samples += self._generate_chunk([rows[r] for r in chunks[c]], [seeds[r] for r in chunks[c]])
+                else:                                  # this rank has no rows left: keep the others company
+                    self._generate_chunk(rows[:1] or [[self.tokenizer.eos_token_id]], [0])
         finally:
-            self.model.generation_config = checkpoint_defaults
             self.model.train(was_training)
-        generated = out.sequences[:, width:].tolist()
-        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)          # [N, steps, V] raw
-        samples = []
-        for i, ids in enumerate(generated):
-            ids, reason = self._trim(ids)
-            lp = logprobs[i, torch.arange(len(ids)), torch.tensor(ids, dtype=torch.long)].tolist() if ids else []
-            samples.append(closed_sample(self.tokenizer, ids, lp, reason, s["stop"], self.cut_at_slot))
         return samples
 
+    def _generate_chunk(self, rows: list[list[int]], seeds: list[int]) -> list[Sample]:
+        """One left-padded batch, a KV-cached forward per generated token."""
+        device, pad = self.model.device, self.tokenizer.pad_token_id
+        width = max(len(p) for p in rows)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=device)                   # [N, W]
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=device)          # [N, W]
+        positions = (attention.cumsum(1) - 1).clamp(min=0)                                                       # [N, W]
+        generators = [torch.Generator().manual_seed(s) for s in seeds]
+        token_ids: list[list[int]] = [[] for _ in rows]
+        logprobs: list[list[float]] = [[] for _ in rows]
+        done = [False] * len(rows)
+        cache = None
+        with torch.no_grad(), torch.autocast(device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            while not self._done_on_every_rank(all(done)):
+                out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
+                cache = out.past_key_values
+                logits = out.logits[:, -1].float()                                                               # [N, V]
+                tokens, token_logp = sample_next(logits, self.settings, generators)                              # [N], [N]
+                for i, (tok, lp) in enumerate(zip(tokens.tolist(), token_logp.tolist())):
+                    if not done[i]:
+                        token_ids[i].append(tok)
+                        logprobs[i].append(lp)
+                        done[i] = self._finished(token_ids[i])
+                input_ids = tokens[:, None]                                                                      # [N, 1]
+                attention = torch.cat([attention, attention.new_ones(len(rows), 1)], dim=1)                       # [N, W+t]
+                positions = positions[:, -1:] + 1                                                                # [N, 1]
+        samples = []
+        for ids, lp in zip(token_ids, logprobs):
+            ids, reason = self._trim(ids)
+            samples.append(closed_sample(self.tokenizer, ids, lp[: len(ids)], reason, self.settings["stop"], self.cut_at_slot))
+        return samples
+
+    def _finished(self, ids: list[int]) -> bool:
+        """EOS, the length budget, or a stop string that ends in the last token. Only the tail
+        is decoded: every token writes at least one character, so a stop string that the last
+        token completes starts within the last len(stop) tokens."""
+        if ids[-1] == self.tokenizer.eos_token_id or len(ids) >= self.settings["max_tokens"]:
+            return True
+        return any(stop in decode(self.tokenizer, ids[-len(stop) - 1:]) for stop in self.settings["stop"])
+
+    def _done_on_every_rank(self, done: bool) -> bool:
+        """Whether every rank's chunk is done: a sharded model's forward is a collective, so a
+        finished rank keeps stepping until the last one is done."""
+        return bool(_all_ranks(self.model.device, int(done), "min"))
+
+    def _max_over_ranks(self, count: int) -> int:
+        """The largest `count` of any rank (this rank's own outside a process group)."""
+        return _all_ranks(self.model.device, count, "max")
+
     def _trim(self, ids: list[int]) -> tuple[list[int], str]:
-        """Cut a padded generation at its EOS or the end of its stop string."""
+        """Cut a generation at its EOS or the end of its stop string."""
         eos = self.tokenizer.eos_token_id
         if eos in ids:
             return ids[: ids.index(eos) + 1], "stop"
@@ -306,7 +402,7 @@ class HFEngine:
 
     def push_weights(self, model) -> None:
         """Nothing to copy when the engine generates with the trainer's own model object (also
-        when it is sharded with FSDP2: generate then keeps the ranks in step, `synced_gpus`)."""
+        when it is sharded with FSDP2: generation then keeps the ranks in step, _all_ranks)."""
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
 

@@ -8,6 +8,8 @@
 #                                       results in bench/results/, docs/performance.md)
 #   bash run.sh plot runs/<name> [runs/<other> ...] [--out DIR] [--smooth N]   training curves of runs on one
 #                                       figure (curves.png and .pdf in the first run's directory)
+#   bash run.sh gpucheck [--only a,b]   on a GPU machine: the CUDA path checked and measured in < 10 min
+#                                       (report in bench/results/gpucheck-<date>-<gpu>.json; docs/performance.md)
 #   bash run.sh list                    every config, and the paper's table rows it trains
 #   bash run.sh table <name>            the train + eval commands that regenerate a table (e.g. sens)
 #   bash run.sh serve <ckpt> [--port N] [--host H] [vllm args]   vLLM's OpenAI-compatible server for a
@@ -95,6 +97,11 @@ case "$target" in
     shift
     setup
     exec "$PY" curves.py "$@"
+    ;;
+  gpucheck)
+    shift
+    setup
+    exec "$PY" bench/gpucheck.py "$@"
     ;;
   list)
     setup

@@ -2,14 +2,21 @@
 fp32 `log_softmax` + gather, forward and backward, each run in a fresh process (CPU or GPU).
 
     python bench/bench_logprobs.py [--seq 1024 4096 8192] [--vocab 151936] [--hidden 256]
-                                   [--repeats 2] [--iters 2] [--impls chunked naive]
+                                   [--repeats 2] [--warmup 1] [--iters 1] [--chunk 512]
+                                   [--impls chunked naive]
 
 For every sequence length the implementations run in separate child processes,
 interleaved (chunked, naive, chunked, naive, ...) `--repeats` times; each child runs
-forward + backward `--iters` times and reports its median time and its peak memory.
-Ratios are chunked / naive of the medians over the repeats, taken side by side.
-Memory is the peak above a baseline taken after the inputs exist: CUDA's allocator
-peak on a GPU, the process's peak RSS (ru_maxrss) on a CPU. `--impls` may add
+forward + backward `--warmup` untimed times (first-call costs: CUDA context, kernel
+selection, allocator growth), then `--iters` timed times, and reports the median time
+and its peak memory. On CUDA each timed iteration is bracketed by
+`torch.cuda.synchronize()` (kernels are asynchronous) and the peak is
+`torch.cuda.max_memory_allocated()` over the timed iterations, after a reset that
+follows the warm-up. Ratios are chunked / naive of the medians over the repeats, taken
+side by side. Memory is the peak above a baseline taken after the inputs exist: CUDA's
+allocator peak on a GPU, the process's peak RSS (ru_maxrss) on a CPU (which includes
+the warm-up: RSS has no reset). `--chunk` is the chunked kernel's rows per chunk
+(chunk_tokens), reported with the results. `--impls` may add
 `checkpointed`, the previous formulation (row chunks under torch.utils.checkpoint),
 kept here to measure what the hand-written backward changed, and `grad_in_forward`,
 a prototype that computes the gradients during the forward (3 vocabulary matmuls
@@ -39,7 +46,7 @@ def rss_mib() -> float:
 
 
 def checkpointed(hidden, lm_head, input_ids, slot_pos, high_id, low_id, chunk_tokens=512):
-    """The previous log-probs + readout (before the hand-written backward): row chunks under activation checkpointing."""
+    """An earlier version of the chunked log-probs: row chunks under activation checkpointing."""
     import torch
     from torch.utils.checkpoint import checkpoint
 
@@ -83,7 +90,7 @@ def grad_in_forward(hidden, lm_head, input_ids, upstream, chunk=512):
     return out, grad_h, grad_w
 
 
-def child(impl: str, seq: int, vocab: int, hidden: int, iters: int) -> dict:
+def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int = 0, chunk: int = 512) -> dict:
     import torch
 
     import losses
@@ -97,30 +104,27 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int) -> dict:
     slot = torch.tensor([seq - 1], device=device)
     grad_out = torch.randn(1, seq - 1, device=device)
 
-    def chunked(h, w, ids, slot):
-        """What policy.forward computes: the chunked log-probs, z_H - z_L at the slot (fp32)."""
-        z = losses.readout_logits(h[torch.arange(1), slot.clamp(min=0)], w, 7, 11)          # [1]
-        return losses.token_logprobs(h, w, ids), torch.where(slot >= 0, z, 0.0)
-
     def naive():
         logits = (h @ w.T).float()                                        # [1, T, V] fp32
         logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
         z = logits[0, seq - 1, 7] - logits[0, seq - 1, 11]
         return logp, z
 
+    def chunked(h, w, ids, slot):
+        """What policy.forward computes: the chunked log-probs, z_H - z_L at the slot (fp32)."""
+        z = losses.readout_logits(h[torch.arange(1), slot.clamp(min=0)], w, 7, 11)          # [1]
+        return losses.token_logprobs(h, w, ids, chunk_tokens=chunk), torch.where(slot >= 0, z, 0.0)
+
     fn = {"naive": naive,
           "chunked": lambda: chunked(h, w, ids, slot),
-          "checkpointed": lambda: checkpointed(h, w, ids, slot, 7, 11),
-          "grad_in_forward": lambda: grad_in_forward(h, w, ids, grad_out)}[impl]
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() / 2**20
-    else:
-        base = rss_mib()
-    times = []
-    for _ in range(iters):
+          "checkpointed": lambda: checkpointed(h, w, ids, slot, 7, 11, chunk_tokens=chunk),
+          "grad_in_forward": lambda: grad_in_forward(h, w, ids, grad_out, chunk=chunk)}[impl]
+
+    def once() -> float:
+        """One forward + backward, its seconds (CUDA: from an idle device to an idle device)."""
         h.grad = w.grad = None
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         start = time.perf_counter()
         if impl == "grad_in_forward":   # fp32 CPU prototype: gradients come out of the forward
             logp, z = fn()[0], None
@@ -129,10 +133,20 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int) -> dict:
             ((logp * grad_out).sum() + z.sum()).backward()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-        del logp, z
+        return time.perf_counter() - start
+
+    base = rss_mib()                   # CPU: RSS has no reset, so its baseline precedes the warm-up
+    for _ in range(warmup):
+        once()
+    h.grad = w.grad = None
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() / 2**20
+    times = [once() for _ in range(iters)]
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else rss_mib()
-    return {"impl": impl, "peak_mib": peak - base, "seconds": statistics.median(times), "device": str(device)}
+    return {"impl": impl, "peak_mib": peak - base, "seconds": statistics.median(times), "device": str(device),
+            "seconds_all": times}
 
 
 def main() -> None:
@@ -141,12 +155,17 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--iters", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=1, help="timed iterations per child (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed iterations per child before timing")
+    parser.add_argument("--chunk", type=int, default=512, help="rows per chunk of the chunked kernel (chunk_tokens)")
     parser.add_argument("--impls", nargs="+", default=["chunked", "naive"])
     parser.add_argument("--child", choices=["naive", "chunked", "checkpointed", "grad_in_forward"])
     args = parser.parse_args()
+    if args.iters < 1 or args.warmup < 0 or args.chunk < 1 or args.repeats < 1:
+        parser.error(f"--iters, --repeats and --chunk must be >= 1 and --warmup >= 0; got iters={args.iters} "
+                     f"repeats={args.repeats} chunk={args.chunk} warmup={args.warmup}")
     if args.child:
-        print(json.dumps(child(args.child, args.seq[0], args.vocab, args.hidden, args.iters)))
+        print(json.dumps(child(args.child, args.seq[0], args.vocab, args.hidden, args.iters, args.warmup, args.chunk)))
         return
     load_before = os.getloadavg()[0]
     per_seq, device = {}, "cpu"
@@ -155,7 +174,8 @@ def main() -> None:
         for _ in range(args.repeats):
             for impl in args.impls:
                 out = subprocess.run([sys.executable, __file__, "--child", impl, "--seq", str(seq), "--vocab", str(args.vocab),
-                                      "--hidden", str(args.hidden), "--iters", str(args.iters)],
+                                      "--hidden", str(args.hidden), "--iters", str(args.iters),
+                                      "--warmup", str(args.warmup), "--chunk", str(args.chunk)],
                                      capture_output=True, text=True, check=True)
                 runs[impl].append(json.loads(out.stdout.strip().splitlines()[-1]))
         device = runs["naive"][0]["device"]
@@ -172,7 +192,7 @@ def main() -> None:
     result = {
         "bench": "logprobs_readout", "command": " ".join(["python"] + sys.argv), "device": device,
         "machine": f"{platform.machine()} {os.cpu_count()} cpus", "vocab": args.vocab, "hidden": args.hidden,
-        "repeats": args.repeats, "iters": args.iters,
+        "repeats": args.repeats, "iters": args.iters, "warmup": args.warmup, "chunk_tokens": args.chunk,
         "peak_mem_ratio": max(e["peak_mem_ratio"] for e in per_seq.values()),
         "time_ratio": max(e["time_ratio"] for e in per_seq.values()),
         "target_peak_mem_ratio": 0.25, "target_time_ratio": 1.0,

@@ -3,10 +3,11 @@ loss) for a Qwen3-1.7B-shaped model at 4k tokens in bf16 (CUDA); on a CPU a smal
 reporting achieved FLOP/s only (no MFU claim: no meaningful dense peak).
 
     python bench/bench_mfu.py [--shape qwen3-1.7b|small] [--rows 1] [--seq 4096] [--iters 5]
+                              [--prompt 256] [--activation-checkpointing]
 
 The step is `credo.train_on_batch` on one collated batch (`--rows` rollouts of `--seq`
-tokens, a readout slot near the end; group_size = rows) with an optimizer whose step
-is a no-op: forward, readout, credit, loss, backward, gradient norm. Weights are fp32
+tokens, the first `--prompt` of them the prompt (default 256, or seq/4 up to 512 tokens), a readout
+slot near the end; group_size = rows) with an optimizer whose step is a no-op: forward, readout, credit, loss, backward, gradient norm. Weights are fp32
 with bf16 autocast on CUDA (precision=bf16, as the paper's runs), fp32 on CPU. Random
 weights (the shape is what matters). Model FLOPs per token = 6 x (matmul parameters of
 the layers) + 6 x 2 x layers x heads x head_dim x (causal attention: mean context
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 import credo  # noqa: E402
+import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 from bench.results_io import report  # noqa: E402
@@ -89,7 +91,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--seq", type=int, default=4096 if cuda else 512)
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--prompt", type=int, default=None, help="prompt tokens of each row (default 256, seq/4 up to 512)")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="recompute each decoder layer in backward (parallel.enable_activation_checkpointing)")
     args = parser.parse_args()
+    if args.prompt is not None and not 0 < args.prompt < args.seq - 12:
+        parser.error(f"--prompt must leave a completion of more than 12 tokens: 0 < prompt < seq - 12, got {args.prompt}")
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     device = torch.device("cuda" if cuda else "cpu")
@@ -98,7 +105,9 @@ def main() -> None:
     model_config = Qwen3Config(**shape, max_position_embeddings=max(40960, args.seq), pad_token_id=0)
     with torch.device(device):
         model = Qwen3ForCausalLM(model_config).float()
-    prompt = 256 if args.seq > 512 else args.seq // 4
+    if args.activation_checkpointing:
+        parallel.enable_activation_checkpointing(model)
+    prompt = args.prompt or (256 if args.seq > 512 else args.seq // 4)
     cfg = config.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
                                      f"precision={'bf16' if cuda else 'fp32'}", f"max_prompt_tokens={prompt}",
                                      f"max_completion_tokens={args.seq - prompt}"])
@@ -138,7 +147,8 @@ def main() -> None:
     result = {
         "bench": "mfu", "command": " ".join(["python"] + sys.argv), "device": device.type, "device_name": name,
         "shape": args.shape, **{k: shape[k] for k in ("num_hidden_layers", "hidden_size", "vocab_size")},
-        "rows": args.rows, "seq": args.seq, "tokens": args.rows * args.seq, "precision": cfg["precision"],
+        "rows": args.rows, "seq": args.seq, "prompt": prompt, "tokens": args.rows * args.seq, "precision": cfg["precision"],
+        "activation_checkpointing": args.activation_checkpointing,
         "step_s": round(seconds, 4), "step_s_all": [round(t, 4) for t in times],
         "model_tflop_per_step": round(flops / 1e12, 3), "achieved_tflop_s": round(flops / seconds / 1e12, 3),
         "tokens_per_s": round(args.rows * args.seq / seconds, 1),

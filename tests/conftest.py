@@ -1,6 +1,7 @@
 """Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny), the
-Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`), and the code
-sandbox's isolation modes and leftover checks (helpers in sandbox_cases.py)."""
+Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`), the code
+sandbox's isolation modes and leftover checks (helpers in sandbox_cases.py), and the device
+of the tests that can run on a GPU (`device`: cpu unless CREDO_TEST_DEVICE=cuda)."""
 
 import glob
 import os
@@ -111,3 +112,20 @@ def close_math_pool():
     """Shut the math worker pool down after a module that used it."""
     yield
     verifier.close()
+
+
+@pytest.fixture(scope="session")
+def device():
+    """Where the device-agnostic numerical tests run: cpu, or cuda with CREDO_TEST_DEVICE=cuda
+    (bench/gpucheck.py runs them so, in fp32, to the CPU tolerances)."""
+    import torch
+
+    name = os.environ.get("CREDO_TEST_DEVICE", "cpu")
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"CREDO_TEST_DEVICE must be cpu or cuda, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("CREDO_TEST_DEVICE=cuda but torch sees no CUDA device; unset it to run on the CPU")
+    if name == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False      # fp32 means fp32: no TF32 matmuls
+        torch.backends.cudnn.allow_tf32 = False
+    return torch.device(name)

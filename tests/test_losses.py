@@ -188,15 +188,15 @@ def test_clipped_policy_loss_gradient_on_policy_is_advantage_weighted_logprob():
 # memory-efficient log-probs ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("chunk", [1, 5, 7, 1024])
-def test_chunked_logprobs_and_readout_match_naive(chunk):
+def test_chunked_logprobs_and_readout_match_naive(chunk, device):
     torch.manual_seed(0)
     n, length, h, v = 3, 7, 16, 50
-    hidden = torch.randn(n, length, h, dtype=torch.float64, requires_grad=True)
-    head = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
-    ids = torch.randint(0, v, (n, length))
-    slot = T([6, -1, 2])   # row 0: the slot is the last position (generation stopped at the tag); row 1: none
+    hidden = torch.randn(n, length, h, dtype=torch.float64).to(device).requires_grad_()
+    head = torch.randn(v, h, dtype=torch.float64).to(device).requires_grad_()
+    ids = torch.randint(0, v, (n, length)).to(device)
+    slot = T([6, -1, 2]).long().to(device)   # row 0: the slot is the last position (generation stopped at the tag); row 1: none
     logp = token_logprobs(hidden, head, ids, chunk_tokens=chunk)                                     # [N, L-1]
-    h_slot = hidden[torch.arange(n), slot.clamp(min=0)]                                              # [N, H]
+    h_slot = hidden[torch.arange(n, device=device), slot.clamp(min=0)]                               # [N, H]
     z = torch.where(slot >= 0, readout_logits(h_slot, head, high_id=7, low_id=11), 0.0)             # [N], as policy.forward
 
     logits = hidden.float() @ head.float().T                                  # naive [N, L, V]
@@ -208,27 +208,27 @@ def test_chunked_logprobs_and_readout_match_naive(chunk):
     torch.testing.assert_close(z, naive_z, atol=1e-5, rtol=0)
 
     # gradients agree too (the checkpointed chunks recompute in backward)
-    g_logp, g_z = torch.randn(n, length - 1), torch.randn(n)
+    g_logp, g_z = torch.randn(n, length - 1).to(device), torch.randn(n).to(device)
     gh, gw = torch.autograd.grad((logp * g_logp).sum() + (z * g_z).sum(), (hidden, head))
     nh, nw = torch.autograd.grad((naive_logp * g_logp).sum() + (naive_z * g_z).sum(), (hidden, head))
     torch.testing.assert_close(gh.float(), nh.float(), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(gw.float(), nw.float(), atol=1e-4, rtol=1e-4)
 
 
-def test_logprobs_score_only_the_masked_columns():
+def test_logprobs_score_only_the_masked_columns(device):
     """score_mask: the masked columns equal the full computation, the others are exactly 0,
     and the gradient is that of the masked log-probs alone."""
     torch.manual_seed(1)
     n, length, h, v = 2, 6, 8, 30
-    hidden = torch.randn(n, length, h, dtype=torch.float64, requires_grad=True)
-    head = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
-    ids = torch.randint(0, v, (n, length))
-    mask = torch.tensor([[False, False, True, True, True], [False, True, True, False, False]])          # [N, L-1]
+    hidden = torch.randn(n, length, h, dtype=torch.float64).to(device).requires_grad_()
+    head = torch.randn(v, h, dtype=torch.float64).to(device).requires_grad_()
+    ids = torch.randint(0, v, (n, length)).to(device)
+    mask = torch.tensor([[False, False, True, True, True], [False, True, True, False, False]], device=device)  # [N, L-1]
     full = token_logprobs(hidden, head, ids, chunk_tokens=2)
     part = token_logprobs(hidden, head, ids, chunk_tokens=2, score_mask=mask)
     torch.testing.assert_close(part[mask], full[mask], atol=1e-6, rtol=0)
     assert (part[~mask] == 0).all()
-    weights = torch.randn(n, length - 1)
+    weights = torch.randn(n, length - 1).to(device)
     grads = torch.autograd.grad((part * weights).sum(), (hidden, head))
     want = torch.autograd.grad((full * weights * mask).sum(), (hidden, head))
     for got, expected in zip(grads, want):

@@ -35,11 +35,22 @@ import rollout as ro  # noqa: E402
 import runlog  # noqa: E402
 from numerics import assert_same_first_adamw_step, assert_same_gradient, grad_atol  # noqa: E402
 
+# The ranks here are CPU ranks over gloo: GPUs are hidden from them, or on a GPU machine
+# init_world would take the CUDA path (two ranks on one GPU).
 ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false",
-       "VLLM_CACHE_ROOT": str(ROOT / ".cache" / "vllm")}
+       "VLLM_CACHE_ROOT": str(ROOT / ".cache" / "vllm"), "CUDA_VISIBLE_DEVICES": ""}
 for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
     ENV.pop(var, None)
 TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2"]
+
+
+
+@pytest.fixture(autouse=True)
+def cpu_only(monkeypatch):
+    """These tests compare CPU ranks with a CPU process: in this process too the GPU is hidden
+    (init_world takes the CUDA path when torch sees one), as ENV hides it from the ranks."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
 
 # Two questions x G = 4: some right, some wrong, one without a readout, so that A^ans,
 # A^conf, w and L_cal are all non-trivial.

@@ -176,9 +176,12 @@ def test_sequence_attention_refuses_a_padded_batch_with_sequence_bounds():
 
 
 @pytest.mark.parametrize("name", ["credo", "credo_digitexp", "grpo_head"])
-def test_packed_micro_batches_equal_padded_ones(name, tiny_dir):
-    """Padding-free packing (one row, block-causal attention) changes no output and no gradient."""
+def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
+    """Padding-free packing (one row, block-causal attention) changes no output and no gradient
+    (fp32, on the `device` fixture's device: bench/gpucheck.py runs it on CUDA; the outcomes
+    stay on the CPU, as the loop keeps them)."""
     policy = tiny_policy(tiny_dir)
+    policy.model.to(device)
     cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
     plan = config.confidence_plan(cfg)
     rollouts = method_rollouts(cfg, policy.tokenizer)

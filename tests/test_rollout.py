@@ -520,3 +520,108 @@ def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     _, _, trainer = trainer_logprobs(policy, samples, prompts, 3)
     for s, t in zip(samples, trainer):
         torch.testing.assert_close(torch.tensor(s.logprobs), t, atol=1e-4, rtol=0)
+
+
+# --- the HF engine's own sampling loop --------------------------------------------------------
+
+
+def first_draw(seed: int) -> float:
+    """The uniform draw sample_next takes first from a row generator seeded with `seed`."""
+    import torch
+
+    return float(torch.rand(1, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+
+
+def test_sample_next_filters_like_vllm_and_draws_per_row():
+    """p = (0.1, 0.2, 0.3, 0.4). top-k 2 keeps tokens 2, 3 (3/7, 4/7); top-p 0.5 keeps the
+    fewest most likely tokens reaching 0.5: 3 (0.4) and 2 (0.3); T = 0 is the argmax. A row's
+    token is where its own draw u falls in its cumulative distribution; the log-prob is the raw one."""
+    import torch
+
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    logits = probs.log().float().repeat(2, 1)                                      # [2, 4]
+    base = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    seeds = [5, 6]
+    for settings, kept in [({**base, "top_k": 2}, [2, 3]), ({**base, "top_p": 0.5}, [2, 3]), (base, [0, 1, 2, 3])]:
+        generators = [torch.Generator().manual_seed(s) for s in seeds]
+        tokens, logp = eng.sample_next(logits, settings, generators)
+        mass = probs[kept] / probs[kept].sum()
+        for row, seed in enumerate(seeds):
+            want = kept[int((mass.cumsum(0) <= first_draw(seed)).sum())]
+            assert int(tokens[row]) == want
+            assert float(logp[row]) == pytest.approx(math.log(0.1 * (want + 1)), abs=1e-6)
+    greedy, logp = eng.sample_next(logits, {**base, "temperature": 0.0}, [torch.Generator()] * 2)
+    assert greedy.tolist() == [3, 3] and logp[0].item() == pytest.approx(math.log(0.4), abs=1e-6)
+
+
+def engine_samples(policy, prompts, batch, seed=3, **settings):
+    """HF engine samples of 2 prompts x 3, `batch` rows at a time, with sampling settings overridden."""
+    cfg, model, tok, *_ = policy
+    engine = eng.HFEngine(model, tok, {**cfg, "hf_engine_batch": batch})
+    engine.settings = {**engine.settings, **settings}
+    return engine.generate(prompts, 3, seed=seed)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_hf_engine_rows_do_not_depend_on_their_batch(policy, temperature):
+    """6 rows in one batch == one row at a time (the per-request path) == 4 + 2: the same tokens
+    (greedy, and seeded sampling with per-row generators) and log-probs within fp32 noise."""
+    import torch
+
+    *_, prompts = policy
+    together = engine_samples(policy, prompts, 6, temperature=temperature)
+    for batch in (1, 4):
+        apart = engine_samples(policy, prompts, batch, temperature=temperature)
+        assert [s.token_ids for s in apart] == [s.token_ids for s in together]
+        assert [s.finish_reason for s in apart] == [s.finish_reason for s in together]
+        for a, b in zip(apart, together):
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+    alone = engine_samples(policy, prompts[1:], 6, temperature=temperature)     # other neighbours, other rows
+    if temperature:
+        assert len({tuple(s.token_ids) for s in together}) > 2                  # rows of a group differ
+        assert [s.token_ids for s in engine_samples(policy, prompts, 6, seed=4)] != [s.token_ids for s in together]
+    assert [s.token_ids for s in alone] == [s.token_ids for s in engine_samples(policy, prompts[1:], 1, temperature=temperature)]
+
+
+def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
+    """With per-row seeds a row's tokens up to its stop are those of an unstopped run: each
+    row ends at its first token that completes the stop string (or at its first EOS), and the
+    other rows go on."""
+    import copy
+
+    cfg, model, tok, *_, prompts = policy
+    free = engine_samples(policy, prompts, 6, stop=[])
+    texts = [ro.decode(tok, s.token_ids) for s in free]
+    stop = "e"
+    assert sum(stop in t for t in texts) >= 2
+    stopped = engine_samples(policy, prompts, 6, stop=[stop])
+    for f, s in zip(free, stopped):
+        ends = [k for k in range(1, len(f.token_ids) + 1) if stop in ro.decode(tok, f.token_ids[:k])]
+        if ends:
+            assert s.token_ids == f.token_ids[: ends[0]] and s.finish_reason == "stop"
+        else:
+            assert s.token_ids == f.token_ids
+    assert len({len(s.token_ids) for s in stopped}) > 1
+
+    # EOS per row: a token some rows sample early becomes the end-of-sequence token
+    counts = {}
+    for f in free:
+        for t in set(f.token_ids[:10]):
+            counts[t] = counts.get(t, 0) + 1
+    eos_id = next(t for t, n in sorted(counts.items(), key=lambda kv: -kv[1]) if 1 < n < len(free))
+    eos_tok = copy.deepcopy(tok)
+    eos_tok.eos_token = tok.convert_ids_to_tokens(eos_id)
+    assert eos_tok.eos_token_id == eos_id
+    engine = eng.HFEngine(model, eos_tok, {**cfg, "hf_engine_batch": 6})
+    engine.settings = {**engine.settings, "stop": []}
+    for f, s in zip(free, engine.generate(prompts, 3, seed=3)):
+        if eos_id in f.token_ids:
+            assert s.token_ids == f.token_ids[: f.token_ids.index(eos_id) + 1] and s.finish_reason == "stop"
+        else:   # the row goes on as before (past the real EOS, no longer one for this tokenizer)
+            assert s.token_ids[: len(f.token_ids) - 1] == f.token_ids[:-1]
+
+
+def test_hf_engine_batch_must_be_a_positive_integer(policy):
+    cfg, model, tok, *_ = policy
+    with pytest.raises(ValueError, match="hf_engine_batch must be a positive integer"):
+        eng.HFEngine(model, tok, {**cfg, "hf_engine_batch": 0})
