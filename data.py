@@ -590,9 +590,16 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--snapshot", action="append", default=[],
                       help=f"source=dir: raw records in the hub's layout instead of a download ({', '.join(SOURCES)})")
     prep.add_argument("--strict", action="store_true", help="a count that differs from tab:data is fatal")
+    prep.add_argument("--debug", action="store_true", help="a traceback instead of one line for an error")
     args = parser.parse_args(argv)
-    manifest = prepare(args.out, args.only, args.seed, _parse_pairs(args.local, "--local"),
-                       snapshots=_parse_pairs(args.snapshot, "--snapshot"), strict=args.strict)
+    try:
+        manifest = prepare(args.out, args.only, args.seed, _parse_pairs(args.local, "--local"),
+                           snapshots=_parse_pairs(args.snapshot, "--snapshot"), strict=args.strict)
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:   # bad input, or no hub: one line
+        if args.debug:
+            raise
+        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        sys.exit(f"data: {message} (--debug shows the traceback)")
     for name, entry in manifest["sets"].items():
         print(f"{name:18s} {entry['count']:6d} of {entry['expected']:6d}  {entry['path']}  {entry['sha256'][:12]}")
     return 0

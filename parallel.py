@@ -538,4 +538,9 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "fit":
         print(__doc__)
         sys.exit(0 if len(sys.argv) < 2 else 2)
-    _fit_cli(sys.argv[2:])
+    try:
+        _fit_cli([a for a in sys.argv[2:] if a != "--debug"])
+    except config.INPUT_ERRORS as error:
+        if "--debug" in sys.argv:
+            raise
+        sys.exit(f"parallel: {config.one_line(error)}")

@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     build_world()
     t_world = time.perf_counter() - t_start
     methods = (args.methods or ("credo" if args.quick else "credo,rlcr")).split(",")
+    if set(methods) - {"credo", "rlcr"}:
+        sys.exit(f"toy: --methods {args.methods!r}: the toy trains credo and/or rlcr (comma-separated)")
     quick = ["max_steps=40", "save_every=40"] if args.quick else []
     n_eval, test = (2, CACHE / "test_quick.jsonl") if args.quick else (4, CACHE / "test.jsonl")
     if args.quick:   # the first 100 held-out problems (20 per level)

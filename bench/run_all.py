@@ -52,6 +52,9 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SUITE))
     parser.add_argument("--trl-setup", action="store_true")
     args = parser.parse_args()
+    unknown = [name for name in args.only.split(",") if name not in SUITE]
+    if unknown:
+        sys.exit(f"bench: --only {unknown}: unknown benchmark(s); choose from {', '.join(SUITE)} (comma-separated)")
     if args.trl_setup and not (TRL_VENV / "bin" / "python").exists():
         trl_setup()
     failed, summary = [], {}

@@ -62,3 +62,23 @@ def test_eval_bad_input_is_one_line(argv, names, capsys):
     assert message.startswith("eval: ")
     for name in names:
         assert name in message
+
+
+@pytest.mark.parametrize("argv, starts", [
+    (["data.py", "prepare", "--only", "nonsense"], "data: unknown set(s) ['nonsense']"),
+    (["toy.py", "--methods", "nonsense"], "toy: --methods 'nonsense'"),
+    (["bench/run_all.py", "--only", "nope"], "bench: --only ['nope']"),
+    (["parallel.py", "fit", "nope"], "parallel: no config named 'nope'"),
+    (["curves.py", "/nonexistent-run"], "curves.py: /nonexistent-run: no such run directory"),
+])
+def test_the_other_commands_answer_bad_input_in_one_line(argv, starts):
+    """What run.sh's prepare, toy, bench, plot targets and parallel.py's fit run (as processes)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    result = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(starts) and "Traceback" not in result.stderr, result.stderr[-2000:]
