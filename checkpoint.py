@@ -4,7 +4,7 @@ and how a long run survives preemption.
     resume = resume_point(cfg, run_dir)          # resume=<ckpt> | auto | null; refuses to clobber a run
     ckpt = save_checkpoint(run_dir, step, policy, optimizer, cursor, cfg, world)
     step, cursor = restore_state(ckpt, optimizer, policy.model, world)
-    guard = PreemptionGuard()                    # SIGTERM / SIGINT: finish the step, checkpoint, exit
+    with PreemptionGuard() as guard: ...         # SIGTERM / SIGINT: finish the step, checkpoint, exit
 
 A checkpoint is HF safetensors weights + tokenizer (what eval.py and vLLM load), the resolved
 config, the step and data position, AdamW's state and every RNG stream, so that a resumed
@@ -148,9 +148,14 @@ class PreemptionGuard:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self):
+    def __enter__(self) -> "PreemptionGuard":
         self.received: int | None = None
         self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
     def _handle(self, signum, frame) -> None:
         if self.received is not None and signum == signal.SIGINT:
@@ -162,7 +167,3 @@ class PreemptionGuard:
         """The signal some rank received (the same answer on every rank), or None."""
         got = parallel.all_reduce({"signal": float(self.received or 0)}, world, "max")["signal"]
         return int(got) or None
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)

@@ -7,7 +7,7 @@ One step, as in section 3 of the paper (equations by their labels):
 
   1. rollouts   B questions x G samples from the engine (vLLM), stopped at the slot
   2. segments   answer / analysis / slot of each completion, found on token ids
-  3. verify     a_i by math-verify in killable worker processes
+  3. outcomes   a_i by math-verify in killable workers (code: the sandbox), F_i, the slot
   4. forward    ONE pass over prompt+completion: per-token log-probs and
                 z_H - z_L at the slot (`eq:readout`), without [N, T, V] fp32 logits
   5. credit     r^ans, r^conf (`eq:rewards3`) -> group-standardised A^ans, A^conf;
@@ -23,8 +23,10 @@ confidence is and what reads it, and `credit` how each method turns outcomes and
 confidences into advantages.
 
 Where things live: config.py (schema, the confidence plan), policy.py (model, batches, THE
-forward, every confidence read), losses.py (the equations), rollout.py (prompts, engines,
-segments), verifier.py (grading), parallel.py (torchrun, FSDP2), checkpoint.py, runlog.py.
+forward, every confidence read), losses.py (the equations), rollout.py (prompts, segments),
+engine.py (generation), verifier.py (grading), parallel.py (torchrun, FSDP2), checkpoint.py
+(resume, preemption), runlog.py (what a step writes). This file holds the loop and the
+method's credit only.
 
 Simplifications, on purpose (read them before forking):
   * One optimizer step per rollout batch, so the update is on-policy: the
@@ -131,20 +133,6 @@ def make_rollouts(engine, tokenizer, questions: list[dict], prompts: list[list[i
     return rollouts
 
 
-def reported_confidence(rollouts: list[ro.Rollout], plan: ConfidencePlan, tokenizer) -> torch.Tensor | None:
-    """[N] the confidence a rollout reports as sampled text, NaN where it reports none: the
-    parsed numeral (the verbalized baselines, eq:verb) or the sampled slot token, 1 for
-    <CONF_HIGH> and 0 for <CONF_LOW> (conf_train=sampled). None when the rewards read c."""
-    if plan.rewards_read == "slot_token":
-        value = {tokenizer.convert_tokens_to_ids(ro.CONF_HIGH): 1.0, tokenizer.convert_tokens_to_ids(ro.CONF_LOW): 0.0}
-        return torch.tensor([value.get(r.completion_ids[r.segments.slot], float("nan"))
-                             if r.segments.slot is not None and r.segments.slot < len(r.completion_ids) else float("nan")
-                             for r in rollouts])
-    if plan.rewards_read == "numeral":
-        return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
-    return None
-
-
 def outcomes(rollouts: list[ro.Rollout], questions: list[dict], cfg: dict, plan: ConfidencePlan, tokenizer) -> Outcomes:
     """a_i from the verifier (math-verify in killable workers; code in the sandbox, verify_workers
     at once, verify_timeout_s per test) on each answer segment (after any thinking block, cut
@@ -158,7 +146,7 @@ def outcomes(rollouts: list[ro.Rollout], questions: list[dict], cfg: dict, plan:
     return Outcomes(correct=torch.tensor(verdicts, dtype=torch.float32),                              # [N]
                     fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),                       # [N]
                     valid=torch.tensor([r.segments.slot is not None for r in rollouts]),               # [N]
-                    reported=reported_confidence(rollouts, plan, tokenizer))                          # [N] or None
+                    reported=pol.reported_confidence(rollouts, plan.rewards_read, tokenizer))          # [N] or None
 
 
 # ============================================================================================
@@ -402,57 +390,55 @@ def train(cfg: dict) -> Path:
     start_step = 0
     if resume:
         start_step, stream.cursor = restore_state(resume, optimizer, policy.model, world)
-    log = runlog.RunLog(run_dir, world, cfg, resumed_at=start_step if resume else None)
-    guard = PreemptionGuard()                                            # SIGTERM/SIGINT: stop after a step
     rank_cfg = {**cfg, "seed": parallel.rank_seed(cfg["seed"], world)}   # this rank's rollout seeds
 
     bar = tqdm(range(start_step, total_steps), initial=start_step, total=total_steps, desc="credo", dynamic_ncols=True,
                disable=not world.is_main)
     stop = None
-    for step in bar:
-        timings = {}
-        # 1-2. rollouts and their segments: this rank's whole groups of the step's questions
-        with timed(timings, "rollout"):
-            step_idx = stream.take(per_step)                                            # the same on every rank
-            q_idx = parallel.rank_slice(step_idx, world)
-            questions = [rows[i] for i in q_idx]
-            rollouts = make_rollouts(engine, policy.tokenizer, questions, [prompts[i] for i in q_idx], rank_cfg, plan, step)
-            engine.sleep()                                                              # CUDA: free the GPU for the update
+    # SIGTERM/SIGINT stop the loop after a step; the handlers and the loggers close on any exit
+    with PreemptionGuard() as guard, runlog.RunLog(run_dir, world, cfg, resumed_at=start_step if resume else None) as log:
+        for step in bar:
+            timings = {}
+            # 1-2. rollouts and their segments: this rank's whole groups of the step's questions
+            with timed(timings, "rollout"):
+                step_idx = stream.take(per_step)                                            # the same on every rank
+                q_idx = parallel.rank_slice(step_idx, world)
+                questions = [rows[i] for i in q_idx]
+                rollouts = make_rollouts(engine, policy.tokenizer, questions, [prompts[i] for i in q_idx], rank_cfg, plan, step)
+                engine.sleep()                                                              # CUDA: free the GPU for the update
 
-        # 3. outcomes: a_i, F_i, whether the slot was reached, reports sampled as text
-        with timed(timings, "verify"):
-            out = outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
+            # 3. outcomes: a_i, F_i, whether the slot was reached, reports sampled as text
+            with timed(timings, "verify"):
+                out = outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
 
-        # 4-6. one forward per micro-batch, credit, update. Gradients are averaged over ranks,
-        # so the batch means take the global counts / W (None: this call's own, one process).
-        with timed(timings, "train"):
-            batch = pol.training_batch(rollouts, policy.tokenizer, plan.teacher_digits, plan.samples_slot_token)
-            counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
-            n_total, n_valid_total = ((counts["n"] / world.world_size, counts["valid"] / world.world_size)
-                                      if world.distributed else (None, None))
-            parallel.gather_root(policy.model)
-            if plan.weights_read == "digit_pass":                                       # tab:sw_baseline
-                out.weight_conf = pol.digit_expectations(policy, rollouts, config.micro_batch_budget(cfg),
-                                                         config.packing_enabled(cfg))
-            stats = train_on_batch(policy, optimizer, batch, out, cfg, plan, step, n_total=n_total, n_valid_total=n_valid_total)
-            logp_gap = runlog.engine_logprob_gap(rollouts, stats["completion_logp"], world)
+            # 4-6. one forward per micro-batch, credit, update. Gradients are averaged over ranks,
+            # so the batch means take the global counts / W (None: this call's own, one process).
+            with timed(timings, "train"):
+                batch = pol.training_batch(rollouts, policy.tokenizer, plan.teacher_digits, plan.samples_slot_token)
+                counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
+                n_total, n_valid_total = ((counts["n"] / world.world_size, counts["valid"] / world.world_size)
+                                          if world.distributed else (None, None))
+                parallel.gather_root(policy.model)
+                if plan.weights_read == "digit_pass":                                       # tab:sw_baseline
+                    out.weight_conf = pol.digit_expectations(policy, rollouts, config.micro_batch_budget(cfg),
+                                                             config.packing_enabled(cfg))
+                stats = train_on_batch(policy, optimizer, batch, out, cfg, plan, step, n_total=n_total, n_valid_total=n_valid_total)
+                logp_gap = runlog.engine_logprob_gap(rollouts, stats["completion_logp"], world)
 
-        # 7. weights into the engine
-        with timed(timings, "sync"):
-            engine.push_weights(policy.model)
+            # 7. weights into the engine
+            with timed(timings, "sync"):
+                engine.push_weights(policy.model)
 
-        record = log.step(step, [rows[i]["id"] for i in step_idx], rollouts, out, stats, logp_gap, timings,
-                          n_train_tokens=float(batch.attention_mask.sum()))
-        if record is not None:
-            bar.set_postfix(reward=f"{record['reward_ans']:.2f}", acc=f"{record['acc']:.2f}",
-                            c="-" if record["mean_c"] is None else f"{record['mean_c']:.2f}")
-        stop = guard.requested(world)                                    # collective: every rank agrees
-        if (step + 1) % cfg["save_every"] == 0 or step + 1 == total_steps or stop:
-            ckpt = save_checkpoint(run_dir, step + 1, policy, optimizer, stream.cursor, cfg, world)
-        if stop:
-            break
-    guard.restore()
-    log.close()
+            record = log.step(step, [rows[i]["id"] for i in step_idx], rollouts, out, stats, logp_gap, timings,
+                              n_train_tokens=float(batch.attention_mask.sum()))
+            if record is not None:
+                bar.set_postfix(reward=f"{record['reward_ans']:.2f}", acc=f"{record['acc']:.2f}",
+                                c="-" if record["mean_c"] is None else f"{record['mean_c']:.2f}")
+            stop = guard.requested(world)                                    # collective: every rank agrees
+            if (step + 1) % cfg["save_every"] == 0 or step + 1 == total_steps or stop:
+                ckpt = save_checkpoint(run_dir, step + 1, policy, optimizer, stream.cursor, cfg, world)
+            if stop:
+                break
     engine.close()
     if stop:
         parallel.main_print(world, f"[credo] {signal.Signals(stop).name}: stopped after step {step + 1} of {total_steps}; "

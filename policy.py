@@ -416,6 +416,24 @@ def model_confidence(fwd: Forward) -> torch.Tensor:
     return losses.readout(fwd.z_diff, torch.zeros_like(fwd.z_diff))
 
 
+# --- Confidences sampled as text ------------------------------------------------------------
+
+
+def reported_confidence(rollouts: list[ro.Rollout], rewards_read: str, tokenizer) -> torch.Tensor | None:
+    """[N] the confidence a rollout reports as sampled text, NaN where it reports none: the
+    parsed numeral (the verbalized baselines, eq:verb) or the sampled slot token, 1 for
+    <CONF_HIGH> and 0 for <CONF_LOW> (conf_train=sampled), as ConfidencePlan.rewards_read
+    says; None when the rewards read the model's c (rewards_read == "model")."""
+    if rewards_read == "slot_token":
+        value = {tokenizer.convert_tokens_to_ids(ro.CONF_HIGH): 1.0, tokenizer.convert_tokens_to_ids(ro.CONF_LOW): 0.0}
+        return torch.tensor([value.get(r.completion_ids[r.segments.slot], float("nan"))
+                             if r.segments.slot is not None and r.segments.slot < len(r.completion_ids) else float("nan")
+                             for r in rollouts])
+    if rewards_read == "numeral":
+        return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
+    return None
+
+
 # --- No-grad confidence reads (evaluation, and a baseline's eq:sw weights) --------------------
 
 

@@ -133,7 +133,10 @@ class RunLog:
             sink.log(scalars, step)
         return record
 
-    def close(self) -> None:
+    def __enter__(self) -> "RunLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
         for sink in self.sinks:
             sink.close()
 

@@ -112,7 +112,7 @@ def method_step(name, tiny_dir, correct=A, extra=()):
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
     out = dataclasses.replace(outcomes_of(rollouts, correct),
-                              reported=credo.reported_confidence(rollouts, plan, policy.tokenizer))
+                              reported=pol.reported_confidence(rollouts, plan.rewards_read, policy.tokenizer))
     if plan.weights_read == "digit_pass":
         out.weight_conf = pol.digit_expectations(policy, rollouts, config.micro_batch_budget(cfg),
                                                  config.packing_enabled(cfg))
