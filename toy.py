@@ -320,14 +320,14 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--methods", default=None, help="comma-separated: credo,rlcr (default: both; --quick: credo)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for both trainings (e.g. alpha=0 for the ablation)")
     args = parser.parse_args(argv)
+    if args.methods and set(args.methods.split(",")) - {"credo", "rlcr"}:      # before the world is built
+        sys.exit(f"toy: --methods {args.methods!r}: the toy trains credo and/or rlcr (comma-separated)")
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     build_world()
     t_world = time.perf_counter() - t_start
     methods = (args.methods or ("credo" if args.quick else "credo,rlcr")).split(",")
-    if set(methods) - {"credo", "rlcr"}:
-        sys.exit(f"toy: --methods {args.methods!r}: the toy trains credo and/or rlcr (comma-separated)")
     quick = ["max_steps=40", "save_every=40"] if args.quick else []
     n_eval, test = (2, CACHE / "test_quick.jsonl") if args.quick else (4, CACHE / "test.jsonl")
     if args.quick:   # the first 100 held-out problems (20 per level)
