@@ -150,33 +150,6 @@ def test_one_step_of_a_verbalized_baseline_with_the_engine(tmp_path, tiny_dir):
         assert row["r_ans"] == pytest.approx(row["a"] - ((q - row["a"]) ** 2 if q is not None else 1.0), abs=1e-6)
 
 
-@pytest.mark.slow
-def test_two_steps_then_resume_matches_a_straight_run(tmp_path, tiny_dir):
-    run_tiny(tmp_path, "max_steps=2", "run_name=resumed")
-    run_dir = tmp_path / "resumed"
-    first = read_metrics(run_dir)
-    assert [m["step"] for m in first] == [0, 1]
-    for key in ("loss_pg", "loss_cal", "acc", "format_rate", "readout_rate", "mean_c", "ece", "brier",
-                "grad_norm", "rollout_tok_s", "train_tok_s", "t_rollout", "t_verify", "t_train", "t_sync"):
-        assert key in first[0]
-    assert first[0]["engine_logprob_gap"] < 1e-4            # engine and trainer hold the same weights
-    ckpt = run_dir / "ckpt" / "step_000002"
-    for name in ("model.safetensors", "tokenizer.json", "optimizer.pt", "rng.pt", "trainer_state.json", "config.yaml"):
-        assert (ckpt / name).exists(), name
-    assert json.loads((ckpt / "trainer_state.json").read_text()) == {"step": 2, "data_cursor": 4}
-    assert len((run_dir / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 8
-
-    run_tiny(tmp_path, "max_steps=3", f"resume={ckpt}")
-    run_tiny(tmp_path, "max_steps=3", "run_name=straight")
-    resumed, straight = read_metrics(run_dir), read_metrics(tmp_path / "straight")
-    assert [m["step"] for m in resumed] == [0, 1, 2]
-    assert resumed[2]["questions"] == straight[2]["questions"]          # the same data at step 3
-    texts = [(tmp_path / name / "rollouts" / "step_000002.jsonl").read_text() for name in ("resumed", "straight")]
-    assert texts[0] == texts[1]                                          # ... the same samples
-    assert resumed[2]["loss_pg"] == pytest.approx(straight[2]["loss_pg"], abs=1e-6)
-    assert resumed[2]["loss_cal"] == pytest.approx(straight[2]["loss_cal"], abs=1e-6)
-
-
 # --- methods: each routes its advantages as it defines ---------------------------------------
 
 

@@ -1,6 +1,7 @@
-"""Long runs (issue 19): a preempted run checkpoints and resumes to the same next step as a
-straight run; resume=auto; a run already in the directory is never overwritten silently;
-report_to writes TensorBoard events and an offline Weights & Biases run. Real tiny runs."""
+"""Long runs (issue 19): a run's checkpoint holds what an exact resume needs; a preempted
+run checkpoints and resumes (resume=auto) to the same steps as a straight run; a run already
+in the directory is never overwritten silently; report_to writes TensorBoard events and an
+offline Weights & Biases run across the resume. Real tiny runs."""
 
 import json
 import os
@@ -36,9 +37,35 @@ def rollouts(run_dir) -> dict[str, str]:
 @pytest.mark.slow
 def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, tiny_dir):
     tiny(tmp_path, "max_steps=3", "run_name=straight")
+    straight = tmp_path / "straight"
+    first = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in first] == [0, 1, 2]
+    for key in ("loss_pg", "loss_cal", "acc", "format_rate", "readout_rate", "mean_c", "ece", "brier",
+                "grad_norm", "rollout_tok_s", "train_tok_s", "t_rollout", "t_verify", "t_train", "t_sync"):
+        assert key in first[0]
+    assert first[0]["engine_logprob_gap"] < 1e-4            # engine and trainer hold the same weights
+    ckpt = straight / "ckpt" / "step_000003"
+    for name in ("model.safetensors", "tokenizer.json", "optimizer.pt", "rng.pt", "trainer_state.json", "config.yaml"):
+        assert (ckpt / name).exists(), name
+    assert json.loads((ckpt / "trainer_state.json").read_text()) == {"step": 3, "data_cursor": 6}
+    assert len((straight / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 8
+
+    # The same run again: refused, untouched; resume=auto on it: nothing to do (no engine built).
+    again = tiny(tmp_path, "max_steps=3", "run_name=straight", check=False)
+    assert again.returncode == 1
+    message = again.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"credo: {straight} already holds a run (3 logged steps, last checkpoint step_000003)")
+    for way_out in ("resume=auto", "run_name=", "overwrite=true"):
+        assert way_out in message
+    done = tiny(tmp_path, "max_steps=3", "run_name=straight", "resume=auto")
+    assert "is complete (3 of 3 steps): nothing to do" in done.stdout
+    assert [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()] == first
+
+    # Preempted by a real SIGTERM (logging to TensorBoard and an offline W&B run across the resume).
     run_dir = tmp_path / "preempted"
     proc = subprocess.Popen(["bash", "run.sh", "tiny", f"out_dir={tmp_path}", "save_every=100", "max_steps=3",
-                             "run_name=preempted"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "run_name=preempted", "report_to=tensorboard,wandb"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while not ((run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").read_text().strip()):
@@ -53,39 +80,15 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
     stopped_at = len(metrics(run_dir))
     assert 1 <= stopped_at < 3                          # it finished the step in flight, and no more
-    ckpt = run_dir / "ckpt" / f"step_{stopped_at:06d}"
-    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == stopped_at
+    stopped = run_dir / "ckpt" / f"step_{stopped_at:06d}"
+    assert json.loads((stopped / "trainer_state.json").read_text())["step"] == stopped_at
     assert f"SIGTERM: stopped after step {stopped_at} of 3" in output and "resume=auto" in output
 
-    tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto")
-    assert metrics(run_dir) == metrics(tmp_path / "straight")       # the same losses, rewards, questions
-    assert rollouts(run_dir) == rollouts(tmp_path / "straight")     # ... and the same samples, byte for byte
-
-
-@pytest.mark.slow
-def test_a_finished_run_is_not_overwritten(tmp_path, tiny_dir):
-    tiny(tmp_path, "max_steps=1", "run_name=done", "report_to=tensorboard,wandb")
-    run_dir = tmp_path / "done"
-    before = (run_dir / "metrics.jsonl").read_text()
-    again = tiny(tmp_path, "max_steps=1", "run_name=done", check=False)
-    assert again.returncode == 1
-    message = again.stderr.strip().splitlines()[-1]
-    assert message.startswith(f"credo: {run_dir} already holds a run (1 logged steps, last checkpoint step_000001)")
-    for way_out in ("resume=auto", "run_name=", "overwrite=true"):
-        assert way_out in message
-    assert (run_dir / "metrics.jsonl").read_text() == before         # untouched
-
-    # resume=auto on a finished run: nothing left to do (no engine built), nothing rewritten
-    done = tiny(tmp_path, "max_steps=1", "run_name=done", "resume=auto")
-    assert "is complete (1 of 1 steps): nothing to do" in done.stdout
-    assert (run_dir / "metrics.jsonl").read_text() == before
-    # report_to: TensorBoard events and an offline wandb run, without network
+    tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto", "report_to=tensorboard,wandb")
+    assert metrics(run_dir) == metrics(straight)         # the same losses, rewards, questions
+    assert rollouts(run_dir) == rollouts(straight)       # ... and the same samples, byte for byte
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert list((run_dir / "wandb").glob("offline-run-*"))
-
-    tiny(tmp_path, "max_steps=1", "run_name=done", "overwrite=true", "seed=44")
-    assert metrics(run_dir)[0]["questions"] != json.loads(before)["questions"]   # a new run, from scratch
-    assert len(metrics(run_dir)) == 1
 
 
 def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
@@ -105,3 +108,12 @@ def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
     (run_dir / "ckpt" / "step_000004").mkdir(parents=True)
     (run_dir / "ckpt" / "step_000008.tmp").mkdir()                   # unfinished: never resumed from
     assert checkpoint.resume_point(cfg, run_dir) == run_dir / "ckpt" / "step_000004"
+    # an explicit checkpoint must be complete; overwrite=true clears the old run for a fresh one
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        checkpoint.resume_point({**cfg, "resume": str(run_dir / "ckpt" / "step_000004")}, run_dir)
+    (run_dir / "ckpt" / "step_000004" / "trainer_state.json").write_text('{"step": 4, "data_cursor": 8}')
+    assert checkpoint.resume_point({**cfg, "resume": str(run_dir / "ckpt" / "step_000004")}, run_dir).name == "step_000004"
+    assert checkpoint.resume_point({**cfg, "resume": None, "overwrite": True}, run_dir) is None
+    (run_dir / "rollouts").mkdir()
+    checkpoint.clear_run(run_dir)
+    assert sorted(p.name for p in run_dir.iterdir()) == [] and checkpoint.run_in(run_dir) is None
