@@ -36,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 
 import verifier
+from grading import parse_python
 
 # HumanEval+ expected outputs computed at prepare time larger than this (JSON bytes)
 # are dropped: evalplus leaves six tasks without results because some run to 12 MB
@@ -380,7 +381,7 @@ def reference_outputs(program: str, fn_name: str, inputs: list[list]) -> tuple[l
 def _check_function(test: str, where: str) -> ast.FunctionDef:
     """The ``def check`` of evalplus's test code."""
     try:
-        module = ast.parse(test)
+        module = parse_python(test)
     except SyntaxError as e:
         raise ValueError(f"{where}: test code does not parse ({e.msg})") from None
     check = next((node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check"), None)

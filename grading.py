@@ -24,6 +24,7 @@ import json
 import marshal
 import math
 import re
+import threading
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -190,10 +191,23 @@ def _parse_assert_tests(tests: dict) -> TestSpec:
     return TestSpec(request, 1, 0, judge)
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state, so two
+# threads parsing at once can fail with "SystemError: AST constructor recursion depth mismatch"
+# (gh-106905). Programs are graded from a thread pool (verifier.grade) and records converted
+# from one (data.py): every ast.parse of ours goes through this one lock.
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """ast.parse, one thread at a time (see _AST_LOCK)."""
+    with _AST_LOCK:
+        return ast.parse(source)
+
+
 def _check_defines_check(test: str) -> None:
     """Raise ValueError unless ``test`` parses and defines ``check``."""
     try:
-        tree = ast.parse(test)
+        tree = parse_python(test)
     except SyntaxError as error:
         raise ValueError(f"assert test code does not parse: {error}") from None
     if not any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body):

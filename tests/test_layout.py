@@ -107,3 +107,18 @@ def test_every_module_is_short_and_opens_with_a_docstring():
 ])
 def test_the_verifier_layers(name, allowed):
     assert import_graph()[name] == allowed
+
+
+def test_every_parse_of_python_source_goes_through_the_lock():
+    """CPython 3.11's AST constructor is not thread-safe (gh-106905: "AST constructor recursion
+    depth mismatch", seen in CI while data.py converted records in threads); grading and
+    conversion run in thread pools, so ast.parse is called in grading.parse_python only."""
+    calls = []
+    for name in MODULES:
+        for node in ast.walk(ast.parse((ROOT / f"{name}.py").read_text())):
+            if isinstance(node, ast.FunctionDef):
+                for inner in ast.walk(node):
+                    if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "parse"
+                            and isinstance(inner.func.value, ast.Name) and inner.func.value.id == "ast"):
+                        calls.append((name, node.name))
+    assert sorted(set(calls)) == [("grading", "parse_python")]
