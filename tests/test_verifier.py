@@ -372,10 +372,10 @@ LONG_NUMBERS = ["1" * 40_000 + "x", "1" * 40_000 + ".", "1" * 20_000 + "." + "1"
 def test_stdio_comparison_is_linear_in_long_tokens(token):
     for size in (1, 100):  # 40 kB, then 4 MB of the same shape
         text = token[:1] + token[1:-1] * size + token[-1] if size > 1 else token
-        start = time.monotonic()
+        start = time.process_time()   # CPU seconds of this process: other jobs on the machine do not count
         assert grading._stdio_output_matches("1", text) is False
         assert grading._stdio_output_matches("1", text[:-1]) is False  # a long valid number
-        assert time.monotonic() - start < 2.0
+        assert time.process_time() - start < 2.0
 
 
 @pytest.mark.parametrize(
@@ -387,9 +387,9 @@ def test_stdio_floods_are_linear(actual):
     """A flood of short lines or tokens costs one scan, not an object per line."""
     import tracemalloc
 
-    start = time.monotonic()
+    start = time.process_time()
     verdict = grading._stdio_output_matches("3\n", actual)
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert verdict is (actual.strip() == "3")
     tracemalloc.start()
     try:
@@ -427,6 +427,6 @@ def test_forged_return_frames_are_bounded(name, size):
     forged frames fit under the size cap), decoding a forged value is fast."""
     expected = grading.json_normalize(list(range(size)))
     payload = FORGED_VALUES[name]().encode()
-    start = time.monotonic()
+    start = time.process_time()   # the decoding's CPU work, whatever else the machine runs
     assert grading._returned_value_matches(expected, payload) is False
-    assert time.monotonic() - start < 2.0
+    assert time.process_time() - start < 2.0
