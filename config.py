@@ -124,7 +124,7 @@ def _coerce(key: str, value, default):
 BY_DOMAIN = "by_domain"   # a value of base.yaml filled from the domain file, configs/<domain>.yaml
 # Overrides that do not change what is trained, left out of the default run name.
 _NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
-                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "overwrite", "report_to",
+                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "compile_layers", "overwrite", "report_to",
                        "wandb_project", "wandb_mode")
 REPORTERS = ("jsonl", "tensorboard", "wandb")
 
@@ -192,6 +192,7 @@ def validate_config(cfg: dict) -> None:
         cfg["pack_sequences"] = str(cfg["pack_sequences"]).lower()
     choices["pack_sequences"] = ("auto", "true", "false")
     choices["activation_checkpointing"] = ("auto", True, False)
+    choices["compile_layers"] = ("auto", True, False)
     for key, allowed in choices.items():
         if cfg[key] not in allowed:
             raise ValueError(f"{key}={cfg[key]!r} is not supported; choose one of {allowed}")
@@ -346,6 +347,16 @@ def packing_enabled(cfg: dict) -> bool:
     """pack_sequences: true/auto pack each micro-batch into one row (attended by
     policy.sequence_attention: exact, and faster than padding, docs/performance.md); false pads it."""
     return cfg["pack_sequences"] != "false"
+
+
+def compiles_layers(cfg: dict, device_type: str) -> bool:
+    """compile_layers as set (true/false), or for `auto` on exactly on CUDA: fused decoder
+    layers pay there (policy.compile_layers); on a CPU the compilation costs more than it saves.
+
+    >>> compiles_layers({"compile_layers": "auto"}, "cuda"), compiles_layers({"compile_layers": "auto"}, "cpu")
+    (True, False)
+    """
+    return device_type == "cuda" if cfg["compile_layers"] == "auto" else cfg["compile_layers"]
 
 
 def reporters(cfg: dict) -> list[str]:

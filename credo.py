@@ -282,35 +282,43 @@ def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: 
 
     conf_all = torch.zeros(n)
     parts = {key: torch.zeros(n) for key in ("target", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")}
-    completion_logp: list[torch.Tensor | None] = [None] * n   # per rollout, for the engine/trainer agreement metric
-    loss_pg = loss_cal = 0.0
+    # Statistics stay on the device until the last backward: reading one back after each
+    # backward would stall the GPU before every micro-batch (device: copy with .to(dev)).
+    loss_terms, logp_of = [], []     # ((pg, cal), rows, |V| rows); (rows, logp [n_mb, L-1], mask, c unless credited)
     policy.model.train()
     for rows, whole in zip(mb_plan, from_forward):
         mb = batch.select(rows)
         fwd = pol.forward(policy, mb, packed=packed, detach_readout=head)
         conf = pol.model_confidence(fwd)                                          # [n_mb], with grad
-        if whole:
-            mb_credit = group_credit(rows, conf.detach().float().cpu())
+        if whole:   # credit needs the group's c: the one host sync of a micro-batch, between forward and backward
+            conf_all[rows] = conf.detach().float().cpu()
+            mb_credit = group_credit(rows, conf_all[rows])
         else:
             mb_credit = {key: value[rows] for key, value in shared.items()}
         dev = fwd.logp.device
         adv_tok = losses.token_advantages(
-            mb_credit["adv_ans"].to(dev), mb_credit["adv_conf"].to(dev), mb_credit["w"].to(dev),
-            mb.ans_mask.to(dev), mb.conf_mask.to(dev),
-        )
-        pg = losses.clipped_policy_loss(fwd.logp, fwd.logp.detach(), adv_tok, mb.completion_mask.to(dev), cfg["clip_eps"])
-        cal = confidence_loss(fwd, conf, mb_credit["target"].to(dev), correct[rows].to(dev), valid[rows].to(dev), plan)
+            *(pol.to_device(t, dev) for t in (mb_credit["adv_ans"], mb_credit["adv_conf"], mb_credit["w"], mb.ans_mask, mb.conf_mask)))
+        completion_dev = pol.to_device(mb.completion_mask, dev)
+        pg = losses.clipped_policy_loss(fwd.logp, fwd.logp.detach(), adv_tok, completion_dev, cfg["clip_eps"])
+        cal = confidence_loss(fwd, conf, *(pol.to_device(t, dev) for t in (mb_credit["target"], correct[rows], valid[rows])), plan)
         # Both terms are means over the whole rollout batch (sequences for J, V for L_cal).
         n_valid_mb = int(valid[rows].sum())
         loss = pg * len(rows) / n_norm + alpha * cal * n_valid_mb / n_valid
         loss.backward()
-        loss_pg += pg.item() * len(rows) / n_norm
-        loss_cal += cal.item() * n_valid_mb / n_valid
-        conf_all[rows] = conf.detach().float().cpu()
-        for row, row_logp, mask in zip(rows, fwd.logp.detach(), mb.completion_mask.to(dev)):
-            completion_logp[row] = row_logp[mask].cpu()
+        loss_terms.append((torch.stack([pg.detach(), cal.detach()]), len(rows), n_valid_mb))
+        logp_of.append((rows, fwd.logp.detach(), mb.completion_mask, None if whole else conf.detach()))
         for key in parts:
             parts[key][rows] = mb_credit[key]
+    loss_pg = loss_cal = 0.0
+    for (pg, cal), (_, n_mb, n_valid_mb) in zip(torch.stack([terms for terms, _, _ in loss_terms]).tolist(), loss_terms):
+        loss_pg += pg * n_mb / n_norm
+        loss_cal += cal * n_valid_mb / n_valid
+    completion_logp: list[torch.Tensor | None] = [None] * n   # per rollout, for the engine/trainer agreement metric
+    for rows, logp, mask, conf in logp_of:
+        for row, row_logp, row_mask in zip(rows, logp.cpu(), mask):
+            completion_logp[row] = row_logp[row_mask]
+        if conf is not None:
+            conf_all[rows] = conf.float().cpu()
 
     grad_norm = clip_gradients(policy.model, cfg["max_grad_norm"])
     optimizer.step()
@@ -369,6 +377,8 @@ def train(cfg: dict) -> Path:
         parallel.enable_activation_checkpointing(policy.model)
     if why:
         parallel.main_print(world, f"[credo] {why}", flush=True)
+    if config.compiles_layers(cfg, world.device.type):
+        pol.compile_layers(policy.model)   # compiles at the first update (tens of seconds), then fused kernels
     rows, prompts = training_problems(cfg, plan, policy.tokenizer, world)
     stream = QuestionStream(len(rows), cfg["seed"])
     per_step = config.questions_per_step(cfg)             # the whole step's, over all ranks

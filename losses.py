@@ -375,7 +375,8 @@ def token_logprobs(
     input_ids: [N, L] the sequences (padding: any valid id; mask it later).
     score_mask: [N, L-1] bool, the columns to score (the completion tokens o_i); the others
                get 0 and cost nothing: the vocabulary projection is the costliest part of
-               the loss, and a prompt token has no gradient. None: every column.
+               the loss, and a prompt token has no gradient. None: every column. On the
+               CPU it is read without waiting for the GPU (the trainer passes it so).
 
     Returns `logp: [N, L-1]` (fp32; column k is log pi(input_ids[k+1] | ids[:k+1])).
 
@@ -396,9 +397,10 @@ def token_logprobs(
     if score_mask is None:
         logp = _LinearLogprobs.apply(flat_hidden, lm_head, flat_targets, chunk_tokens, dtype)
     else:
-        scored = score_mask.reshape(-1)                                      # [N*(L-1)]
-        logp = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device).masked_scatter(
-            scored, _LinearLogprobs.apply(flat_hidden[scored], lm_head, flat_targets[scored], chunk_tokens, dtype))
+        # The scored columns' indices: where score_mask lives (a host mask needs no device sync)
+        rows = score_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)   # [M]
+        logp = torch.zeros(flat_targets.shape, dtype=torch.float32, device=hidden.device).index_copy(
+            0, rows, _LinearLogprobs.apply(flat_hidden[rows], lm_head, flat_targets[rows], chunk_tokens, dtype))
     return logp.reshape(n_seq, seq_len - 1)                                  # [N, L-1]
 
 

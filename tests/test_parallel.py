@@ -92,11 +92,13 @@ def group_rollouts(tokenizer, problem: str, texts: list[str]) -> list[ro.Rollout
     return out
 
 
-def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[str], split_groups: bool = False) -> dict:
+def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[str], split_groups: bool = False,
+               compiled: bool = False) -> dict:
     """One optimizer step on GROUPS, as credo.train runs it: this rank's groups, global
     denominators, the root unit gathered for the update. Full tensors of the gradients and
     of the weights after the step, and the rank-averaged losses. split_groups: micro-batches
-    of the longest rollout's tokens, so no group fits one (readouts from a no-grad pass)."""
+    of the longest rollout's tokens, so no group fits one (readouts from a no-grad pass).
+    compiled: the decoder layers under compile_layers (aot_eager on the CPU), then sharded."""
     world = parallel.init_world()
     cfg = config.load_config("tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5",
                                      *overrides])
@@ -106,6 +108,8 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     policy.model.config.use_cache = False
     if activation_checkpointing:
         parallel.enable_activation_checkpointing(policy.model)
+    if compiled:
+        pol.compile_layers(policy.model, backend="aot_eager")
     policy.model = parallel.shard_model(policy.model, world, torch.float32)
     model = policy.model
     optimizer = RecordingAdamW(model.named_parameters(), lr=LR)
@@ -159,11 +163,12 @@ def generate_on_shards(model_dir: str) -> dict:
 
 
 def worker(out_file: str, model_dir: str) -> None:
-    """torchrun entry: the update without and with activation checkpointing, and with micro-
-    batches that split groups (advantages from a separate no-grad readout pass); then the HF
-    engine generating on the shards."""
+    """torchrun entry: the update without and with activation checkpointing (and compiled
+    layers), and with micro-batches that split groups (advantages from a separate no-grad
+    readout pass); then the HF engine generating on the shards."""
     results = {"plain": one_update(model_dir, False, []),
                "checkpointed": one_update(model_dir, True, []),
+               "compiled_checkpointed": one_update(model_dir, True, [], compiled=True),
                "split_groups": one_update(model_dir, False, [], split_groups=True)}
     world = parallel.init_world()
     results["generate"] = parallel.gather_on_main(generate_on_shards(model_dir), world)
@@ -185,7 +190,8 @@ def assert_same_update(got: dict, want: dict) -> None:
 
 def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
     """2 ranks x 1 group (FSDP2 over gloo) == 1 process x 2 groups: losses, every parameter's
-    gradient, the clipped norm, and the weights after a real AdamW step."""
+    gradient, the clipped norm, and the weights after a real AdamW step; also with the layers
+    checkpointed, and checkpointed around compiled forwards (compile_layers)."""
     model_dir = str(tiny_dir / "model")
     out = tmp_path / "two_ranks.pt"
     result = subprocess.run([*TORCHRUN, str(Path(__file__)), str(out), model_dir], cwd=ROOT, env=ENV,
@@ -198,7 +204,7 @@ def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
     moved = sum(float((one["weights"][n] - w0).abs().max() > 0) for n, w0 in
                 pol.load_policy(model_dir, torch.device("cpu")).model.named_parameters())
     assert moved == len(one["weights"])                          # every parameter took the step
-    for variant in ("plain", "checkpointed"):
+    for variant in ("plain", "checkpointed", "compiled_checkpointed"):
         assert_same_update(two[variant], one)
     assert_same_update(two["split_groups"], one_update(model_dir, False, [], split_groups=True))
     # the HF engine on the shards: 4 samples per rank, the trainer's log-probs (all ranks' tokens)

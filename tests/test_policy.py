@@ -5,6 +5,7 @@ import copy
 import dataclasses
 import doctest
 import math
+import os
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from step_cases import (
 
 import config
 import credo
+import parallel
 import policy as pol
 import rollout as ro
 import runlog
@@ -208,6 +210,61 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
         policy.model.zero_grad(set_to_none=True)
     for param, g in grads["false"].items():
         assert_same_gradient(grads["true"][param], g, param)
+
+
+# On a CPU, checkpointing around compiled layers is checked by test_parallel's two-rank
+# update (against the eager single process); on CUDA (gpucheck) it runs here too, with inductor.
+@pytest.mark.parametrize("checkpointing", [False, True] if os.environ.get("CREDO_TEST_DEVICE") == "cuda" else [False])
+def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, checkpointing):
+    """compile_layers (fp32): the same log-probs, readouts and update as the eager layers,
+    packed and padded, with activation checkpointing around the compiled forward or not; one
+    compilation serves micro-batches of new lengths (dynamic shapes); eval mode stays eager.
+    On a CPU through aot_eager (dynamo's capture and AOT autograd's forward/backward split,
+    without inductor's minute-long C++ build); bench/gpucheck.py runs it with inductor on CUDA."""
+    counters = torch._dynamo.utils.counters
+    torch._dynamo.reset()
+    policy = tiny_policy(tiny_dir)
+    policy.model.to(device)
+    if checkpointing:
+        parallel.enable_activation_checkpointing(policy.model)
+    cfg = config.load_config("credo", ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
+    plan = config.confidence_plan(cfg)
+    rollouts = method_rollouts(cfg, policy.tokenizer)
+    batch = method_batch(cfg, policy.tokenizer, rollouts)
+
+    def run(mode: str, rows: list[int]) -> tuple[dict, dict]:
+        recorder = GradientRecorder(policy.model.named_parameters())
+        sub = [rollouts[i] for i in rows]
+        stats = credo.train_on_batch(policy, recorder, batch.select(rows), outcomes_of(sub, A[: len(rows)]),
+                                     {**cfg, "pack_sequences": mode, "group_size": len(rows)}, plan, step=100)
+        policy.model.zero_grad(set_to_none=True)
+        return recorder.grads, stats
+
+    cases = [("false", [0, 1, 2]), ("true", [0, 1, 2])]
+    eager = [run(mode, rows) for mode, rows in cases]
+    pol.compile_layers(policy.model, backend="inductor" if device.type == "cuda" else "aot_eager")
+    pol.compile_layers(policy.model)                                          # idempotent: no second wrapper
+    compiled = [run(mode, rows) for mode, rows in cases]
+    for (want, want_stats), (got, got_stats) in zip(eager, compiled):
+        for param, g in want.items():
+            assert_same_gradient(got[param], g, param)
+        torch.testing.assert_close(got_stats["conf"], want_stats["conf"], atol=1e-6, rtol=1e-5)
+        for a, b in zip(got_stats["completion_logp"], want_stats["completion_logp"]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0                                                         # the layers did compile
+    run("true", [1, 2]), run("false", [0, 2])                                 # new lengths, new row counts
+    policy.model.eval()
+    with torch.no_grad():
+        pol.forward(policy, batch, packed=True)
+    assert counters["stats"]["unique_graphs"] == graphs                       # no recompilation
+    torch._dynamo.reset()
+
+
+def test_sequence_attention_reads_its_bounds_from_the_host():
+    q = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="must be a CPU tensor"):
+        pol.sequence_attention(None, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 2, 4], device="meta"))
 
 
 def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
