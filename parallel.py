@@ -383,17 +383,30 @@ def parameter_counts(shape: dict) -> tuple[int, int]:
     return shape["num_hidden_layers"] * layer + embed + head + h, layer
 
 
-def activation_bytes_per_token(shape: dict, checkpointing: bool, compute_bytes: int) -> float:
+def activation_bytes_per_token(shape: dict, checkpointing: bool, compute_bytes: int, compiled: bool = False) -> float:
     """Bytes kept for backward per token of a micro-batch, over the whole model (an estimate).
 
-    Without checkpointing a decoder layer keeps roughly its normed inputs and outputs (6 h),
-    q/k/v and attention output (4 q + 4 kv with RoPE copies), four MLP tensors (4 i) in the
-    compute dtype, and two fp32 RMSNorm inputs. With checkpointing it keeps its input (h)
-    and one layer is live at a time. The loss adds fp32 log-prob work over a vocabulary
-    chunk, not counted (the trainer never builds [N, T, V] logits)."""
+    Eager layers keep roughly their normed inputs and outputs (6 h), q/k/v and attention
+    output (4 q + 4 kv with RoPE copies), four MLP tensors (4 i) in the compute dtype, and two
+    fp32 RMSNorm inputs. Compiled layers (compile_layers) keep what inductor's partitioner
+    saves, the matmul inputs and outputs, and recompute the elementwise work in backward:
+    two normed inputs (2 h), q, k, v and the attention output (2 q + 2 kv), gate, up and
+    the down projection's input (3 i), and the two fp32 residual inputs. Calibrated on an
+    H100 (../shared/gpu/prof2*.log, 1.7B shape): eager 3.2 MB a token measured at 1 x 4,096
+    (this gives 3.21); compiled 1.7 MB at 1 x 4,096 and 2.0 MB at 2 x 9,216 (this gives 2.06).
+    With checkpointing a layer keeps its input (h) and one layer is live at a time. The loss
+    adds fp32 log-prob work over a vocabulary chunk, not counted (no [N, T, V] logits).
+
+    >>> shape = QWEN3_SHAPES["Qwen/Qwen3-1.7B"]
+    >>> round(activation_bytes_per_token(shape, False, 2) / 1e6, 2), round(activation_bytes_per_token(shape, False, 2, compiled=True) / 1e6, 2)
+    (3.21, 2.06)
+    """
     h, inter, hd = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
     q, kv = shape["num_attention_heads"] * hd, shape["num_key_value_heads"] * hd
-    per_layer = compute_bytes * (6 * h + 4 * q + 4 * kv + 4 * inter) + 4 * 2 * h
+    if compiled:
+        per_layer = compute_bytes * (2 * h + 2 * q + 2 * kv + 3 * inter) + 4 * 2 * h
+    else:
+        per_layer = compute_bytes * (6 * h + 4 * q + 4 * kv + 4 * inter) + 4 * 2 * h
     layers = shape["num_hidden_layers"]
     if checkpointing:
         return compute_bytes * h * layers + per_layer
@@ -410,7 +423,8 @@ def estimate_memory(cfg: dict, shape: dict, world_size: int, gpu_gib: float, che
     update:  fp32 shards of params, grads, AdamW m and v (16 P / W) + the gathered bf16
              root unit (embeddings/head, kept until backward) and its fp32 gradient + two
              gathered layers (one prefetched) + activations of one full micro-batch
-             (micro_batch_tokens) + a sleeping engine.
+             (micro_batch_tokens; compiled layers as compile_layers decides on a GPU) +
+             a sleeping engine.
     rollout: fp32 params and AdamW state (12 P / W; gradients are freed) + the engine's
              share of the GPU (vllm_gpu_memory_utilization), which must hold the bf16
              weights (2 P) and the KV cache of at least one full-length sequence.
@@ -424,7 +438,8 @@ def estimate_memory(cfg: dict, shape: dict, world_size: int, gpu_gib: float, che
     # One process: autocast keeps bf16 copies of the weights it used until backward (2 P).
     # FSDP2: the gathered bf16 root unit and its fp32 gradient, and two gathered bf16 layers.
     gathered = 2 * params if world_size == 1 else (2 + 4) * root_params + 2 * 2 * layer_params
-    activations = tokens * activation_bytes_per_token(shape, checkpointing, compute_bytes=2)
+    compiled = config.compiles_layers(cfg, "cuda")     # what compile_layers decides on a GPU
+    activations = tokens * activation_bytes_per_token(shape, checkpointing, compute_bytes=2, compiled=compiled)
     update = (sharded + gathered + activations) / GIB + VLLM_ASLEEP_GIB + CUDA_OVERHEAD_GIB
     engine_gib = cfg["vllm_gpu_memory_utilization"] * gpu_gib
     kv_gib = engine_gib - 2 * params / GIB - 1.0        # 1 GiB of engine activations / graphs
@@ -470,9 +485,11 @@ def decide_checkpointing(cfg: dict, shape: dict, world_size: int, gpu_gib: float
     would not fit `gpu_gib` without it (estimate_memory) - never on a CPU (gpu_gib None: no
     device memory to run out of). Returns (on, the reason to log, or None).
 
-    >>> cfg = config.load_config("math")                     # 1,024 + 8,192 tokens, micro-batches of 2
-    >>> decide_checkpointing(cfg, QWEN3_SHAPES["Qwen/Qwen3-1.7B"], 1, 80.0)[0], decide_checkpointing(cfg, QWEN3_SHAPES["Qwen/Qwen3-1.7B"], 1, None)
-    (True, (False, None))
+    >>> cfg, shape = config.load_config("math"), QWEN3_SHAPES["Qwen/Qwen3-1.7B"]   # micro-batches of 2 x 9,218 tokens
+    >>> decide_checkpointing(cfg, shape, 1, 80.0)[0], decide_checkpointing(cfg, shape, 1, 40.0)[0], decide_checkpointing(cfg, shape, 1, None)
+    (False, True, (False, None))
+    >>> decide_checkpointing({**cfg, "compile_layers": False}, shape, 1, 80.0)[0]    # eager layers keep more
+    True
     """
     setting = cfg["activation_checkpointing"]
     if setting != "auto":
