@@ -4,11 +4,16 @@ reporting achieved FLOP/s only (no MFU claim: no meaningful dense peak).
 
     python bench/bench_mfu.py [--shape qwen3-1.7b|small] [--rows 1] [--seq 4096] [--iters 5]
                               [--prompt 256] [--activation-checkpointing]
+                              [--compile-layers auto|on|off] [--optimizer none|adamw]
 
 The step is `credo.train_on_batch` on one collated batch (`--rows` rollouts of `--seq`
 tokens, the first `--prompt` of them the prompt (default 256, or seq/4 up to 512 tokens), a readout
-slot near the end; group_size = rows) with an optimizer whose step is a no-op: forward, readout, credit, loss, backward, gradient norm. Weights are fp32
-with bf16 autocast on CUDA (precision=bf16, as the paper's runs), fp32 on CPU. Random
+slot near the end; group_size = rows): forward, readout, credit, loss, backward, gradient
+norm, and with `--optimizer adamw` a real AdamW step (its fp32 moments count in the peak
+memory, as in training; `none`, the default, times forward + backward only). Weights are fp32
+with bf16 autocast on CUDA (precision=bf16, as the paper's runs), fp32 on CPU. Decoder layers
+run compiled (policy.compile_layers) as training's compile_layers=auto decides: on CUDA, not
+on a CPU; `--compile-layers` forces it. The two warm-up steps include the compilation. Random
 weights (the shape is what matters). Model FLOPs per token = 6 x (matmul parameters of
 the layers) + 6 x 2 x layers x heads x head_dim x (causal attention: mean context
 (T+1)/2) x 2, plus 6 x V x hidden for each completion token (only those are scored: the
@@ -44,6 +49,9 @@ SHAPES = {
                        num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "small": dict(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False),
+    # for the tests of the benchmarks' own logic: the figures mean nothing
+    "test": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, head_dim=32, tie_word_embeddings=False),
 }
 
 # Dense (no sparsity) bf16 tensor-core peak, FLOP/s, by a substring of torch.cuda.get_device_name().
@@ -94,6 +102,10 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=None, help="prompt tokens of each row (default 256, seq/4 up to 512)")
     parser.add_argument("--activation-checkpointing", action="store_true",
                         help="recompute each decoder layer in backward (parallel.enable_activation_checkpointing)")
+    parser.add_argument("--compile-layers", choices=["auto", "on", "off"], default="auto",
+                        help="torch.compile each decoder layer (policy.compile_layers); auto: as training, on CUDA only")
+    parser.add_argument("--optimizer", choices=["none", "adamw"], default="none",
+                        help="adamw: a real AdamW step (its state counts in the peak memory); none: no step")
     args = parser.parse_args()
     if args.prompt is not None and not 0 < args.prompt < args.seq - 12:
         parser.error(f"--prompt must leave a completion of more than 12 tokens: 0 < prompt < seq - 12, got {args.prompt}")
@@ -107,6 +119,10 @@ def main() -> None:
         model = Qwen3ForCausalLM(model_config).float()
     if args.activation_checkpointing:
         parallel.enable_activation_checkpointing(model)
+    compiled = config.compiles_layers({"compile_layers": {"on": True, "off": False}.get(args.compile_layers, "auto")},
+                                      device.type)
+    if compiled:
+        pol.compile_layers(model)
     prompt = args.prompt or (256 if args.seq > 512 else args.seq // 4)
     cfg = config.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
                                      f"precision={'bf16' if cuda else 'fp32'}", f"max_prompt_tokens={prompt}",
@@ -122,7 +138,7 @@ def main() -> None:
     correct = torch.tensor([float(i % 2) for i in range(args.rows)])
     valid = batch.slot_pos >= 0
     high_id, low_id = shape["vocab_size"] - 2, shape["vocab_size"] - 1
-    optimizer = NoStep(model)
+    optimizer = NoStep(model) if args.optimizer == "none" else torch.optim.AdamW(model.parameters(), lr=1e-6)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # random weights: no tokenizer
     out = credo.Outcomes(correct=correct, fmt=valid.float(), valid=valid, reported=None)
     plan = config.confidence_plan(cfg)
@@ -134,12 +150,11 @@ def main() -> None:
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    times = []
+    warmup, times = [], []
     for i in range(2 + args.iters):
         start = time.perf_counter()
         step()
-        if i >= 2:
-            times.append(time.perf_counter() - start)
+        (times if i >= 2 else warmup).append(time.perf_counter() - start)
     seconds = statistics.median(times)
     flops = model_flops_per_step(shape, args.rows, args.seq, args.seq - prompt)
     name = torch.cuda.get_device_name() if cuda else f"{platform.machine()} {os.cpu_count()} cpus"
@@ -148,8 +163,10 @@ def main() -> None:
         "bench": "mfu", "command": " ".join(["python"] + sys.argv), "device": device.type, "device_name": name,
         "shape": args.shape, **{k: shape[k] for k in ("num_hidden_layers", "hidden_size", "vocab_size")},
         "rows": args.rows, "seq": args.seq, "prompt": prompt, "tokens": args.rows * args.seq, "precision": cfg["precision"],
-        "activation_checkpointing": args.activation_checkpointing,
+        "activation_checkpointing": args.activation_checkpointing, "compile_layers": compiled,
+        "optimizer": args.optimizer,
         "step_s": round(seconds, 4), "step_s_all": [round(t, 4) for t in times],
+        "warmup_s": [round(t, 2) for t in warmup],
         "model_tflop_per_step": round(flops / 1e12, 3), "achieved_tflop_s": round(flops / seconds / 1e12, 3),
         "tokens_per_s": round(args.rows * args.seq / seconds, 1),
         "dense_bf16_peak_tflop_s": peak / 1e12 if peak else None,

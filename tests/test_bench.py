@@ -110,3 +110,31 @@ def test_ablation_variants_do_the_same_work(tmp_path, monkeypatch):
     assert bench_ablation.row_micro_batches([5, 1, 4, 2, 1, 1], rows=2, group=2) == [[4, 5], [2, 3], [0, 1]]
     out = bench_ablation.ablate("tiny", repeats=1)
     assert {"no_score_mask_vs_credo", "row_micro_batches_vs_credo", "padded_vs_credo", "reference_vs_credo"} <= set(out)
+
+
+def test_sync_counting_runs_its_two_layouts(tmp_path, monkeypatch, capsys):
+    """bench_syncs on the CPU (its test hook; nothing synchronises there), in this process:
+    the two layouts do the same work in 1 and `rows` micro-batches, and the counting helpers
+    hold by hand. Without CUDA and without the hook it says so and exits 2."""
+    import doctest
+    import json
+    import sys
+
+    import torch
+
+    from bench import bench_syncs
+
+    assert doctest.testmod(bench_syncs).failed == 0
+    from bench import results_io
+
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bench_syncs.py", "--device", "cpu", "--shape", "test", "--rows", "2", "--seq", "64",
+                                      "--compile-layers", "off"])
+    assert bench_syncs.main() == 0
+    out = json.loads((tmp_path / "syncs_cpu.json").read_text())
+    assert out["micro_batches"] == {"one": 1, "each_row": 2}
+    assert out["syncs"] == {"one": 0, "each_row": 0} and out["meets_target"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sys, "argv", ["bench_syncs.py"])
+    assert bench_syncs.main() == 2
+    assert "no CUDA device" in capsys.readouterr().err
