@@ -451,14 +451,19 @@ class _Sandbox:
         Processes below the leader die first, deepest first, each reaped by
         its own parent (the assert harness ignores SIGCHLD; ``unshare`` waits
         for the namespace's init, whose death makes the kernel kill and reap
-        the rest of the namespace).  Killing the whole group at once would
+        the rest of the namespace), listed again until none is left (one
+        started meanwhile is caught by the next listing).  Killing the whole group at once would
         orphan them as zombies for the host's PID 1, and a PID 1 that never
         reaps (a container without an init) would collect them.
         """
         if self.proc is None or self.proc.returncode is not None:
             return
-        for pid in reversed(_descendants(self.proc.pid)):
-            _kill_and_wait(pid)
+        for _ in range(_STOP_ROUNDS):  # a process started while the listed ones died is listed next round
+            below = _descendants(self.proc.pid)
+            if not below:
+                break
+            for pid in reversed(below):
+                _kill_and_wait(pid)
         _kill_group(self.proc)  # before reaping: the pgid cannot be reused yet
         _reap(self.proc)
 
@@ -550,8 +555,15 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _kill_and_wait(pid: int, timeout_s: float = 1.0) -> None:
-    """SIGKILL ``pid`` and wait (bounded) until its parent has reaped it."""
+_STOP_ROUNDS = 3  # listings of the processes below a sandbox's leader when it is stopped
+
+
+def _kill_and_wait(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGKILL ``pid`` and wait (bounded) until its parent has reaped it.
+
+    The bound is generous on purpose: on a starved machine a killed process can take
+    over a second to go, and the group kill that follows would orphan it as a zombie
+    if its parent died first. A process that goes at once costs no wait."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -174,6 +174,30 @@ def test_no_orphaned_zombies(mode):
     assert _orphans_of(runs) == []
 
 
+def test_a_killed_process_is_waited_for_until_its_parent_reaps_it():
+    """_kill_and_wait returns only once the process is gone from /proc, even when its parent
+    reaps it 2 s after the kill (a starved machine looks like this): returning earlier lets
+    the sandbox's group kill orphan it as a zombie."""
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "sys.stdin.readline()\n"              # told the child was killed: reap it 2 s later
+        "time.sleep(2.0)\n"
+        "child.wait()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        os.kill(pid, 0)
+        threading.Timer(0.1, lambda: (parent.stdin.write("killed\n"), parent.stdin.flush())).start()
+        start = time.monotonic()
+        sandbox._kill_and_wait(pid)
+        assert not os.path.exists(f"/proc/{pid}")                 # gone: reaped by its own parent
+        assert time.monotonic() - start >= 1.5                    # which took its 2 s
+    finally:
+        parent.kill()
+        parent.wait()
+
+
 def test_child_script_fits_in_one_argument():
     """The child program travels as one argv string (Linux: at most 128 KiB)."""
     script = sandbox._child_script()
