@@ -215,10 +215,16 @@ def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> li
     return losses
 
 
+def world_is_current(cache: Path = CACHE, world: dict = WORLD) -> bool:
+    """`cache` holds the world of this recipe (its stamp is written last, when the build is done)."""
+    stamp = cache / "world.json"
+    return stamp.exists() and json.loads(stamp.read_text()).get("key") == world_key(world) and (cache / "model" / "config.json").exists()
+
+
 def build_world(cache: Path = CACHE, world: dict = WORLD, log=print) -> Path:
     """Data, tokenizer and warm-started model under `cache`; skipped when the cached recipe matches."""
     stamp = cache / "world.json"
-    if stamp.exists() and json.loads(stamp.read_text()).get("key") == world_key(world) and (cache / "model" / "config.json").exists():
+    if world_is_current(cache, world):
         return cache
     t0 = time.perf_counter()
     cache.mkdir(parents=True, exist_ok=True)

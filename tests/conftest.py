@@ -1,10 +1,13 @@
 """Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny), the
-Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`), the code
+toy world (`toy_world`: built in the background from the start of a session that needs it),
+the Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`), the code
 sandbox's isolation modes and leftover checks (helpers in sandbox_cases.py), and the device
 of the tests that can run on a GPU (`device`: cpu unless CREDO_TEST_DEVICE=cuda)."""
 
 import glob
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +36,46 @@ def tiny_dir() -> Path:
     if not tiny.is_current(TINY_DIR):          # missing, or built from other tiny.py / rollout.py
         tiny.build(TINY_DIR)
     return TINY_DIR
+
+
+# The toy world's warm start is about 2.5 minutes of one core, and only the toy run needs it,
+# near the end of the suite. A session whose tests include that run starts the build at once,
+# in a niced background process that takes the cycles the other tests leave idle; the
+# fixture waits for it. The world is the same (toy.build_world, one thread, seeded).
+_BACKGROUND = {}
+
+
+def pytest_collection_finish(session):
+    if not any("toy_world" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    import toy
+
+    if toy.world_is_current():
+        return
+    log = ROOT / ".cache" / "toy-build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        _BACKGROUND["toy"] = (subprocess.Popen(["nice", "-n", "10", sys.executable, "-c", "import toy; toy.build_world()"],
+                                               cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), log)
+
+
+def pytest_sessionfinish(session):
+    proc, _ = _BACKGROUND.pop("toy", (None, None))
+    if proc is not None and proc.poll() is None:    # the session ended before the toy run needed it
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def toy_world() -> Path:
+    """The toy world under .cache/toy (toy.build_world): the background build's, or built here."""
+    import toy
+
+    proc, log = _BACKGROUND.get("toy", (None, None))
+    if proc is not None and proc.wait() != 0:
+        raise RuntimeError(f"building the toy world in the background failed (exit {proc.returncode}): "
+                           f"{log.read_text()[-2000:]}")
+    return toy.build_world()
 
 
 @pytest.fixture(scope="session")

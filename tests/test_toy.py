@@ -48,7 +48,7 @@ def test_scripted_completions_carry_the_rollout_formats():
 
 
 @pytest.mark.slow
-def test_quick_toy_run_raises_the_readout_auroc(tmp_path):
+def test_quick_toy_run_raises_the_readout_auroc(tmp_path, toy_world):
     report = toy.main(["--quick", "--out", str(tmp_path / "toy")])
     credo = report["CREDO"]
     assert credo["before"]["n"] > 100 and credo["after"]["n"] > 100
@@ -61,7 +61,7 @@ def test_quick_toy_run_raises_the_readout_auroc(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("CREDO_TOY_ALPHA0") != "1", reason="set CREDO_TOY_ALPHA0=1 to run the alpha=0 check")
-def test_quick_toy_run_without_the_calibration_loss_does_not_raise_the_auroc(tmp_path):
+def test_quick_toy_run_without_the_calibration_loss_does_not_raise_the_auroc(tmp_path, toy_world):
     report = toy.main(["--quick", "--out", str(tmp_path / "toy"), "alpha=0"])
     credo = report["CREDO"]
     assert credo["after"]["auroc"] - credo["before"]["auroc"] < 0.15
