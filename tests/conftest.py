@@ -79,6 +79,18 @@ def toy_world() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tiny_dir, tmp_path_factory) -> Path:
+    """A CREDO run of one real training step on the tiny world (readout channel, vLLM engine),
+    shared by the tests that only read it (the client, eval's CLI): its run directory, whose
+    checkpoint is ckpt/step_000001."""
+    out = tmp_path_factory.mktemp("runs")
+    result = subprocess.run([sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=credo", f"out_dir={out}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return out / "credo"
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_dir):
     from transformers import AutoTokenizer
 

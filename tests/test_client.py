@@ -34,13 +34,9 @@ VERBALIZED = ("12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have sl
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory, tiny_dir) -> str:
+def ckpt(tiny_run) -> str:
     """A CREDO checkpoint of the tiny model: one training step (readout channel)."""
-    out = tmp_path_factory.mktemp("runs")
-    result = subprocess.run([sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=client", f"out_dir={out}"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return str(out / "client" / "ckpt" / "step_000001")
+    return str(tiny_run / "ckpt" / "step_000001")
 
 
 def free_port() -> int:
@@ -66,15 +62,15 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, limit_s: float) ->
 
 
 @pytest.fixture(scope="module")
-def server(ckpt, tmp_path_factory):
-    """`bash run.sh serve <ckpt> --port N` on loopback; its process group is killed at the end."""
+def server_process(ckpt, tmp_path_factory):
+    """`bash run.sh serve <ckpt> --port N` on loopback, started (not yet healthy); its process
+    group is killed at the end. `local` builds its engine while this one boots."""
     port, log = free_port(), tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(["bash", "run.sh", "serve", ckpt, "--port", str(port)], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", proc, log, SERVER_START_S)
-        yield f"http://127.0.0.1:{port}"
+        yield proc, f"http://127.0.0.1:{port}", log
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -85,11 +81,19 @@ def server(ckpt, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def local(ckpt):
-    """The in-process transport (a vllm.LLM for the checkpoint)."""
+def local(ckpt, server_process):
+    """The in-process transport (a vllm.LLM for the checkpoint), built while the server boots."""
     c = client.open_client(ckpt)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="module")
+def server(server_process, local):
+    """The server's URL, once GET /health answers."""
+    proc, url, log = server_process
+    wait_healthy(url, proc, log, SERVER_START_S)
+    return url
 
 
 @pytest.fixture(scope="module")

@@ -72,12 +72,9 @@ def test_ckpt_and_plan_are_one_or_the_other(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir):
+def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
     # a CREDO checkpoint (one real training step) and the untrained base model
-    run = subprocess.run(["bash", "run.sh", "tiny", "max_steps=1", f"out_dir={tmp_path}", "run_name=credo"],
-                         cwd=config.ROOT, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    ckpt = tmp_path / "credo" / "ckpt" / "step_000001"
+    ckpt = tiny_run / "ckpt" / "step_000001"
     problems = (tiny_dir / "math_test.jsonl").read_text().splitlines()[:6]
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
