@@ -24,10 +24,22 @@ def tiny(out_dir, *overrides, check=True) -> subprocess.CompletedProcess:
     return result
 
 
+# The engine/trainer log-prob gap of a run whose engine holds the trainer's weights. It is the
+# float noise of two implementations: about 4e-7 a token on the tiny run, once 3.4e-5 on a resumed
+# step in CI (same samples, same losses); an engine one push behind gives 7.7e-3 (measured by
+# skipping the push after step 1). So it is bounded, not compared exactly.
+SYNCED_GAP = 1e-3
+
+
 def metrics(run_dir) -> list[dict]:
-    """metrics.jsonl without the wall-clock entries."""
-    return [{k: v for k, v in json.loads(line).items() if not (k.startswith("t_") or k.endswith("tok_s"))}
+    """metrics.jsonl without the wall-clock entries and the engine's float noise (SYNCED_GAP)."""
+    return [{k: v for k, v in json.loads(line).items()
+             if not (k.startswith("t_") or k.endswith("tok_s") or k == "engine_logprob_gap")}
             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def logprob_gaps(run_dir) -> list[float]:
+    return [json.loads(line)["engine_logprob_gap"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def rollouts(run_dir) -> dict[str, str]:
@@ -43,7 +55,7 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
     for key in ("loss_pg", "loss_cal", "acc", "format_rate", "readout_rate", "mean_c", "ece", "brier",
                 "grad_norm", "rollout_tok_s", "train_tok_s", "t_rollout", "t_verify", "t_train", "t_sync"):
         assert key in first[0]
-    assert first[0]["engine_logprob_gap"] < 1e-4            # engine and trainer hold the same weights
+    assert max(logprob_gaps(straight)) < SYNCED_GAP          # engine and trainer hold the same weights
     ckpt = straight / "ckpt" / "step_000003"
     for name in ("model.safetensors", "tokenizer.json", "optimizer.pt", "rng.pt", "trainer_state.json", "config.yaml"):
         assert (ckpt / name).exists(), name
@@ -86,6 +98,7 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
 
     tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto", "report_to=tensorboard,wandb")
     assert metrics(run_dir) == metrics(straight)         # the same losses, rewards, questions
+    assert max(logprob_gaps(run_dir)) < SYNCED_GAP        # the resumed engine got the checkpoint's weights
     assert rollouts(run_dir) == rollouts(straight)       # ... and the same samples, byte for byte
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert list((run_dir / "wandb").glob("offline-run-*"))
