@@ -378,7 +378,7 @@ def train(cfg: dict) -> Path:
     if why:
         parallel.main_print(world, f"[credo] {why}", flush=True)
     if config.compiles_layers(cfg, world.device.type):
-        pol.compile_layers(policy.model)   # compiles at the first update (tens of seconds), then fused kernels
+        pol.compile_update(policy)         # compiles at the first update (tens of seconds), then fused kernels
     rows, prompts = training_problems(cfg, plan, policy.tokenizer, world)
     stream = QuestionStream(len(rows), cfg["seed"])
     per_step = config.questions_per_step(cfg)             # the whole step's, over all ranks

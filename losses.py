@@ -27,6 +27,8 @@ Worked example (G = 2, one question, one right and one wrong rollout)::
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import torch
 
 # A group whose rewards have a standard deviation at or below this value counts
@@ -361,12 +363,101 @@ def _block_logits(buf: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> torch.
     return buf.copy_(h @ w.T)
 
 
+# --- The same log-probs with compiled blocks (a GPU's fast path) ------------------------------
+
+
+def logprob_block_forward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One block of the vocabulary projection, forward: (logit of the target, log-sum-exp), fp32.
+
+    h: [n, H], w: [V, H] in the compute dtype, y: [n] -> ([n], [n]). Written for torch.compile:
+    the fp32 upcast, max, exp and sum become one pass over the matmul's [n, V] output."""
+    logits = (h @ w.T).float()                                                   # [n, V]
+    return logits.gather(1, y[:, None]).squeeze(1), torch.logsumexp(logits, dim=1)
+
+
+def logprob_block_backward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor, lse: torch.Tensor, g: torch.Tensor,
+                           grad_w: torch.Tensor | None) -> torch.Tensor:
+    """One block, backward: d logits = g (onehot(y) - softmax), recomputed from the log-sum-exp.
+
+    Returns the block's hidden-state gradient [n, H] (compute dtype); adds its head gradient
+    d logits.T @ h to `grad_w` ([V, H] fp32) in place, unless grad_w is None. Written for
+    torch.compile: d logits is one pass from the matmul's output, and the fp32 accumulation
+    one more (an add fused with the upcast)."""
+    logits = (h @ w.T).float()                                                   # [n, V]
+    target = torch.arange(logits.shape[1], device=logits.device) == y[:, None]  # [n, V]
+    d_logits = (g[:, None] * (target.float() - (logits - lse[:, None]).exp())).to(h.dtype)
+    if grad_w is not None:
+        grad_w.add_((d_logits.T @ h).float())
+    return d_logits @ w
+
+
+class LogprobBlocks(NamedTuple):
+    """logprob_block_forward/backward as compiled functions, and the rows per block."""
+
+    forward: Callable
+    backward: Callable
+    chunk_tokens: int
+
+
+def compile_logprob_blocks(backend: str = "inductor", chunk_tokens: int = 2048) -> LogprobBlocks:
+    """token_logprobs' per-block work under torch.compile (dynamic block rows: one graph each).
+
+    What it saves on a GPU, per block of n rows (V x H head): the eager blocks make several
+    passes over an fp32 [n, V] buffer (upcast, max, exp, sum; again in backward) and upcast
+    then add the bf16 [V, H] head gradient (about 18 bytes per weight); compiled, each is one
+    pass (10 bytes per weight for the accumulation). The blocks are larger (2,048 rows, not
+    512) because that accumulation is paid per block: on an H100 it takes about 300 / n of
+    the block's four matmuls' time (0.6 at 512 rows, 0.15 at 2,048), while the [n, V] bf16
+    blocks it costs (two of 0.6 GB at 2,048 rows, Qwen3's vocabulary) are small beside the
+    layers' activations (docs/performance.md has the estimate, unmeasured on a GPU so far).
+    Numerics: the fused reductions reorder fp32 sums (about 1e-6). A block of one row
+    compiles once more (torch.compile specialises sizes 0 and 1)."""
+    forward = torch.compile(logprob_block_forward, backend=backend, dynamic=True)
+    backward = torch.compile(logprob_block_backward, backend=backend, dynamic=True)
+    return LogprobBlocks(forward, backward, chunk_tokens)
+
+
+class _BlockedLinearLogprobs(torch.autograd.Function):
+    """_LinearLogprobs with its per-block work in `blocks` (compile_logprob_blocks): the same
+    values, without the reused fp32 buffer (compiled blocks keep no [n, V] fp32 tensor)."""
+
+    @staticmethod
+    def forward(ctx, hidden, lm_head, targets, blocks: LogprobBlocks, dtype: torch.dtype):
+        chunk = blocks.chunk_tokens
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.detach().to(dtype), lm_head.detach().to(dtype)     # the blocks see no autograd
+            target_logit = torch.empty(len(h_all), dtype=torch.float32, device=hidden.device)
+            lse = torch.empty_like(target_logit)
+            for s in range(0, len(h_all), chunk):
+                target_logit[s : s + chunk], lse[s : s + chunk] = blocks.forward(h_all[s : s + chunk], w, targets[s : s + chunk])
+        ctx.save_for_backward(hidden, lm_head, targets, lse)
+        ctx.blocks, ctx.dtype = blocks, dtype
+        return target_logit - lse
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, lm_head, targets, lse = ctx.saved_tensors
+        chunk, need_w = ctx.blocks.chunk_tokens, ctx.needs_input_grad[1]
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.detach().to(ctx.dtype), lm_head.detach().to(ctx.dtype)
+            # A fresh fp32 vector: the upstream gradient may be a broadcast (stride 0) or a view of
+            # a [N, L-1] tensor, and the compiled blocks would recompile for either.
+            grad = torch.empty(grad.shape, dtype=torch.float32, device=grad.device).copy_(grad)
+            grad_w = torch.zeros(lm_head.shape, dtype=torch.float32, device=lm_head.device) if need_w else None
+            grad_h = torch.empty_like(hidden)
+            for s in range(0, len(h_all), chunk):
+                grad_h[s : s + chunk] = ctx.blocks.backward(h_all[s : s + chunk], w, targets[s : s + chunk],
+                                                            lse[s : s + chunk], grad[s : s + chunk], grad_w)
+        return grad_h, grad_w.to(lm_head.dtype) if need_w else None, None, None, None
+
+
 def token_logprobs(
     hidden: torch.Tensor,
     lm_head: torch.Tensor,
     input_ids: torch.Tensor,
     chunk_tokens: int = 512,
     score_mask: torch.Tensor | None = None,
+    blocks: LogprobBlocks | None = None,
 ) -> torch.Tensor:
     """Per-token log-probs of sequences from their final hidden states, without [N, L, V] logits.
 
@@ -385,6 +476,9 @@ def token_logprobs(
     processed `chunk_tokens` at a time (`_LinearLogprobs`): forward and backward
     each hold one fp32 `[chunk_tokens, V]` block, and backward recomputes a block's
     logits once, from the saved log-sum-exp.
+
+    blocks: the per-block work compiled (compile_logprob_blocks, with its own block rows),
+    as the update runs on a GPU; None: the eager blocks above, `chunk_tokens` rows each.
     """
     n_seq, seq_len, dim = hidden.shape
     device_type = hidden.device.type
@@ -394,13 +488,19 @@ def token_logprobs(
         dtype = torch.promote_types(hidden.dtype, lm_head.dtype)
     flat_hidden = hidden[:, :-1].reshape(-1, dim)                            # [N*(L-1), H]
     flat_targets = input_ids[:, 1:].reshape(-1)                              # [N*(L-1)]
+
+    def scored(h, y):                                                        # [M, H], [M] -> [M]
+        if blocks is None:
+            return _LinearLogprobs.apply(h, lm_head, y, chunk_tokens, dtype)
+        return _BlockedLinearLogprobs.apply(h, lm_head, y, blocks, dtype)
+
     if score_mask is None:
-        logp = _LinearLogprobs.apply(flat_hidden, lm_head, flat_targets, chunk_tokens, dtype)
+        logp = scored(flat_hidden, flat_targets)
     else:
         # The scored columns' indices: where score_mask lives (a host mask needs no device sync)
         rows = score_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)   # [M]
         logp = torch.zeros(flat_targets.shape, dtype=torch.float32, device=hidden.device).index_copy(
-            0, rows, _LinearLogprobs.apply(flat_hidden[rows], lm_head, flat_targets[rows], chunk_tokens, dtype))
+            0, rows, scored(flat_hidden[rows], flat_targets[rows]))
     return logp.reshape(n_seq, seq_len - 1)                                  # [N, L-1]
 
 

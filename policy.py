@@ -94,6 +94,7 @@ class Policy:
     high_id: int                 # <CONF_HIGH>
     low_id: int                  # <CONF_LOW>
     dtype: torch.dtype           # forward/backward compute (compute_dtype): fp32 weights under autocast
+    logprob_blocks: losses.LogprobBlocks | None = None   # compiled log-prob blocks (compile_update); None: eager
 
 
 def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype = torch.float32) -> Policy:
@@ -346,6 +347,15 @@ def compile_layers(model, backend: str = "inductor") -> None:
         layer.forward, layer._credo_compiled = forward, True
 
 
+def compile_update(policy: Policy, backend: str = "inductor") -> None:
+    """What `compile_layers: true` (or auto, on CUDA) compiles for the update: the decoder
+    layers (compile_layers) and the log-prob head's blocks (losses.compile_logprob_blocks),
+    the two places where elementwise work between matmuls costs a GPU most. Idempotent."""
+    compile_layers(policy.model, backend)
+    if policy.logprob_blocks is None:
+        policy.logprob_blocks = losses.compile_logprob_blocks(backend)
+
+
 # --- The forward pass -----------------------------------------------------------------------
 
 
@@ -402,7 +412,7 @@ def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: 
             use_sequence_attention(model)
             hidden = model.model(input_ids=ids, position_ids=to_device(positions, device), attention_mask=torch.ones_like(ids),
                                  cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, use_cache=False).last_hidden_state   # [1, S, H]
-            flat_logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=scored)   # [1, S-1]
+            flat_logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks)   # [1, S-1]
             logp = torch.where(completion_dev, flat_logp[0, to_device(index, device)], 0.0)
             row_starts = to_device(starts, device)
 
@@ -414,7 +424,7 @@ def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: 
             ids = to_device(batch.input_ids, device)
             hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
                                  use_cache=False).last_hidden_state                 # [N, L, H]
-            logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=completion)   # [N, L-1]
+            logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=completion, blocks=policy.logprob_blocks)   # [N, L-1]
 
             def hidden_at(pos: torch.Tensor) -> torch.Tensor:
                 return hidden[torch.arange(len(batch), device=device), pos.clamp(min=0)]

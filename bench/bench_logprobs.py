@@ -16,13 +16,15 @@ follows the warm-up. Ratios are chunked / naive of the medians over the repeats,
 side by side. Memory is the peak above a baseline taken after the inputs exist: CUDA's
 allocator peak on a GPU, the process's peak RSS (ru_maxrss) on a CPU (which includes
 the warm-up: RSS has no reset). `--chunk` is the chunked kernel's rows per chunk
-(chunk_tokens), reported with the results. `--impls` may add
+(chunk_tokens), reported with the results. `--impls` may add `compiled`, what the
+update runs on a GPU (losses.compile_logprob_blocks: the per-block work under
+torch.compile with inductor, `--compiled-chunk` rows per block; the warm-up compiles), and
 `checkpointed`, the previous formulation (row chunks under torch.utils.checkpoint),
 kept here to measure what the hand-written backward changed, and `grad_in_forward`,
 a prototype that computes the gradients during the forward (3 vocabulary matmuls
 instead of 4) for when the upstream gradient is known before it (fp32, CPU only).
-Prints one JSON line (peak_mem_ratio, time_ratio: the worst over the lengths; and
-per length) and writes it to bench/results/logprobs_<device>.json.
+Prints one JSON line (peak_mem_ratio, time_ratio: the worst over the lengths for
+`chunked`, prefixed by the implementation's name for the others; and per length) and writes it to bench/results/logprobs_<device>.json.
 """
 
 import argparse
@@ -90,7 +92,11 @@ def grad_in_forward(hidden, lm_head, input_ids, upstream, chunk=512):
     return out, grad_h, grad_w
 
 
-def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int = 0, chunk: int = 512) -> dict:
+IMPLS = ["naive", "chunked", "compiled", "checkpointed", "grad_in_forward"]
+
+
+def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int = 0, chunk: int = 512,
+          compiled_chunk: int = 2048) -> dict:
     import torch
 
     import losses
@@ -110,13 +116,16 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int 
         z = logits[0, seq - 1, 7] - logits[0, seq - 1, 11]
         return logp, z
 
-    def chunked(h, w, ids, slot):
+    def chunked(h, w, ids, slot, blocks=None):
         """What policy.forward computes: the chunked log-probs, z_H - z_L at the slot (fp32)."""
         z = losses.readout_logits(h[torch.arange(1), slot.clamp(min=0)], w, 7, 11)          # [1]
-        return losses.token_logprobs(h, w, ids, chunk_tokens=chunk), torch.where(slot >= 0, z, 0.0)
+        return losses.token_logprobs(h, w, ids, chunk_tokens=chunk, blocks=blocks), torch.where(slot >= 0, z, 0.0)
+
+    blocks = losses.compile_logprob_blocks("inductor", compiled_chunk) if impl == "compiled" else None
 
     fn = {"naive": naive,
           "chunked": lambda: chunked(h, w, ids, slot),
+          "compiled": lambda: chunked(h, w, ids, slot, blocks),
           "checkpointed": lambda: checkpointed(h, w, ids, slot, 7, 11, chunk_tokens=chunk),
           "grad_in_forward": lambda: grad_in_forward(h, w, ids, grad_out, chunk=chunk)}[impl]
 
@@ -158,14 +167,20 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=1, help="timed iterations per child (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed iterations per child before timing")
     parser.add_argument("--chunk", type=int, default=512, help="rows per chunk of the chunked kernel (chunk_tokens)")
+    parser.add_argument("--compiled-chunk", type=int, default=2048, help="rows per block of the compiled kernel")
     parser.add_argument("--impls", nargs="+", default=["chunked", "naive"])
-    parser.add_argument("--child", choices=["naive", "chunked", "checkpointed", "grad_in_forward"])
+    parser.add_argument("--child", choices=IMPLS)
     args = parser.parse_args()
-    if args.iters < 1 or args.warmup < 0 or args.chunk < 1 or args.repeats < 1:
-        parser.error(f"--iters, --repeats and --chunk must be >= 1 and --warmup >= 0; got iters={args.iters} "
-                     f"repeats={args.repeats} chunk={args.chunk} warmup={args.warmup}")
+    if args.iters < 1 or args.warmup < 0 or args.chunk < 1 or args.compiled_chunk < 1 or args.repeats < 1:
+        parser.error(f"--iters, --repeats, --chunk and --compiled-chunk must be >= 1 and --warmup >= 0; got "
+                     f"iters={args.iters} repeats={args.repeats} chunk={args.chunk} "
+                     f"compiled_chunk={args.compiled_chunk} warmup={args.warmup}")
+    unknown = sorted(set(args.impls) - set(IMPLS))
+    if unknown or "naive" not in args.impls:
+        parser.error(f"--impls must include naive (the reference) and name only {', '.join(IMPLS)}; got {args.impls}")
     if args.child:
-        print(json.dumps(child(args.child, args.seq[0], args.vocab, args.hidden, args.iters, args.warmup, args.chunk)))
+        print(json.dumps(child(args.child, args.seq[0], args.vocab, args.hidden, args.iters, args.warmup, args.chunk,
+                               args.compiled_chunk)))
         return
     load_before = os.getloadavg()[0]
     per_seq, device = {}, "cpu"
@@ -175,7 +190,8 @@ def main() -> None:
             for impl in args.impls:
                 out = subprocess.run([sys.executable, __file__, "--child", impl, "--seq", str(seq), "--vocab", str(args.vocab),
                                       "--hidden", str(args.hidden), "--iters", str(args.iters),
-                                      "--warmup", str(args.warmup), "--chunk", str(args.chunk)],
+                                      "--warmup", str(args.warmup), "--chunk", str(args.chunk),
+                                      "--compiled-chunk", str(args.compiled_chunk)],
                                      capture_output=True, text=True, check=True)
                 runs[impl].append(json.loads(out.stdout.strip().splitlines()[-1]))
         device = runs["naive"][0]["device"]
@@ -193,8 +209,8 @@ def main() -> None:
         "bench": "logprobs_readout", "command": " ".join(["python"] + sys.argv), "device": device,
         "machine": f"{platform.machine()} {os.cpu_count()} cpus", "vocab": args.vocab, "hidden": args.hidden,
         "repeats": args.repeats, "iters": args.iters, "warmup": args.warmup, "chunk_tokens": args.chunk,
-        "peak_mem_ratio": max(e["peak_mem_ratio"] for e in per_seq.values()),
-        "time_ratio": max(e["time_ratio"] for e in per_seq.values()),
+        "compiled_chunk_tokens": args.compiled_chunk,
+        **{key: max(e[key] for e in per_seq.values()) for key in next(iter(per_seq.values())) if key.endswith("_ratio")},
         "target_peak_mem_ratio": 0.25, "target_time_ratio": 1.0,
         "by_seq": per_seq, "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }

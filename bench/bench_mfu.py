@@ -12,7 +12,7 @@ slot near the end; group_size = rows): forward, readout, credit, loss, backward,
 norm, and with `--optimizer adamw` a real AdamW step (its fp32 moments count in the peak
 memory, as in training; `none`, the default, times forward + backward only). Weights are fp32
 with bf16 autocast on CUDA (precision=bf16, as the paper's runs), fp32 on CPU. Decoder layers
-run compiled (policy.compile_layers) as training's compile_layers=auto decides: on CUDA, not
+and log-prob blocks run compiled (policy.compile_update) as training's compile_layers=auto decides: on CUDA, not
 on a CPU; `--compile-layers` forces it. The two warm-up steps include the compilation. Random
 weights (the shape is what matters). Model FLOPs per token = 6 x (matmul parameters of
 the layers) + 6 x 2 x layers x heads x head_dim x (causal attention: mean context
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--activation-checkpointing", action="store_true",
                         help="recompute each decoder layer in backward (parallel.enable_activation_checkpointing)")
     parser.add_argument("--compile-layers", choices=["auto", "on", "off"], default="auto",
-                        help="torch.compile each decoder layer (policy.compile_layers); auto: as training, on CUDA only")
+                        help="torch.compile the decoder layers and log-prob blocks (policy.compile_update); auto: as training, on CUDA only")
     parser.add_argument("--optimizer", choices=["none", "adamw"], default="none",
                         help="adamw: a real AdamW step (its state counts in the peak memory); none: no step")
     args = parser.parse_args()
@@ -121,8 +121,6 @@ def main() -> None:
         parallel.enable_activation_checkpointing(model)
     compiled = config.compiles_layers({"compile_layers": {"on": True, "off": False}.get(args.compile_layers, "auto")},
                                       device.type)
-    if compiled:
-        pol.compile_layers(model)
     prompt = args.prompt or (256 if args.seq > 512 else args.seq // 4)
     cfg = config.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
                                      f"precision={'bf16' if cuda else 'fp32'}", f"max_prompt_tokens={prompt}",
@@ -140,6 +138,8 @@ def main() -> None:
     high_id, low_id = shape["vocab_size"] - 2, shape["vocab_size"] - 1
     optimizer = NoStep(model) if args.optimizer == "none" else torch.optim.AdamW(model.parameters(), lr=1e-6)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # random weights: no tokenizer
+    if compiled:
+        pol.compile_update(policy)
     out = credo.Outcomes(correct=correct, fmt=valid.float(), valid=valid, reported=None)
     plan = config.confidence_plan(cfg)
 

@@ -90,8 +90,6 @@ def main() -> int:
     with torch.device(device):
         model = Qwen3ForCausalLM(Qwen3Config(**shape, max_position_embeddings=max(4096, args.seq), pad_token_id=0)).float()
     compiled = config.compiles_layers({"compile_layers": {"on": True, "off": False}.get(args.compile_layers, "auto")}, device.type)
-    if compiled:
-        pol.compile_layers(model)
     prompt = args.seq // 4
     # groups of one rollout: each micro-batch holds whole groups in both layouts, so the two
     # runs do the same work (a row's c comes from its own training forward) in 1 or `rows` pieces
@@ -108,6 +106,8 @@ def main() -> int:
     valid = batch.slot_pos >= 0
     out = credo.Outcomes(correct=torch.tensor([float(i % 2) for i in range(args.rows)]), fmt=valid.float(), valid=valid, reported=None)
     policy = pol.Policy(model, None, shape["vocab_size"] - 2, shape["vocab_size"] - 1, pol.compute_dtype(cfg))
+    if compiled:
+        pol.compile_update(policy)
     plan, optimizer = config.confidence_plan(cfg), NoStep(model)
     layouts = {"one": {**cfg, "pack_sequences": "true", "micro_batch_tokens": args.rows * args.seq},
                "each_row": {**cfg, "pack_sequences": "true", "micro_batch_tokens": args.seq}}

@@ -102,6 +102,33 @@ def test_mfu_flops_count_and_a_real_run(tmp_path):
     assert out["tokens"] == 64 and out["achieved_tflop_s"] > 0 and out["mfu"] is None
 
 
+def test_logprobs_bench_times_the_eager_and_the_compiled_kernel(tmp_path):
+    """bench_logprobs runs each kernel in its own process (the compiled one through inductor,
+    as the update runs it on a GPU) and reports each against the naive computation; it
+    refuses a list of kernels without the reference or with an unknown name."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from bench import bench_logprobs
+
+    env = {**os.environ, "CREDO_BENCH_RESULTS": str(tmp_path)}
+    command = [sys.executable, "bench/bench_logprobs.py", "--seq", "64", "--vocab", "512", "--hidden", "16", "--repeats", "1",
+               "--compiled-chunk", "16"]
+    result = subprocess.run([*command, "--impls", "chunked", "compiled", "naive"], cwd=bench_logprobs.ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads((tmp_path / "logprobs_cpu.json").read_text())
+    assert out["chunk_tokens"] == 512 and out["compiled_chunk_tokens"] == 16
+    for key in ("time_ratio", "peak_mem_ratio", "compiled_time_ratio", "compiled_peak_mem_ratio"):
+        assert out[key] > 0, key
+    assert out["by_seq"]["64"]["compiled_seconds"] > 0
+    for impls in (["chunked", "compiled"], ["naive", "fused"]):
+        refused = subprocess.run([*command, "--impls", *impls], cwd=bench_logprobs.ROOT, env=env, capture_output=True, text=True)
+        assert refused.returncode == 2 and "--impls must include naive" in refused.stderr
+
+
 def test_ablation_variants_do_the_same_work(tmp_path, monkeypatch):
     """bench_ablation's variants (no score_mask, row micro-batches, padded) reproduce credo's
     losses on the tiny model (checked inside ablate) and report a ratio for each."""

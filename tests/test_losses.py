@@ -2,6 +2,7 @@
 
 import doctest
 import math
+import os
 
 import pytest
 import torch
@@ -234,6 +235,44 @@ def test_logprobs_score_only_the_masked_columns(device):
     for got, expected in zip(grads, want):
         torch.testing.assert_close(got.float(), expected.float(), atol=1e-5, rtol=1e-5)
     assert float(grads[0][0, 0].abs().sum()) == 0.0      # column 0 of row 0 is not scored: no gradient
+
+
+# The compiled blocks: through aot_eager (dynamo's capture, AOT autograd's split, the graph's
+# in-place accumulation) and once through inductor's fused C++ kernels on the CPU (about 10 s
+# of compilation); with CREDO_TEST_DEVICE=cuda (gpucheck), inductor's GPU kernels.
+@pytest.mark.parametrize("backend", ["inductor"] if os.environ.get("CREDO_TEST_DEVICE") == "cuda" else ["aot_eager", "inductor"])
+def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
+    """losses.compile_logprob_blocks: the same log-probs and gradients as the eager chunked
+    kernel (fp32, to 1e-5), over blocks of 4 rows (a shorter last block), all columns or a
+    score mask, and no scored column at all; one compilation serves every block size."""
+    counters = torch._dynamo.utils.counters
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    n, length, h, v = 3, 9, 16, 40
+    hidden = torch.randn(n, length, h).to(device).requires_grad_()
+    head = torch.randn(v, h).to(device).requires_grad_()
+    ids = torch.randint(0, v, (n, length)).to(device)
+    blocks = losses.compile_logprob_blocks(backend, chunk_tokens=4)
+    assert blocks.chunk_tokens == 4
+    weights = torch.randn(n, length - 1).to(device)
+    some = torch.zeros(n * (length - 1), dtype=torch.bool)
+    some[torch.randperm(n * (length - 1))[:14]] = True                    # 14 of 24 columns: blocks of 4, 4, 4, 2
+    masks = [None, some.reshape(n, length - 1), torch.zeros(n, length - 1, dtype=torch.bool)]
+    for mask in masks:
+        eager = token_logprobs(hidden, head, ids, chunk_tokens=3, score_mask=mask)
+        compiled = token_logprobs(hidden, head, ids, score_mask=mask, blocks=blocks)
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)
+        if mask is not None:
+            assert (compiled[~mask.to(device)] == 0).all()
+        want = torch.autograd.grad((eager * weights).sum(), (hidden, head), allow_unused=True)
+        got = torch.autograd.grad((compiled * weights).sum(), (hidden, head), allow_unused=True)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 2                                                     # forward and backward blocks compiled
+    token_logprobs(hidden[:, :7], head, ids[:, :7], blocks=blocks).sum().backward()   # 18 rows: blocks of 4 and 2
+    assert counters["stats"]["unique_graphs"] == graphs                    # no recompilation
+    torch._dynamo.reset()
 
 
 def test_readout_logits_by_hand():

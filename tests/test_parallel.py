@@ -98,7 +98,8 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     denominators, the root unit gathered for the update. Full tensors of the gradients and
     of the weights after the step, and the rank-averaged losses. split_groups: micro-batches
     of the longest rollout's tokens, so no group fits one (readouts from a no-grad pass).
-    compiled: the decoder layers under compile_layers (aot_eager on the CPU), then sharded."""
+    compiled: the decoder layers and log-prob blocks under compile_update (aot_eager on the
+    CPU), then sharded."""
     world = parallel.init_world()
     cfg = config.load_config("tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5",
                                      *overrides])
@@ -109,7 +110,7 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     if activation_checkpointing:
         parallel.enable_activation_checkpointing(policy.model)
     if compiled:
-        pol.compile_layers(policy.model, backend="aot_eager")
+        pol.compile_update(policy, backend="aot_eager")
     policy.model = parallel.shard_model(policy.model, world, torch.float32)
     model = policy.model
     optimizer = RecordingAdamW(model.named_parameters(), lr=LR)

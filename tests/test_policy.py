@@ -216,7 +216,8 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
 # update (against the eager single process); on CUDA (gpucheck) it runs here too, with inductor.
 @pytest.mark.parametrize("checkpointing", [False, True] if os.environ.get("CREDO_TEST_DEVICE") == "cuda" else [False])
 def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, checkpointing):
-    """compile_layers (fp32): the same log-probs, readouts and update as the eager layers,
+    """compile_update (fp32): compiled decoder layers and log-prob blocks give the same
+    log-probs, readouts and update as the eager ones,
     packed and padded, with activation checkpointing around the compiled forward or not; one
     compilation serves micro-batches of new lengths (dynamic shapes); eval mode stays eager.
     On a CPU through aot_eager (dynamo's capture and AOT autograd's forward/backward split,
@@ -242,8 +243,10 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
 
     cases = [("false", [0, 1, 2]), ("true", [0, 1, 2])]
     eager = [run(mode, rows) for mode, rows in cases]
-    pol.compile_layers(policy.model, backend="inductor" if device.type == "cuda" else "aot_eager")
-    pol.compile_layers(policy.model)                                          # idempotent: no second wrapper
+    pol.compile_update(policy, backend="inductor" if device.type == "cuda" else "aot_eager")
+    blocks = policy.logprob_blocks
+    pol.compile_update(policy)                                                # idempotent: no second wrapper
+    assert policy.logprob_blocks is blocks and blocks.chunk_tokens == 2048
     compiled = [run(mode, rows) for mode, rows in cases]
     for (want, want_stats), (got, got_stats) in zip(eager, compiled):
         for param, g in want.items():
