@@ -124,7 +124,7 @@ def _coerce(key: str, value, default):
 BY_DOMAIN = "by_domain"   # a value of base.yaml filled from the domain file, configs/<domain>.yaml
 # Overrides that do not change what is trained, left out of the default run name.
 _NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
-                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "compile_layers", "overwrite", "report_to",
+                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "compile_layers", "adam_fused", "overwrite", "report_to",
                        "wandb_project", "wandb_mode")
 REPORTERS = ("jsonl", "tensorboard", "wandb")
 
@@ -193,6 +193,7 @@ def validate_config(cfg: dict) -> None:
     choices["pack_sequences"] = ("auto", "true", "false")
     choices["activation_checkpointing"] = ("auto", True, False)
     choices["compile_layers"] = ("auto", True, False)
+    choices["adam_fused"] = ("auto", True, False)
     for key, allowed in choices.items():
         if cfg[key] not in allowed:
             raise ValueError(f"{key}={cfg[key]!r} is not supported; choose one of {allowed}")
@@ -357,6 +358,19 @@ def compiles_layers(cfg: dict, device_type: str) -> bool:
     (True, False)
     """
     return device_type == "cuda" if cfg["compile_layers"] == "auto" else cfg["compile_layers"]
+
+
+def fuses_adam(cfg: dict, device_type: str) -> bool:
+    """adam_fused as set (true/false), or for `auto` on exactly on CUDA. torch's fused AdamW
+    updates each weight in one kernel pass; its default there (foreach) makes about ten passes
+    over the fp32 weights and moments: about 80 bytes a parameter against 28, some 40 ms against
+    14 per step for 1.7B on an H100 (estimated). The two agree to float rounding (about 1e-8);
+    on a CPU the default stays, so the CPU's values do not move.
+
+    >>> fuses_adam({"adam_fused": "auto"}, "cuda"), fuses_adam({"adam_fused": "auto"}, "cpu"), fuses_adam({"adam_fused": True}, "cpu")
+    (True, False, True)
+    """
+    return device_type == "cuda" if cfg["adam_fused"] == "auto" else cfg["adam_fused"]
 
 
 def reporters(cfg: dict) -> list[str]:

@@ -208,6 +208,15 @@ def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: 
 # ============================================================================================
 
 
+def make_optimizer(model, cfg: dict, device_type: str) -> torch.optim.AdamW:
+    """AdamW with tab:hyper's settings, in torch's fused kernel where config.fuses_adam says
+    (adam_fused=auto: on CUDA). Its state is the same either way, so a checkpoint of one
+    resumes in the other."""
+    fused = {"fused": True} if config.fuses_adam(cfg, device_type) else {}
+    return torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]),
+                             eps=cfg["adam_eps"], weight_decay=cfg["weight_decay"], **fused)
+
+
 def clip_gradients(model, max_norm: float | None) -> float:
     """Clip the global gradient norm (no-op for None) and return the norm before clipping.
 
@@ -395,8 +404,7 @@ def train(cfg: dict) -> Path:
     engine_dir = run_dir if not world.distributed else run_dir / "engine" / f"rank_{world.rank:05d}"
     engine = make_engine(cfg, policy.model, policy.tokenizer, str(resume or cfg["model"]), engine_dir, policy.dtype)
     policy.model = parallel.shard_model(policy.model, world, policy.dtype)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]),
-                                  eps=cfg["adam_eps"], weight_decay=cfg["weight_decay"])
+    optimizer = make_optimizer(policy.model, cfg, world.device.type)
     start_step = 0
     if resume:
         start_step, stream.cursor = restore_state(resume, optimizer, policy.model, world)

@@ -4,13 +4,14 @@ reporting achieved FLOP/s only (no MFU claim: no meaningful dense peak).
 
     python bench/bench_mfu.py [--shape qwen3-1.7b|small] [--rows 1] [--seq 4096] [--iters 5]
                               [--prompt 256] [--activation-checkpointing]
-                              [--compile-layers auto|on|off] [--optimizer none|adamw]
+                              [--compile-layers auto|on|off] [--optimizer none|adamw] [--profile]
 
 The step is `credo.train_on_batch` on one collated batch (`--rows` rollouts of `--seq`
 tokens, the first `--prompt` of them the prompt (default 256, or seq/4 up to 512 tokens), a readout
 slot near the end; group_size = rows): forward, readout, credit, loss, backward, gradient
-norm, and with `--optimizer adamw` a real AdamW step (its fp32 moments count in the peak
-memory, as in training; `none`, the default, times forward + backward only). Weights are fp32
+norm, and with `--optimizer adamw` a real AdamW step (credo.make_optimizer: fused on CUDA, as
+in training; its fp32 moments count in the peak memory; `none`, the default, times forward +
+backward only). Weights are fp32
 with bf16 autocast on CUDA (precision=bf16, as the paper's runs), fp32 on CPU. Decoder layers
 and log-prob blocks run compiled (policy.compile_update) as training's compile_layers=auto decides: on CUDA, not
 on a CPU; `--compile-layers` forces it. The two warm-up steps include the compilation. Random
@@ -92,6 +93,20 @@ class NoStep:
         self.model.zero_grad(set_to_none=set_to_none)
 
 
+def profile_step(step, cuda: bool, top: int = 30) -> dict:
+    """One more step under torch.profiler: its operators and kernels by self time on the
+    device (CUDA; the host's time on a CPU), the `top` first, as the profiler's own table
+    lists them (an operator's self device time includes its kernels, which are listed too,
+    as in ../shared/gpu/prof.log)."""
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
+    return {"sorted_by": key, "top": [{"name": e.key[:100], "self_ms": round(getattr(e, key) / 1e3, 3), "calls": e.count}
+                                      for e in events[:top]]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cuda = torch.cuda.is_available()
@@ -106,6 +121,8 @@ def main() -> None:
                         help="torch.compile the decoder layers and log-prob blocks (policy.compile_update); auto: as training, on CUDA only")
     parser.add_argument("--optimizer", choices=["none", "adamw"], default="none",
                         help="adamw: a real AdamW step (its state counts in the peak memory); none: no step")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the timed steps, profile one more (torch.profiler) and report its top operators")
     args = parser.parse_args()
     if args.prompt is not None and not 0 < args.prompt < args.seq - 12:
         parser.error(f"--prompt must leave a completion of more than 12 tokens: 0 < prompt < seq - 12, got {args.prompt}")
@@ -136,7 +153,7 @@ def main() -> None:
     correct = torch.tensor([float(i % 2) for i in range(args.rows)])
     valid = batch.slot_pos >= 0
     high_id, low_id = shape["vocab_size"] - 2, shape["vocab_size"] - 1
-    optimizer = NoStep(model) if args.optimizer == "none" else torch.optim.AdamW(model.parameters(), lr=1e-6)
+    optimizer = NoStep(model) if args.optimizer == "none" else credo.make_optimizer(model, cfg, device.type)   # as training's
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # random weights: no tokenizer
     if compiled:
         pol.compile_update(policy)
@@ -176,6 +193,8 @@ def main() -> None:
         result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     else:
         result["note"] = "CPU: achieved FLOP/s only, no MFU (no dense bf16 peak)"
+    if args.profile:
+        result["profile"] = profile_step(step, cuda)
     report(result, f"mfu_{device.type}")
 
 

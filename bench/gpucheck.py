@@ -20,10 +20,10 @@ duration; nothing is left out silently. Needs no network.
                     compiled blocks against naive; the target is judged on the compiled ones on CUDA
     host_syncs      bench/bench_syncs.py: host synchronisations per micro-batch of a training step
     mfu_4096        bench/bench_mfu.py: Qwen3-1.7B shape, 1 x 4,096 tokens, compiled layers (as
-                    training runs on CUDA), then eager layers for comparison
+                    training runs on CUDA) and a profile of one more step, then eager layers for comparison
     mfu_paper       bench/bench_mfu.py: the paper's micro-batch, 2 x (1,024 + 8,192) tokens, with a
-                    real AdamW step (its state in the peak memory); with activation checkpointing
-                    when it runs out of memory without
+                    real AdamW step (fused, its state in the peak memory) and a profile; with
+                    activation checkpointing when it runs out of memory without
     hf_engine       tokens/s of rollout.HFEngine on the tiny model: a step's rows together, and one by one
     vllm_engine     where vllm imports: sleep mode, seeded generation reproducible, weights pushed
                     and followed within bf16 tolerance, a sleep/wake/push cycle frees and restores memory
@@ -362,7 +362,7 @@ def mfu_run(ctx: Context, args: list[str], target: float) -> tuple[str, str, dic
 
 def check_mfu_4096(ctx: Context):
     args = ["--shape", "small", "--seq", "64", "--iters", "1"] if ctx.quick else ["--shape", "qwen3-1.7b", "--rows", "1", "--seq", "4096", "--iters", "5"]
-    status, reason, figures = mfu_run(ctx, args, TARGETS["mfu_4096"])
+    status, reason, figures = mfu_run(ctx, [*args, "--profile"], TARGETS["mfu_4096"])   # what the next lever is
     _, eager_reason, eager = mfu_run(ctx, [*args, "--compile-layers", "off"], TARGETS["mfu_4096"])
     figures["eager_layers"] = eager
     return status, f"{reason}; eager layers: {eager_reason}", figures
@@ -372,6 +372,7 @@ def check_mfu_paper(ctx: Context):
     args = ["--shape", "small", "--rows", "2", "--seq", "96", "--prompt", "16", "--iters", "1"] if ctx.quick else \
         ["--shape", "qwen3-1.7b", "--rows", "2", "--seq", str(1024 + 8192), "--prompt", "1024", "--iters", "3",
          "--optimizer", "adamw"]
+    args.append("--profile")                                                          # what the next lever is
     status, reason, figures = mfu_run(ctx, args, TARGETS["mfu_paper"])
     if status == "fail" and figures.get("oom"):
         status, reason2, figures = mfu_run(ctx, [*args, "--activation-checkpointing"], TARGETS["mfu_paper"])

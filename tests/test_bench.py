@@ -95,11 +95,15 @@ def test_mfu_flops_count_and_a_real_run(tmp_path):
              "num_key_value_heads": 1, "head_dim": 2, "vocab_size": 10}
     assert bench_mfu.model_flops_per_step(shape, rows=2, seq=3, scored=2) == 6720
     env = {**os.environ, "CREDO_BENCH_RESULTS": str(tmp_path)}
-    result = subprocess.run([sys.executable, "bench/bench_mfu.py", "--iters", "1", "--seq", "64"], cwd=bench_mfu.ROOT,
-                            env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "bench/bench_mfu.py", "--iters", "1", "--seq", "64", "--optimizer", "adamw",
+                             "--profile"], cwd=bench_mfu.ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads((tmp_path / "mfu_cpu.json").read_text())
     assert out["tokens"] == 64 and out["achieved_tflop_s"] > 0 and out["mfu"] is None
+    top = out["profile"]["top"]                                  # the profiled step's operators, costliest first
+    assert out["profile"]["sorted_by"] == "self_cpu_time_total" and 0 < len(top) <= 30
+    assert [op["self_ms"] for op in top] == sorted((op["self_ms"] for op in top), reverse=True)
+    assert any(op["name"] == "aten::mm" for op in top)
 
 
 def test_logprobs_bench_times_the_eager_and_the_compiled_kernel(tmp_path):

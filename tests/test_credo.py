@@ -76,6 +76,43 @@ def test_answer_and_analysis_tokens_get_their_advantages():
     torch.testing.assert_close(adv_tok, torch.tensor([[0.0, 0.85, 0.85, 1.0, 1.0], [0.0, -1.15, -1.0, -1.0, -1.0]]))
 
 
+def test_the_fused_adamw_takes_the_same_steps_and_reads_the_same_checkpoint():
+    """make_optimizer: tab:hyper's AdamW, fused where adam_fused says (auto: CUDA only); the
+    fused kernel and torch's default agree to float rounding over several steps (with weight
+    decay, so every term of the update is used), and a state saved by one resumes in the other."""
+    cfg = config.load_config("credo", ["lr=1e-2", "weight_decay=0.1"])
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(16, 8) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    default = credo.make_optimizer(models[0], cfg, "cpu")                       # auto on a CPU: not fused
+    fused = credo.make_optimizer(models[1], {**cfg, "adam_fused": True}, "cpu")
+    assert not default.defaults["fused"] and fused.defaults["fused"]
+    assert (default.defaults["lr"], default.defaults["betas"], default.defaults["eps"], default.defaults["weight_decay"]) == \
+        (1e-2, (0.9, 0.999), 1e-8, 0.1)
+    assert config.fuses_adam(cfg, "cuda") and not config.fuses_adam({**cfg, "adam_fused": False}, "cuda")
+
+    def steps(count: int) -> None:
+        for _ in range(count):
+            grads = [torch.randn_like(p) for p in models[0].parameters()]
+            for model, optimizer in zip(models, (default, fused)):
+                for p, g in zip(model.parameters(), grads):
+                    p.grad = g.clone()
+                optimizer.step()
+
+    steps(3)
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-6)      # 3 steps of lr 1e-2: differences ~1e-8
+    resumed = credo.make_optimizer(models[1], {**cfg, "adam_fused": True}, "cpu")
+    resumed.load_state_dict(copy.deepcopy(default.state_dict()))          # a default run's checkpoint, fused
+    models[1].load_state_dict(models[0].state_dict())
+    fused = resumed
+    steps(2)
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="adam_fused='sometimes' is not supported"):
+        config.load_config("credo", ["adam_fused=sometimes"])
+
+
 def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     """Whole-group micro-batches (advantages from the training forward) and split ones
     (advantages from a no-grad readout pass) must produce the same gradients."""
