@@ -425,7 +425,7 @@ CHECKS = {  # name -> (function, time limit in seconds)
     "smoke_train": (check_smoke_train, 120),
     "smoke_torchrun": (check_smoke_torchrun, 120),
     "numerics": (check_numerics, 240),
-    "bench_logprobs": (check_bench_logprobs, 120),
+    "bench_logprobs": (check_bench_logprobs, 180),   # 9 child processes; the compiled ones compile first
     "host_syncs": (check_host_syncs, 120),
     "mfu_4096": (check_mfu_4096, 180),
     "mfu_paper": (check_mfu_paper, 240),
