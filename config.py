@@ -124,8 +124,8 @@ def _coerce(key: str, value, default):
 BY_DOMAIN = "by_domain"   # a value of base.yaml filled from the domain file, configs/<domain>.yaml
 # Overrides that do not change what is trained, left out of the default run name.
 _NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
-                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "compile_layers", "adam_fused", "overwrite", "report_to",
-                       "wandb_project", "wandb_mode")
+                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "compile_layers", "adam_fused",
+                       "overwrite", "report_to", "wandb_project", "wandb_mode")
 REPORTERS = ("jsonl", "tensorboard", "wandb")
 
 
