@@ -24,7 +24,8 @@ kept here to measure what the hand-written backward changed, and `grad_in_forwar
 a prototype that computes the gradients during the forward (3 vocabulary matmuls
 instead of 4) for when the upstream gradient is known before it (fp32, CPU only).
 Prints one JSON line (peak_mem_ratio, time_ratio: the worst over the lengths for
-`chunked`, prefixed by the implementation's name for the others; and per length) and writes it to bench/results/logprobs_<device>.json.
+`chunked`, prefixed by the implementation's name for the others; and per length) and
+writes it to bench/results/logprobs_<device>.json.
 """
 
 import argparse
