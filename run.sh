@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # credo entry point.
 #   bash run.sh setup                   create .venv (GPU or CPU stack) and the tiny local model
-#   bash run.sh test [pytest args]      the test suite
+#   bash run.sh test [pytest args]      the test suite (tests needing real third-party parts are skipped,
+#                                       and named, until `bash run.sh fixtures` has fetched them)
+#   bash run.sh fixtures [--only a,b]   download Qwen3's tokenizer and real dataset records at pinned revisions,
+#                                       sha256-checked, into .cache/fixtures/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
 #   bash run.sh toy [--quick]           the toy demonstration (2 CPU cores: 12-14 min, 7.5-9.5 once its world is built; runs/toy/)
 #   bash run.sh bench [--quick] [--only step,...]  the benchmarks of bench/ (~15 min on 2 CPU cores;
@@ -77,6 +80,11 @@ case "$target" in
     shift
     setup
     exec "$PY" -m pytest "$@"
+    ;;
+  fixtures)
+    shift
+    setup
+    exec "$PY" realparts.py fetch "$@"
     ;;
   prepare)
     shift

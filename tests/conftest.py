@@ -1,5 +1,7 @@
-"""Shared fixtures: the tiny local world (built once by tiny.py, cached under .cache/tiny), the
-toy world (`toy_world`: built in the background from the start of a session that needs it),
+"""Shared fixtures: the real third-party parts (`real_part`, `qwen3_tokenizer`: found through
+realparts.resolve, skipped with a reason naming `bash run.sh fixtures` where a checkout lacks them, a
+failure under CI=true; every test that uses them is marked `real_parts`), the tiny local world (built
+once by tiny.py, cached under .cache/tiny), the toy world (`toy_world`: built in the background from the start of a session that needs it),
 the Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`), the code
 sandbox's isolation modes and leftover checks (helpers in sandbox_cases.py), and the device
 of the tests that can run on a GPU (`device`: cpu unless CREDO_TEST_DEVICE=cuda)."""
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 from sandbox_cases import _mode_config, _sandbox_processes
 
+import realparts
 import sandbox
 import verifier
 
@@ -21,7 +24,7 @@ from fakehub import FakeHub
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_DIR = ROOT / ".cache" / "tiny"
-QWEN3_TOKENIZER_DIR = ROOT.parent / "shared" / "fixtures" / "qwen3-tokenizer"   # beside every checkout
+REAL_PART_FIXTURES = ("real_part", "qwen3_tokenizer")        # what makes a test a `real_parts` test
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CACHE_ROOT", str(ROOT / ".cache" / "vllm"))
@@ -97,14 +100,51 @@ def tiny_tokenizer(tiny_dir):
     return AutoTokenizer.from_pretrained(tiny_dir / "model")
 
 
+def find_real_part(name: str) -> Path:
+    """The folder of real part `name` (realparts.resolve); where no root holds it the test is skipped
+    with one reason naming `bash run.sh fixtures`, and under CI=true it fails: CI never silently loses
+    the coverage these parts give."""
+    found = realparts.resolve(name)
+    if found is None:
+        reason = realparts.missing_reason(name)
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} (CI=true: CI must have every real part)", pytrace=False)
+        pytest.skip(reason)
+    return found
+
+
+@pytest.fixture(scope="session")
+def real_part():
+    """`real_part(name)`: the folder of a real third-party part (see find_real_part)."""
+    return find_real_part
+
+
 @pytest.fixture(scope="session")
 def qwen3_tokenizer():
     """Qwen3's real tokenizer (151,669 tokens, its chat template with the thinking switch)."""
     from transformers import AutoTokenizer
 
-    if not (QWEN3_TOKENIZER_DIR / "tokenizer.json").exists():
-        raise FileNotFoundError(f"Qwen3's tokenizer is expected at {QWEN3_TOKENIZER_DIR} (../shared beside the checkout)")
-    return AutoTokenizer.from_pretrained(QWEN3_TOKENIZER_DIR)
+    return AutoTokenizer.from_pretrained(find_real_part("qwen3-tokenizer"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if set(REAL_PART_FIXTURES) & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_parts)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The suite's last lines say how many tests a missing real part skipped, and what fetches it."""
+    missing, count = set(), 0
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        if "real part '" in reason:
+            count += 1
+            missing.add(reason.split("real part '")[1].split("'")[0])
+    if count:
+        terminalreporter.write_line(
+            f"{count} tests skipped: they need real third-party parts this checkout has not fetched "
+            f"({', '.join(sorted(missing))}); `bash run.sh fixtures` fetches them (docs/fixtures.md)", yellow=True)
 
 
 @pytest.fixture

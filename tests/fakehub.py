@@ -1,6 +1,6 @@
 """Test helpers for data.py and convert.py: a stand-in for the Hugging Face hub built from
-tests/fixtures/hub_records.json, where the real records lie (../shared/realdata), and a
-program wrapped as a model's answer.  The `hub` fixture that installs the fake is in conftest.py."""
+tests/fixtures/hub_records.json, and a program wrapped as a model's answer.  (The real records
+are real parts: the `real_part` fixture in conftest.py finds them.)  The `hub` fixture that installs the fake is in conftest.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hub_records.json"
-REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"     # ../shared beside the checkout
 FAKE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 

@@ -16,7 +16,7 @@ import pytest
 import convert
 import data
 import verifier
-from fakehub import REALDATA, as_answer
+from fakehub import as_answer
 
 
 def converted(hub, name: str) -> tuple[list[dict], dict]:
@@ -124,8 +124,8 @@ def test_converted_code_tests_pass_right_and_fail_wrong_solutions(hub, source, p
     assert verifier.verify_code(as_answer(wrong), row["tests"]) is False
 
 
-def test_livecodebench_record_right_and_wrong_programs():
-    record = json.loads((REALDATA / "lcb" / "kaggle_1873_A.jsonl").read_text())
+def test_livecodebench_record_right_and_wrong_programs(real_part):
+    record = json.loads((real_part("lcb") / "kaggle_1873_A.jsonl").read_text())
     row = convert.convert_lcb(record, "kaggle_1873_A.jsonl#0")
     assert row["id"] == "1873_A" and row["date"] == "2023-08-21" and row["tests"]["kind"] == "stdio"
     assert len(row["tests"]["inputs"]) > 1                       # public case + the decoded private ones

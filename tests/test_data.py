@@ -7,7 +7,6 @@ test_convert.py.  The hub is never contacted: the `hub` fixture (conftest.py) fa
 from __future__ import annotations
 
 import doctest
-import gzip
 import hashlib
 import json
 import logging
@@ -15,13 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import huggingface_hub
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 import data
 import rollout as ro
 import verifier
-from fakehub import FAKE_COMMIT, REALDATA, as_answer
+from fakehub import FAKE_COMMIT, as_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 # Sizes of the fixture sets (the real ones are tab:data's, checked by prepare()).
@@ -165,11 +165,12 @@ def test_cli_prepare_with_local_file(hub, tmp_path, monkeypatch, capsys):
     assert (tmp_path / "out" / "math" / "amc24.jsonl").read_text() == local.read_text()
 
 
-# --- real records (../shared/realdata, laid out like the hub snapshots) -----------------
+# --- real records (real parts: ../shared/realdata, or what `bash run.sh fixtures` fetched) ----------
+# The expectations are read off the records themselves wherever two copies may differ (DeepScaleR is a
+# slice in ../shared and ~40k rows on the hub; AMC 40 rows there and 83 on the hub), so the tests hold
+# on either.
 
-REAL_SNAPSHOTS = {name: str(REALDATA / folder) for name, folder in [
-    ("math500", "math500"), ("aime24", "aime24"), ("aime25", "aime25"), ("amc", "amc"),
-    ("deepscaler", "deepscaler"), ("humanevalplus", "humanevalplus")]}
+REAL_SOURCES = ("math500", "aime24", "aime25", "amc", "deepscaler", "humanevalplus")
 REAL_SETS = "math500,aime24,aime25,amc23,deepscaler_train,deepscaler_test,humanevalplus"
 
 
@@ -183,14 +184,20 @@ class _Lines(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def real_prepared(tmp_path_factory):
-    """``prepare --snapshot`` over every set of ../shared/realdata (once: HumanEval+ runs
-    six canonical solutions in the sandbox); the output folder, manifest and warnings."""
+def real_snapshots(real_part) -> dict[str, str]:
+    """Each real source's folder, laid out as the hub's snapshot."""
+    return {name: str(real_part(name)) for name in REAL_SOURCES}
+
+
+@pytest.fixture(scope="module")
+def real_prepared(real_snapshots, tmp_path_factory):
+    """``prepare --snapshot`` over every real source (once: HumanEval+ runs six canonical
+    solutions in the sandbox); the output folder, manifest and warnings."""
     out, lines = tmp_path_factory.mktemp("real"), _Lines()
     data.logger.addHandler(lines)
     try:
         assert data.main(["prepare", "--out", str(out), "--only", REAL_SETS]
-                         + [f"--snapshot={name}={path}" for name, path in REAL_SNAPSHOTS.items()]) == 0
+                         + [f"--snapshot={name}={path}" for name, path in real_snapshots.items()]) == 0
     finally:
         data.logger.removeHandler(lines)
     return out, json.loads((out / "manifest.json").read_text()), lines.lines
@@ -200,19 +207,32 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_prepare_snapshot_converts_every_real_set(real_prepared):
+def _parquet_rows(folder: str, pattern: str) -> list[dict]:
+    return [row for path in sorted(Path(folder).glob(pattern)) for row in pq.read_table(path).to_pylist()]
+
+
+def _deepscaler_distinct(folder: str) -> tuple[int, int]:
+    """(records, distinct problems up to whitespace) of the DeepScaleR file."""
+    records = json.loads((Path(folder) / "deepscaler.json").read_text())
+    return len(records), len({" ".join(r["problem"].split()) for r in records})
+
+
+def test_prepare_snapshot_converts_every_real_set(real_prepared, real_snapshots):
     out, manifest, warnings = real_prepared
+    n_deepscaler, distinct = _deepscaler_distinct(real_snapshots["deepscaler"])
+    amc23 = sum("/2023_AMC" in r["url"] for r in _parquet_rows(real_snapshots["amc"], "data/train-*.parquet"))
+    expected = {"math500": 500, "aime24": 30, "aime25": 30, "amc23": amc23, "deepscaler_test": 500,
+                "deepscaler_train": min(9500, distinct - 500), "humanevalplus": 164}
     counts = {name: (entry["count"], entry["expected"]) for name, entry in manifest["sets"].items()}
-    assert counts == {"math500": (500, 500), "aime24": (30, 30), "aime25": (30, 30), "amc23": (40, 46),
-                      "deepscaler_train": (281, 9500), "deepscaler_test": (500, 500), "humanevalplus": (164, 163)}
-    assert sorted(warnings) == ["count mismatch: amc23: expected 46 problems (tab:data), got 40",
-                                "count mismatch: deepscaler_train: expected 9500 problems (tab:data), got 281",
-                                "count mismatch: humanevalplus: expected 163 problems (tab:data), got 164"]
-    assert manifest["sets"]["deepscaler_test"]["excluded"] == {"duplicate problem": 22}   # 803 rows, 781 distinct
-    assert all(entry["revision"] == "local snapshot" and entry["snapshot"] == REAL_SNAPSHOTS[entry_source]
+    assert counts == {name: (n, data.OUTPUTS[name].count) for name, n in expected.items()}
+    assert amc23 == 40                                      # AMC 12A 22 + 12B 18 of 2023, in either copy
+    assert sorted(warnings) == sorted(f"count mismatch: {name}: expected {tab} problems (tab:data), got {n}"
+                                      for name, (n, tab) in counts.items() if n != tab)
+    assert manifest["sets"]["deepscaler_test"]["excluded"] == {"duplicate problem": n_deepscaler - distinct}
+    assert all(entry["revision"] == "local snapshot" and entry["snapshot"] == real_snapshots[entry_source]
                for entry, entry_source in ((manifest["sets"][n], data.OUTPUTS[n].source) for n in manifest["sets"]))
-    aime24 = {r["id"]: r["answer"] for r in _jsonl(out / "math/aime24.jsonl")}
-    assert len(aime24) == 30 and all(len(answer) == 3 for answer in aime24.values())  # zero-padded, as given
+    raw_aime24 = {f"aime24-{r['id']}": str(r["answer"]) for r in _parquet_rows(real_snapshots["aime24"], "data/train-*.parquet")}
+    assert {r["id"]: r["answer"] for r in _jsonl(out / "math/aime24.jsonl")} == raw_aime24    # as given (e.g. "025")
     assert {r["id"]: r["answer"] for r in _jsonl(out / "math/aime25.jsonl")}["aime25-1"] == "70"
     # HumanEval+: six tasks got outputs from their canonical solution; inputs whose output is an
     # int over 4300 digits (83: 29, 139: 49) or over 1 MiB (15: 21, 100: 1, 130: 10) were dropped
@@ -225,14 +245,9 @@ def test_prepare_snapshot_converts_every_real_set(real_prepared):
     assert tests["HumanEval/32"]["property"] == {"name": "polynomial_root", "atol": 0.0001}
 
 
-def _humanevalplus_records() -> dict[str, dict]:
-    with gzip.open(REALDATA / "humanevalplus" / "HumanEvalPlus-OriginFmt-v0.1.10.jsonl.gz", "rt") as f:
-        return {record["task_id"]: record for record in map(json.loads, f)}
-
-
-def test_every_humanevalplus_canonical_solution_passes_its_converted_tests(real_prepared):
+def test_every_humanevalplus_canonical_solution_passes_its_converted_tests(real_prepared, real_snapshots):
     out, _, _ = real_prepared
-    records = _humanevalplus_records()
+    records = {r["task_id"]: r for r in _parquet_rows(real_snapshots["humanevalplus"], "data/test-*.parquet")}
     rows = _jsonl(out / "code/humanevalplus.jsonl")
 
     def canonical_passes(row):
@@ -262,13 +277,13 @@ def test_doctests():
 # --- first use: a training run prepares the split it needs ------------------------------------
 
 
-def test_a_missing_training_split_is_prepared_on_first_use(tmp_path, capsys):
+def test_a_missing_training_split_is_prepared_on_first_use(tmp_path, capsys, real_part):
     """`bash run.sh math` on a fresh machine: credo.train asks for data/math/deepscaler_train.jsonl,
-    which is prepared then (the real DeepScaleR slice stands in for the hub's snapshot)."""
-    path = tmp_path / "data" / "math" / "deepscaler_train.jsonl"
-    assert data.prepare_on_first_use(path, snapshots={"deepscaler": REAL_SNAPSHOTS["deepscaler"]})
+    which is prepared then (the real DeepScaleR records stand in for the hub's snapshot)."""
+    path, snapshot = tmp_path / "data" / "math" / "deepscaler_train.jsonl", str(real_part("deepscaler"))
+    assert data.prepare_on_first_use(path, snapshots={"deepscaler": snapshot})
     out = capsys.readouterr().out
-    assert f"[data] {path} does not exist yet: preparing deepscaler_train from {REAL_SNAPSHOTS['deepscaler']}" in out
+    assert f"[data] {path} does not exist yet: preparing deepscaler_train from {snapshot}" in out
     rows = _jsonl(path)
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())["sets"]
     assert list(manifest) == ["deepscaler_train"] and manifest["deepscaler_train"]["count"] == len(rows) > 0

@@ -1,7 +1,9 @@
 """Prompts and segment parsing on real tokenizer output: the tiny byte-level BPE, and Qwen3's
-own tokenizer (../shared/fixtures/qwen3-tokenizer), whose merges cross the tags."""
+own tokenizer (a real part, found by realparts.py), whose merges cross the tags."""
 
+import copy
 import math
+import re
 
 import pytest
 
@@ -583,42 +585,76 @@ def test_hf_engine_rows_do_not_depend_on_their_batch(policy, temperature):
     assert [s.token_ids for s in alone] == [s.token_ids for s in engine_samples(policy, prompts[1:], 1, temperature=temperature)]
 
 
+def chain_model(model, successor: dict[int, int]):
+    """A copy of `model` (the real Qwen3 architecture and weights otherwise) whose next token after each
+    key of `successor` is its value, by construction: every decoder layer's output projections are
+    zeroed, so the final hidden state is the current token's embedding; each key's embedding is a
+    direction of its own, which the head maps to the successor with logit ~100 against 0 for every
+    other token (any other token has probability < 1e-40: sampling at T = 1 picks the successor)."""
+    import torch
+
+    chained = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer in chained.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        chained.model.norm.weight.fill_(1.0)
+        embedding, head = chained.model.embed_tokens.weight, chained.lm_head.weight     # [V, H], [V, H]
+        assert len(successor) <= embedding.shape[1], "one hidden direction per chained token"
+        scale = 100.0 / embedding.shape[1] ** 0.5              # RMSNorm turns 10 * e_d into sqrt(H) * e_d
+        for direction, (token, following) in enumerate(successor.items()):
+            embedding[token] = 0.0
+            embedding[token, direction] = 10.0
+            head[:, direction] = 0.0
+            head[following, direction] = scale
+    return chained
+
+
 def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
-    """With per-row seeds a row's tokens up to its stop are those of an unstopped run: each
-    row ends at its first token that completes the stop string (or at its first EOS), and the
-    other rows go on."""
-    import copy
-
+    """Each row ends at its first token that completes the stop string (or at its first EOS), and the
+    other rows go on. Checked on six rows whose continuations are known by construction (chain_model):
+    the first "e" is written after 2, 4 and 6 tokens in rows 0-2 and never in rows 3-5; the token made
+    EOS comes after 3 and 5 tokens in rows 3 and 4 and never elsewhere."""
     cfg, model, tok, *_, prompts = policy
-    free = engine_samples(policy, prompts, 6, stop=[])
-    texts = [ro.decode(tok, s.token_ids) for s in free]
-    stop = "e"
-    assert sum(stop in t for t in texts) >= 2
-    stopped = engine_samples(policy, prompts, 6, stop=[stop])
-    for f, s in zip(free, stopped):
-        ends = [k for k in range(1, len(f.token_ids) + 1) if stop in ro.decode(tok, f.token_ids[:k])]
-        if ends:
-            assert s.token_ids == f.token_ids[: ends[0]] and s.finish_reason == "stop"
-        else:
-            assert s.token_ids == f.token_ids
-    assert len({len(s.token_ids) for s in stopped}) > 1
+    letters = [i for i in range(len(tok)) if re.fullmatch(r"[a-z]{2,}", tok.decode([i]))]
+    with_e, plain = ([i for i in letters if ("e" in tok.decode([i])) == has_e] for has_e in (True, False))
+    plain = iter(plain)
+    eos_id = next(plain)
+    # each row's prompt ends with the first token of its cycle; generated token i is cycle[i + 1]
+    cycles = [[next(plain) for _ in range(6)] for _ in range(6)]
+    for row, at in zip(cycles[:3], (2, 4, 6)):
+        row[at % 6] = with_e[at]
+    cycles[3][3], cycles[4][5] = eos_id, eos_id
+    successor = {token: row[(k + 1) % 6] for row in cycles for k, token in enumerate(row)}
+    max_tokens = cfg["max_completion_tokens"]
+    expected = []                                           # what each row writes unstopped, by construction
+    for row in cycles:
+        ids = [successor[row[0]]]
+        while len(ids) < max_tokens:
+            ids.append(successor[ids[-1]])
+        expected.append(ids)
+    stop_ends = [next((k for k in range(1, max_tokens + 1) if "e" in ro.decode(tok, ids[:k])), None) for ids in expected]
+    assert stop_ends == [2, 4, 6, None, None, None]
+    assert [ids.index(eos_id) + 1 if eos_id in ids else None for ids in expected] == [None, None, None, 3, 5, None]
 
-    # EOS per row: a token some rows sample early becomes the end-of-sequence token
-    counts = {}
-    for f in free:
-        for t in set(f.token_ids[:10]):
-            counts[t] = counts.get(t, 0) + 1
-    eos_id = next(t for t, n in sorted(counts.items(), key=lambda kv: -kv[1]) if 1 < n < len(free))
-    eos_tok = copy.deepcopy(tok)
+    rows = [prompts[0] + [row[0]] for row in cycles]
+    chained = chain_model(model, successor)
+    engine = eng.HFEngine(chained, tok, {**cfg, "hf_engine_batch": 6})
+    engine.settings = {**engine.settings, "stop": []}
+    free = engine.generate(rows, 1, seed=3)
+    assert [s.token_ids for s in free] == expected and {s.finish_reason for s in free} == {"length"}
+    engine.settings = {**engine.settings, "stop": ["e"]}
+    for ids, end, s in zip(expected, stop_ends, engine.generate(rows, 1, seed=3)):
+        assert (s.token_ids, s.finish_reason) == ((ids[:end], "stop") if end else (ids, "length"))
+
+    eos_tok = copy.deepcopy(tok)                            # EOS per row: a token of rows 3 and 4 becomes EOS
     eos_tok.eos_token = tok.convert_ids_to_tokens(eos_id)
     assert eos_tok.eos_token_id == eos_id
-    engine = eng.HFEngine(model, eos_tok, {**cfg, "hf_engine_batch": 6})
+    engine = eng.HFEngine(chained, eos_tok, {**cfg, "hf_engine_batch": 6})
     engine.settings = {**engine.settings, "stop": []}
-    for f, s in zip(free, engine.generate(prompts, 3, seed=3)):
-        if eos_id in f.token_ids:
-            assert s.token_ids == f.token_ids[: f.token_ids.index(eos_id) + 1] and s.finish_reason == "stop"
-        else:   # the row goes on as before (past the real EOS, no longer one for this tokenizer)
-            assert s.token_ids[: len(f.token_ids) - 1] == f.token_ids[:-1]
+    stopped = engine.generate(rows, 1, seed=3)
+    assert [(s.token_ids, s.finish_reason) for s in stopped] == [
+        (ids[: ids.index(eos_id) + 1], "stop") if eos_id in ids else (ids, "length") for ids in expected]
 
 
 def test_hf_engine_batch_must_be_a_positive_integer(policy):
