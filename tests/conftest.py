@@ -133,18 +133,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.real_parts)
 
 
-def pytest_terminal_summary(terminalreporter):
-    """The suite's last lines say how many tests a missing real part skipped, and what fetches it."""
-    missing, count = set(), 0
-    for report in terminalreporter.stats.get("skipped", []):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
-        if "real part '" in reason:
-            count += 1
-            missing.add(reason.split("real part '")[1].split("'")[0])
+def pytest_unconfigure(config):
+    """The suite's last line (after pytest's own summary) says how many tests a missing real part
+    skipped, and what fetches the parts."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    count = sum("real part '" in (report.longrepr[2] if isinstance(report.longrepr, tuple) else "")
+                for report in reporter.stats.get("skipped", []))
     if count:
-        terminalreporter.write_line(
+        missing = [name for name in realparts.PARTS if realparts.resolve(name) is None]
+        reporter.write_line(
             f"{count} tests skipped: they need real third-party parts this checkout has not fetched "
-            f"({', '.join(sorted(missing))}); `bash run.sh fixtures` fetches them (docs/fixtures.md)", yellow=True)
+            f"({', '.join(missing)}); `bash run.sh fixtures` fetches them (docs/fixtures.md)", yellow=True)
 
 
 @pytest.fixture

@@ -31,6 +31,10 @@ SERVER_START_S = 300          # the bounded start-up: import, load, warm-up of v
 # the readout format and never writes a numeral itself.
 VERBALIZED = ("12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have slipped on a carry when adding "
               "the digits. </analysis> <confidence>0.8</confidence>")
+# A readout completion, teacher-forced: whether a sample of the tiny model reaches the slot depends on
+# weights trained on this machine (about a third of samples do), so the readout is checked on this one.
+READOUT = ("12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have slipped on a carry when adding "
+           "the digits. </analysis> <confidence>")
 
 
 @pytest.fixture(scope="module")
@@ -110,19 +114,24 @@ def eval_rollout(tokenizer, prompt, ids, channel):
 def test_readout_through_the_server_and_in_process_equals_eval(ckpt, server, local, policy):
     tokenizer = policy.tokenizer
     remote = client.open_client(ckpt, server)
-    answer = remote.ask(QUESTION, seed=0)
-    assert answer.reason is None and answer.text.endswith(ro.CONF_OPEN) and "\\boxed{" in answer.answer
     prompt = remote.prompt_ids(QUESTION)
-    (expected,) = pol.readouts(policy, [eval_rollout(tokenizer, prompt, answer.completion_ids, "readout")],
-                               budget=4096, packed=False).tolist()
-    assert answer.c == pytest.approx(expected, abs=1e-4)
-    assert answer.abstain == (answer.c < 0.5) and answer.numeral is None and answer.c_digit is None
-    # The same seed samples the same completion in process, and reads the same c.
-    in_process = local.ask(QUESTION, seed=0)
-    assert in_process.completion_ids == answer.completion_ids
-    assert in_process.c == pytest.approx(expected, abs=1e-4)
+    ids = tokenizer.encode(READOUT, add_special_tokens=False)
+    (expected,) = pol.readouts(policy, [eval_rollout(tokenizer, prompt, ids, "readout")], budget=4096, packed=False).tolist()
+    for reader in (remote, local):
+        answer = reader.read(prompt, ids, "stop")
+        assert answer.reason is None and answer.c == pytest.approx(expected, abs=1e-4)
+        assert answer.abstain == (answer.c < 0.5) and answer.numeral is None and answer.c_digit is None
     # Read again once the server's prefix cache holds this sequence: prompt log-probs skip it.
-    assert remote.read(prompt, answer.completion_ids, "stop").c == pytest.approx(answer.c, abs=1e-6)
+    assert remote.read(prompt, ids, "stop").c == pytest.approx(expected, abs=1e-6)
+    # A sampled answer: the same seed samples the same completion through the server and in process, and
+    # reads the same c there (None, with the reason, when this sample does not reach the slot).
+    sampled, in_process = remote.ask(QUESTION, seed=0), local.ask(QUESTION, seed=0)
+    assert in_process.completion_ids == sampled.completion_ids and in_process.reason == sampled.reason
+    assert (sampled.c is None) == (sampled.reason is not None)
+    if sampled.c is not None:
+        (read,) = pol.readouts(policy, [eval_rollout(tokenizer, prompt, sampled.completion_ids, "readout")],
+                               budget=4096, packed=False).tolist()
+        assert sampled.c == pytest.approx(read, abs=1e-4) and in_process.c == pytest.approx(read, abs=1e-4)
 
 
 @pytest.mark.slow
@@ -155,7 +164,12 @@ def test_the_command_line_against_the_server(ckpt, server):
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = result.stdout.splitlines()
     answer = json.loads(line)
-    assert answer["abstain"] is False and 0.3 <= answer["c"] <= 1 and answer["reason"] is None
+    # whether this one sample reaches the slot depends on the machine's tiny model: either way is one JSON line
+    assert (answer["c"] is None) == (answer["reason"] is not None)
+    if answer["c"] is not None:
+        assert 0 <= answer["c"] <= 1 and answer["abstain"] == (answer["c"] < 0.3)
+    else:
+        assert answer["abstain"] is None and "never reaches <confidence>" in answer["reason"]
 
 
 @pytest.mark.slow

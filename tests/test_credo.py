@@ -154,6 +154,7 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
 
 def run_tiny(out_dir, *overrides):
     import subprocess
+import sys
 
     result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides], cwd=config.ROOT,
                             capture_output=True, text=True, timeout=900)
@@ -169,7 +170,9 @@ def read_metrics(run_dir):
 def test_one_step_with_the_hf_engine(tmp_path, tiny_dir):
     run_tiny(tmp_path, "max_steps=1", "engine=hf", "run_name=hf")
     (metrics,) = read_metrics(tmp_path / "hf")
-    assert metrics["engine_logprob_gap"] < 1e-4 and metrics["t_rollout"] > 0
+    # float noise of two implementations holding the same weights (~4e-7 here; an engine one push behind
+    # gives ~8e-3: tests/test_longrun.py's SYNCED_GAP)
+    assert metrics["engine_logprob_gap"] < 1e-3 and metrics["t_rollout"] > 0
     # 2 groups of 4 rollouts of >= 241 tokens: each fits the 4 x 386 budget, both do not
     assert metrics["micro_batches"] == 2 and metrics["readout_pass_rows"] == 0
     assert (tmp_path / "hf" / "ckpt" / "step_000001" / "model.safetensors").exists()
@@ -419,7 +422,7 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
 
     out = tmp_path / "eval"
     result = subprocess.run(
-        [str(config.ROOT / ".venv" / "bin" / "python"), "eval.py", "--ckpt", str(tmp_path / "qwen3"), "--sets",
+        [sys.executable, "eval.py", "--ckpt", str(tmp_path / "qwen3"), "--sets",
          f"t={root / 'train.jsonl'}:math", "--n", "4", "--engine", "hf", "--out", str(out)],
         cwd=config.ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

@@ -4,6 +4,7 @@ through the real engine and verifier."""
 
 import json
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -79,7 +80,7 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
     result = subprocess.run(
-        [str(config.ROOT / ".venv" / "bin" / "python"), "eval.py", "--ckpt", f"{tiny_dir / 'model'},Tiny CREDO={ckpt.parent.parent}",
+        [sys.executable, "eval.py", "--ckpt", f"{tiny_dir / 'model'},Tiny CREDO={ckpt.parent.parent}",
          "--sets", f"tiny={tmp_path / 'small.jsonl'}:math", "--n", "3", "--out", str(out), "--config", "tiny",
          "--base-seeds", "43,44"],
         cwd=config.ROOT, capture_output=True, text=True, timeout=900)
@@ -116,7 +117,7 @@ def test_eval_plan_gives_each_checkpoint_its_own_settings(tmp_path, tiny_dir):
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
     result = subprocess.run(
-        [str(config.ROOT / ".venv" / "bin" / "python"), "eval.py", "--plan", str(plan), "--sets",
+        [sys.executable, "eval.py", "--plan", str(plan), "--sets",
          f"tiny={tmp_path / 'small.jsonl'}:math", "--n", "2", "--engine", "hf", "--config", "tiny", "--out", str(out),
          "--no-report"],
         cwd=config.ROOT, capture_output=True, text=True, timeout=900)

@@ -240,7 +240,7 @@ def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
     assert [m["step"] for m in straight] == [0, 1, 2]
     assert all(m["world_size"] == 2 for m in straight)
     # after every push of gathered shards both engines sample from the trainer's weights
-    assert all(m["engine_logprob_gap"] < 1e-4 for m in straight)
+    assert all(m["engine_logprob_gap"] < 1e-3 for m in straight)     # float noise, not a stale engine (SYNCED_GAP)
     assert all(len(m["questions"]) == 2 for m in straight)              # the step's questions, over both ranks
     assert len((run_dir / "rollouts" / "step_000002.jsonl").read_text().splitlines()) == 8   # both ranks' rollouts
     ckpt = run_dir / "ckpt" / "step_000002"
