@@ -4,6 +4,7 @@ and tab:sw_baseline), outcomes, and end-to-end runs with resume."""
 
 import copy
 import json
+import sys
 
 import pytest
 import torch
@@ -154,7 +155,6 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
 
 def run_tiny(out_dir, *overrides):
     import subprocess
-import sys
 
     result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides], cwd=config.ROOT,
                             capture_output=True, text=True, timeout=900)
