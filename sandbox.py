@@ -111,6 +111,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from sandbox_workdir import make_workdir, remove_workdir, tmpfs_workdirs_work
+
 logger = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 1 << 30  # sandbox uids under a root parent; see _UidPool
@@ -197,6 +199,8 @@ class _SandboxConfig:
     mode: str  # "namespaces" or "plain"
     python: str
     unshare: str | None = None
+    landlock: bool = False  # plain mode: the harness restricts file access with Landlock
+    tmpfs_workdir: bool = False  # plain mode: the working directory is a tmpfs (sandbox_workdir)
 
 
 _CONFIG: _SandboxConfig | None = None
@@ -239,10 +243,15 @@ def _detect_sandbox_config() -> _SandboxConfig:
             raise SandboxError(f"CREDO_SANDBOX=namespaces but namespaces do not work: {problem}")
         logger.warning("code sandbox: namespaces unavailable (%s); using plain mode "
                        "(no PID, network or file-system isolation)", problem)
-    if _landlock_abi() < 1:
+    landlock = _landlock_abi() >= 1
+    if not landlock:
         logger.warning("code sandbox: plain mode without Landlock (Linux 5.13+): programs "
                        "can read world-readable files and write world-writable places")
-    candidate = _SandboxConfig("plain", python)
+    tmpfs = tmpfs_workdirs_work()
+    if not tmpfs:
+        logger.warning("code sandbox: plain mode cannot mount a tmpfs working directory (not "
+                       "root): the number and total size of a program's files are unbounded")
+    candidate = _SandboxConfig("plain", python, landlock=landlock, tmpfs_workdir=tmpfs)
     problem = _probe(candidate)
     if problem is not None:
         hint = " (as root the sandbox runs as an unprivileged uid, which must be able to run "
@@ -291,8 +300,9 @@ def run_tests(
     capture_stderr: bool = False,
 ) -> bool:
     """Run ``program`` on ``spec`` in a sandbox and judge the frames it sends."""
+    interpreters = 2 if spec.request["kind"] == "assert" else 1
     request = dict(spec.request, program=program, namespaces=config.mode == "namespaces",
-                   limits=_child_limits(limits, budget_s))
+                   landlock=config.landlock, limits=_child_limits(limits, budget_s, interpreters))
     if spec.request["kind"] == "assert":
         request["script"] = _child_script()
     with _Sandbox(config, request, limits, capture_stderr) as sandbox:
@@ -322,10 +332,15 @@ def _wait_until_ready(sandbox: _Sandbox, grace_s: float) -> None:
         raise SandboxError(f"unexpected first frame {tag!r} from the sandbox")
 
 
-def _child_limits(limits: SandboxLimits, budget_s: float) -> dict:
-    """Resource limits as the child harness applies them (bytes, seconds)."""
+def _child_limits(limits: SandboxLimits, budget_s: float, interpreters: int) -> dict:
+    """Resource limits as the child harness applies them (bytes, seconds).
+
+    ``memory_mb`` bounds the sandbox as a whole: each of its ``interpreters``
+    (two for ``assert``: harness and program server) gets an equal share of
+    address space, and a program cannot start another process.
+    """
     return {
-        "memory": limits.memory_mb << 20,
+        "memory": (limits.memory_mb << 20) // interpreters,
         "cpu_s": math.ceil(limits.startup_grace_s + budget_s) + 1,
         "processes": limits.processes,
         "file_size": limits.file_size_mb << 20,
@@ -345,6 +360,7 @@ class _Sandbox:
         self.capture_stderr = capture_stderr
         self.proc: subprocess.Popen | None = None
         self.uid: int | None = None  # this sandbox's own uid (root parent only)
+        self.tmpfs_bytes = limits.tmpfs_mb << 20
         self.workdir: str | None = None
         self.stderr_file = None
         self.buffer = bytearray()
@@ -387,15 +403,9 @@ class _Sandbox:
                 raise SandboxError(f"cannot start the sandbox: {error}") from None
 
     def _make_workdir(self) -> str:
-        """Private ``base/work`` directory; ``base`` stays owned by the parent
-        (traverse-only: ``work``'s absolute path, the program's ``TMPDIR``,
-        must resolve for the program's uid)."""
-        self.workdir = tempfile.mkdtemp(prefix="credo-sandbox-")
-        os.chmod(self.workdir, 0o711)
-        work = os.path.join(self.workdir, "work")
-        os.mkdir(work, 0o700)
-        if self.uid is not None:
-            os.chown(work, self.uid, self.uid)
+        """The private working directory of plain mode (``sandbox_workdir``)."""
+        tmpfs = self.tmpfs_bytes if self.config.tmpfs_workdir else None
+        self.workdir, work = make_workdir(self.uid, tmpfs)
         return work
 
     def next_frame(self, deadline: float) -> tuple[bytes, bytes] | None:
@@ -426,8 +436,9 @@ class _Sandbox:
     def _read(self, timeout: float) -> bool:
         """Read what arrives within ``timeout``; False on timeout or EOF."""
         stream = self.proc.stdout
-        readable, _, _ = select.select([stream], [], [], timeout)
-        if not readable:
+        poller = select.poll()  # not select.select: any descriptor number works
+        poller.register(stream, select.POLLIN)
+        if not poller.poll(math.ceil(timeout * 1000)):
             return False
         chunk = os.read(stream.fileno(), 1 << 20)
         if not chunk:
@@ -468,16 +479,18 @@ class _Sandbox:
         _reap(self.proc)
 
     def __exit__(self, *exc_info) -> None:
-        self._stop()
-        if self.proc is not None:
-            self.proc.stdout.close()
-        if self.stderr_file is not None:
-            self.stderr_file.close()
-        if self.workdir is not None:
-            _remove_tree(self.workdir)
-        if self.uid is not None:
-            _SANDBOX_UIDS.release(self.uid)  # every process of the sandbox is dead
-            self.uid = None
+        try:
+            self._stop()
+            if self.proc is not None:
+                self.proc.stdout.close()
+            if self.stderr_file is not None:
+                self.stderr_file.close()
+            if self.workdir is not None:
+                remove_workdir(self.workdir)
+        finally:
+            if self.uid is not None:
+                _SANDBOX_UIDS.release(self.uid)  # every process of the sandbox is dead
+                self.uid = None
 
 
 def _namespace_command(unshare: str, as_root: bool) -> list[str]:
@@ -587,20 +600,6 @@ def _reap(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         logger.warning("process %d did not exit 10 s after SIGKILL", proc.pid)
-
-
-def _remove_tree(path: str) -> None:
-    """Delete a sandbox work directory, whatever permissions the program set."""
-
-    def make_writable_and_retry(function, failed_path, _exc_info):
-        os.chmod(os.path.dirname(failed_path), 0o700)
-        if os.path.isdir(failed_path) and not os.path.islink(failed_path):
-            os.chmod(failed_path, 0o700)
-        function(failed_path)
-
-    shutil.rmtree(path, onerror=make_writable_and_retry)
-
-
 
 
 # ---------------------------------------------------------------------------

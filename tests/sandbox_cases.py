@@ -64,13 +64,15 @@ def attack(source: str) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _plain_config():
-    """A plain-mode config this machine can run, or None."""
+def _plain_config(landlock=True):
+    """A plain-mode config this machine can run (with Landlock where the kernel
+    has it, unless ``landlock`` is false), or None."""
     root = os.geteuid() == 0
     python = "/usr/bin/python3" if root else sys.executable
     if not os.path.exists(python):
         return None
-    config = sandbox._SandboxConfig("plain", python)
+    config = sandbox._SandboxConfig("plain", python, landlock=landlock and sandbox._landlock_abi() >= 1,
+                                    tmpfs_workdir=sandbox.tmpfs_workdirs_work())
     return config if sandbox._probe(config) is None else None
 
 
@@ -87,8 +89,12 @@ def _namespaces_config():
 
 
 def _mode_config(name):
+    """The config of mode ``name``: namespaces, plain, or plain-no-landlock
+    (plain mode as on a kernel without Landlock); None where it cannot run."""
     if name not in _MODES:
-        _MODES[name] = _namespaces_config() if name == "namespaces" else _plain_config()
+        makers = {"namespaces": _namespaces_config, "plain": _plain_config,
+                  "plain-no-landlock": lambda: _plain_config(landlock=False)}
+        _MODES[name] = makers[name]()
     return _MODES[name]
 
 
