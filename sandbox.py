@@ -514,19 +514,24 @@ class _UidPool:
     files of another.  The range is ``SANDBOX_UID_BASE + (pid mod 2**20) *
     SANDBOX_UID_SLOTS + slot``: processes of one host get disjoint ranges
     unless their pids agree modulo 2**20.  A uid is reused only after every
-    process of its previous sandbox is dead.
+    process of its previous sandbox is dead, and slots are taken in turn (a
+    file left where another uid could find it is found by the same uid only
+    1,024 sandboxes later; see docs/verifier.md).
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.taken: set[int] = set()
+        self.cursor = 0  # slots are handed out in turn, so a uid recurs only every 1,024 sandboxes
 
     def acquire(self) -> int:
         with self.lock:
-            free = next((slot for slot in range(SANDBOX_UID_SLOTS) if slot not in self.taken), None)
+            order = [(self.cursor + step) % SANDBOX_UID_SLOTS for step in range(SANDBOX_UID_SLOTS)]
+            free = next((slot for slot in order if slot not in self.taken), None)
             if free is None:
                 raise SandboxError(f"more than {SANDBOX_UID_SLOTS} concurrent sandboxes")
             self.taken.add(free)
+            self.cursor = (free + 1) % SANDBOX_UID_SLOTS
         return SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * SANDBOX_UID_SLOTS + free
 
     def release(self, uid: int) -> None:

@@ -743,7 +743,10 @@ def test_uid_pool_gives_each_live_sandbox_its_own_uid():
     base = sandbox.SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * sandbox.SANDBOX_UID_SLOTS
     assert (first, second) == (base, base + 1)
     pool.release(first)
-    assert pool.acquire() == first  # reused only once released
+    assert pool.acquire() == base + 2  # slots in turn: a released uid is not the next one given
+    for _ in range(sandbox.SANDBOX_UID_SLOTS - 3):
+        pool.release(pool.acquire())
+    assert pool.acquire() == first  # reused only once released, and after every other slot
     assert 0 < first < second < 2**31 - 1
 
 
@@ -860,3 +863,253 @@ def test_control_snooper_beats_an_in_process_grader():
 def test_control_always_equal_beats_a_naive_comparison():
     assert _load(ALWAYS_EQUAL)(X) == EXPECTED
     assert _load(INT_ALWAYS_EQUAL)(X) == EXPECTED
+
+
+# ---------------------------------------------------------------------------
+# Channels between rollouts (issue 27): a writer sandbox and a reader sandbox,
+# sequential and concurrent; the reader prints the right answer only if the
+# channel carried the writer's signal, so its verdict must stay False.
+# ---------------------------------------------------------------------------
+
+HOLD_S, PROBE_S = 1.2, 1.0  # the writer keeps its state this long; the reader probes this long
+PERSISTENT = {"page_cache", "files"}  # channels whose state outlives the writer: also tried in turn
+SHARED_IN_NAMESPACES = {"page_cache", "file_locks", "inotify"}  # the others need a shared /tmp, net or pid
+TOPICS = 'os.path.join(os.path.dirname(os.__file__), "pydoc_data", "topics.py")'  # both can read it
+
+CHANNELS = {
+    # Page cache of a shared read-only file: evict it, load pages 1, 3, 5; the reader
+    # probes residency (preadv2 RWF_NOWAIT, mincore).
+    "page_cache": (f"""
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        for advice in (os.POSIX_FADV_RANDOM, os.POSIX_FADV_DONTNEED):
+            try:
+                os.posix_fadvise(fd, 0, 0, advice)
+            except OSError:
+                pass
+        for page in (1, 3, 5):
+            os.pread(fd, 1, page * 4096)
+        """, f"""
+        import ctypes, mmap
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        def nowait(page):
+            try:
+                os.preadv(fd, [bytearray(1)], page * 4096, os.RWF_NOWAIT)
+                return True
+            except BlockingIOError:
+                return False
+            except OSError:
+                return None
+        def mincore():
+            base = libc.mmap(None, 8 * 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            vector = (ctypes.c_ubyte * 8)()
+            if libc.mincore(ctypes.c_void_p(base), ctypes.c_size_t(8 * 4096), vector) != 0:
+                return None
+            return [bool(v & 1) for v in vector[1:7]]
+        pattern = [True, False, True, False, True, False]
+        while time.monotonic() < deadline:
+            if [nowait(page) for page in range(1, 7)] == pattern or mincore() == pattern:
+                return True
+            time.sleep(0.02)
+        return False
+        """),
+    # Record, open-file-description and flock locks on a shared read-only file.
+    "file_locks": (f"""
+        import fcntl, struct
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        for command, pid in ((fcntl.F_SETLK, 0), (37, 0)):  # 37: F_OFD_SETLK
+            try:
+                fcntl.fcntl(fd, command, struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, 4242 + command, 1, pid))
+            except OSError:
+                pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:
+            pass
+        time.sleep({HOLD_S})
+        """, f"""
+        import fcntl, struct
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        while time.monotonic() < deadline:
+            for command, query in ((fcntl.F_GETLK, fcntl.F_GETLK), (37, 36)):  # 36: F_OFD_GETLK
+                try:
+                    answer = fcntl.fcntl(fd, query, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 4242 + command, 1, 0))
+                    if struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK:
+                        return True
+                except OSError:
+                    pass
+            other = os.open({TOPICS}, os.O_RDONLY)
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            except OSError:
+                pass
+            os.close(other)
+            time.sleep(0.02)
+        return False
+        """),
+    # inotify: the reader watches the shared directory for the writer's opens.
+    "inotify": (f"""
+        end = time.monotonic() + {HOLD_S}
+        while time.monotonic() < end:
+            os.close(os.open({TOPICS}, os.O_RDONLY))
+            time.sleep(0.01)
+        """, f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        watcher = libc.inotify_init1(os.O_NONBLOCK)
+        if watcher < 0 or libc.inotify_add_watch(watcher, os.path.dirname({TOPICS}).encode(), 0x20) < 0:
+            return False
+        while time.monotonic() < deadline:
+            try:
+                if b"topics.py" in os.read(watcher, 65536):
+                    return True
+            except BlockingIOError:
+                time.sleep(0.02)
+        return False
+        """),
+    # Datagram sockets: a socketpair end sent to (or bound at) a name the other can reach.
+    "datagram_sockets": (f"""
+        import socket
+        end = time.monotonic() + {HOLD_S}
+        try:
+            sender, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:
+            end = 0
+        while time.monotonic() < end:
+            for address in (NAME, "/tmp/" + NAME[1:] + ".sock", HOST_PATH, HOST_ABSTRACT):
+                try:
+                    sender.sendto(b"signal", address)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        """, """
+        import socket
+        receivers = []
+        for address in (NAME, "/tmp/" + NAME[1:] + ".sock"):
+            try:
+                receiver, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+                receiver.bind(address)
+                receiver.setblocking(False)
+                receivers.append(receiver)
+            except OSError:
+                pass
+        while time.monotonic() < deadline:
+            for receiver in receivers:
+                try:
+                    if receiver.recv(64) == b"signal":
+                        return True
+                except BlockingIOError:
+                    pass
+            time.sleep(0.02)
+        return False
+        """),
+    # Files another sandbox created, where both can reach (plain mode without Landlock).
+    "files": (f"""
+        for path in ("/tmp/" + NAME[1:], "/dev/shm/" + NAME[1:]):
+            try:
+                with open(path, "w") as handle:
+                    handle.write("signal")
+                os.chmod(path, 0o644)
+            except OSError:
+                pass
+        time.sleep({HOLD_S})
+        """, """
+        while time.monotonic() < deadline:
+            for path in ("/tmp/" + NAME[1:], "/dev/shm/" + NAME[1:]):
+                try:
+                    with open(path) as handle:
+                        if handle.read() == "signal":
+                            return True
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        return False
+        """),
+    # Attributes of another process: its priority and CPU affinity, read by pid.
+    "process_attributes": (f"""
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 17)
+        except OSError:
+            pass
+        time.sleep({HOLD_S})
+        """, """
+        me = os.getpid()
+        while time.monotonic() < deadline:
+            for pid in range(max(2, me - 20000), me + 200):
+                try:
+                    if pid != me and os.getpriority(os.PRIO_PROCESS, pid) == 17:
+                        return True
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        return False
+        """),
+}
+
+
+def _channel_programs(name, token, host):
+    """The writer's and the reader's completions for channel ``name``."""
+    write, read = (textwrap.dedent(part) for part in CHANNELS[name])
+    names = f"NAME = {chr(0) + 'credo-chan-' + token!r}\nHOST_PATH, HOST_ABSTRACT = {host!r}\n"
+    writer = f"import os, time\n{names}{write}\nprint(int(input()) * 2)\n"
+    reader = (f"import os, time\n{names}def _probe():\n    deadline = time.monotonic() + {PROBE_S}\n"
+              + textwrap.indent(read, "    ") + "\nprint(int(input()) * 2 if _probe() else 0)\n")
+    return completion(writer), completion(reader)
+
+
+@pytest.fixture(params=["namespaces", "plain", "plain-no-landlock"])
+def channel_mode(request, monkeypatch):
+    """Every isolation mode, plain mode also as on a kernel without Landlock."""
+    config = _mode_config(request.param)
+    if config is None:
+        pytest.skip(f"{request.param} sandbox not available on this machine")
+    monkeypatch.setattr(sandbox, "_CONFIG", config)
+    return request.param
+
+
+@pytest.mark.parametrize("name", sorted(CHANNELS))
+def test_no_channel_between_sandboxes(channel_mode, name):
+    """The reader learns nothing from the writer, after it (sequential) or beside it
+    (concurrent).  Open in plain mode without Landlock, as documented: process
+    attributes through /proc (so only the pid-taking calls are tried there)."""
+    if name == "process_attributes" and channel_mode == "plain-no-landlock":
+        pytest.skip("documented: /proc shows every process in plain mode without Landlock")
+    if channel_mode == "namespaces" and name not in SHARED_IN_NAMESPACES:
+        pytest.skip("namespaces mode has its own /tmp, network and pid namespaces")
+    token = uuid.uuid4().hex[:12]
+    shared = Path(tempfile.mkdtemp(prefix="credo-test-chan-"))
+    shared.chmod(0o755)
+    host = [socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
+    host_names = (str(shared / "host.sock"), f"\0credo-chan-host-{token}")
+    for server, address in zip(host, host_names):
+        server.bind(address)
+        server.setblocking(False)
+    os.chmod(host_names[0], 0o777)
+    writer, reader = _channel_programs(name, token, host_names)
+    try:
+        if name in PERSISTENT:
+            assert verifier.verify_code(writer, STDIO, timeout_s=HOLD_S + 3) is True
+            assert verifier.verify_code(reader, STDIO, timeout_s=PROBE_S + 3) is False
+        results = {}
+        threads = [threading.Thread(target=lambda key, text, limit: results.__setitem__(
+            key, verifier.verify_code(text, STDIO, timeout_s=limit)), args=args)
+                   for args in (("writer", writer, HOLD_S + 3), ("reader", reader, PROBE_S + 3))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert results == {"writer": True, "reader": False}
+        for server in host:
+            with pytest.raises(BlockingIOError):
+                server.recv(64)  # no host socket heard from a sandbox
+    finally:
+        for server in host:
+            server.close()
+        shutil.rmtree(shared)
+        for path in glob.glob(f"/tmp/credo-chan-{token}*") + glob.glob(f"/dev/shm/credo-chan-{token}*"):
+            os.remove(path)
