@@ -21,6 +21,7 @@ completion and the public entry points (``verifier.py``).
 from __future__ import annotations
 
 import ast
+import codecs
 import json
 import marshal
 import math
@@ -89,11 +90,29 @@ def _stdout_matches(expected: str, payload: bytes) -> bool:
     """Whether stdout bytes match; output that is not valid UTF-8 never does (the
     expectation is text, and decoding with replacement characters would build a
     string several times the frame's size)."""
+    actual = _strict_utf8(payload)
+    return actual is not None and _stdio_output_matches(expected, actual)
+
+
+def _strict_utf8(payload: bytes, chunk: int = 1 << 20) -> str | None:
+    """``payload`` decoded as UTF-8, or None if it is not valid UTF-8; invalid
+    input costs at most one chunk's decoding (a failed decode of the whole
+    payload would copy all of it into the exception).
+
+    >>> _strict_utf8(bytes([104, 195, 169])), _strict_utf8(bytes([104, 255]))
+    ('hé', None)
+    """
+    if payload.isascii():
+        return payload.decode("ascii")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts = []
     try:
-        actual = payload.decode("utf-8")
+        for start in range(0, len(payload), chunk):
+            parts.append(decoder.decode(payload[start:start + chunk]))
+        parts.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError:
-        return False
-    return _stdio_output_matches(expected, actual)
+        return None
+    return "".join(parts)
 
 
 def parse_call_tests(tests: dict) -> TestSpec:

@@ -2,6 +2,7 @@
 killing and replacing workers, shutdown, warm-up), driven through verifier.py."""
 
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -92,3 +93,18 @@ def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
                           cwd=Path(verifier.__file__).parent, timeout=300, check=True)
     assert done.stdout == b'{"ready": true}\n'
     assert done.stderr.decode().strip().splitlines()[-1] == "[]"
+
+
+def test_a_parent_holding_more_than_1023_descriptors_grades():
+    """The pool waits on its workers with poll: select() cannot wait on fd 1024 or above."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1200:
+        pytest.skip("the descriptor limit is below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert verifier.verify_math_batch([(r"\boxed{4}", "4"), (r"\boxed{5}", "4")], workers=1) == [True, False]
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

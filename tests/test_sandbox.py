@@ -10,9 +10,12 @@ vacuously.
 
 import ast
 import collections
+import dataclasses
 import doctest
 import glob
+import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -46,6 +49,7 @@ from sandbox_cases import (
 )
 
 import sandbox
+import sandbox_workdir
 import typed_json
 import verifier
 
@@ -1113,3 +1117,135 @@ def test_no_channel_between_sandboxes(channel_mode, name):
         shutil.rmtree(shared)
         for path in glob.glob(f"/tmp/credo-chan-{token}*") + glob.glob(f"/dev/shm/credo-chan-{token}*"):
             os.remove(path)
+
+
+# ---------------------------------------------------------------------------
+# The grader never raises on what a program does; every resource is bounded
+# per sandbox (issue 27)
+# ---------------------------------------------------------------------------
+
+
+def test_an_int_too_large_for_a_float_is_a_false_verdict(any_mode):
+    tests = {"kind": "call", "fn_name": "f", "inputs": [[1]], "outputs": [0.5]}
+    assert verifier.verify_code(completion("def f(x):\n    return 10 ** 400"), tests) is False
+
+
+DEEP_TREE = """
+import os
+def _attack():
+    os.chdir(os.environ["TMPDIR"])
+    for _ in range(3000):
+        os.mkdir("d")
+        os.chdir("d")
+    os.mkdir("locked")
+    open("locked/file", "w").close()
+    os.chmod("locked", 0o500)
+_attack()
+def double(x):
+    return None
+"""
+
+
+def test_a_deep_or_locked_tree_is_removed_and_the_uid_released(mode, monkeypatch):
+    """3,000 nested directories and one without write permission: a False verdict, the
+    working directory gone and the uid slot free, also where it is no tmpfs."""
+    monkeypatch.setattr(sandbox, "_CONFIG", dataclasses.replace(sandbox._CONFIG, tmpfs_workdir=False))
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "credo-sandbox-*")))
+    assert_defeated("stdio", DEEP_TREE, timeout_s=5.0)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "credo-sandbox-*"))) <= before
+    assert sandbox._SANDBOX_UIDS.taken == set()
+
+
+def test_remove_tree_never_follows_a_link(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "link").symlink_to(outside)
+    (root / "a" / "b").chmod(0)
+    sandbox_workdir.remove_tree(str(root))
+    assert not root.exists() and (outside / "keep").exists()
+
+
+def test_a_grader_holding_more_than_1023_descriptors_grades(any_mode):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1200:
+        pytest.skip("the descriptor limit is below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert verifier.verify_code(completion(CORRECT["stdio"]), STDIO) is True
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_memory_bounds_the_sandbox_as_a_whole(mode):
+    """An assert-kind sandbox holds two interpreters: 250 MB in each is over a 400 MB
+    sandbox, though under 400 MB per process (and passes with 1,024 MB)."""
+    hoard = "_hoard = b'x' * (250 << 20)\n"
+    tests = dict(ASSERT, test="def check(candidate):\n    _big = b'y' * (250 << 20)\n"
+                 f"    assert candidate({X}) == {EXPECTED}\n")
+    program = completion(hoard + CORRECT["assert"])
+    for memory_mb, verdict in ((1024, True), (400, False)):
+        limits = verifier.SandboxLimits(memory_mb=memory_mb)
+        assert verifier.verify_code(program, tests, timeout_s=5.0, limits=limits) is verdict
+
+
+def test_disk_and_inodes_are_bounded(mode):
+    """With a 64 MiB working directory a program can neither allocate 1 GiB nor make
+    10,000 files (plain mode: where the parent may mount; else documented as open)."""
+    if mode == "plain" and not sandbox._CONFIG.tmpfs_workdir:
+        pytest.skip("this parent cannot mount a tmpfs working directory (documented)")
+    for body in ("for i in range(16):\n        with open(f'f{i}', 'wb') as out:\n"
+                 "            os.posix_fallocate(out.fileno(), 0, 64 << 20)",
+                 "for i in range(10000):\n        open(f'n{i}', 'w').close()"):
+        source = f"import os\ndef _fill():\n    {body}\n    return True\n"
+        source += "def double(x):\n    try:\n        return 2 * x if _fill() else None\n"
+        source += "    except OSError:\n        return None\n"
+        assert verifier.verify_code(completion(source), CALL, limits=verifier.SandboxLimits(tmpfs_mb=64)) is False
+
+
+def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
+    """Run as an unprivileged user, the grader's own priority, descriptor limit and CPU
+    affinity are out of a program's reach, and a directory it leaves unremovable is
+    removed (plain mode: the only one a non-root parent without user namespaces has)."""
+    setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"  # as _plain_config: any user can run it
+    if os.geteuid() != 0 or setpriv is None or not os.path.exists(python):
+        pytest.skip("needs a root test process, setpriv and /usr/bin/python3")
+    attack = "\n".join([
+        "import os, resource",
+        f"for act in (lambda: os.setpriority(os.PRIO_PROCESS, {os.getpid()}, 19),",
+        "            lambda: os.setpriority(os.PRIO_USER, 0, 19),",
+        f"            lambda: resource.prlimit({os.getpid()}, resource.RLIMIT_NOFILE, (64, 64)),",
+        f"            lambda: os.sched_setaffinity({os.getpid()}, {{0}})):",
+        "    try:",
+        "        act()",
+        "    except OSError:",
+        "        pass",
+        "os.mkdir('locked')",
+        "open('locked/file', 'w').close()",
+        "os.chmod('locked', 0o500)",
+        "print(int(input()) * 2)",
+    ])
+    script = "\n".join([
+        "import json, os, resource, sys",
+        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]",
+        "import sandbox, verifier",
+        "from sandbox_cases import completion",
+        "sandbox._CONFIG = sandbox._SandboxConfig('plain', sys.executable, landlock=sandbox._landlock_abi() >= 1)",
+        "state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE),",
+        "                 sorted(os.sched_getaffinity(0)))",
+        "before = state()",
+        f"verdict = verifier.verify_code(completion({attack!r}), {STDIO!r})",
+        "print(json.dumps([verdict, before == state(), before, state()]))",
+    ])
+    done = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python,
+                           "-c", script], capture_output=True, text=True, timeout=120, cwd="/tmp")
+    if done.returncode != 0 and "Permission denied" in done.stderr:
+        pytest.skip(f"the unprivileged user cannot run this checkout: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict, unchanged, before, after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict is True and unchanged, (before, after)
