@@ -14,20 +14,20 @@ Isolation of every sandbox child (all modes):
   variables, no current directory on ``sys.path``), ``start_new_session``,
   scrubbed environment, an empty private writable working directory;
 * an unprivileged identity: under a root parent every sandbox gets a uid/gid
-  of its own (``_UidPool``), so ``RLIMIT_NPROC`` counts only its own threads
-  and no sandbox can read, write or signal another's; under a non-root
-  parent the program has the parent's uid;
+  of its own (``sandbox_resources.UidPool``), so ``RLIMIT_NPROC`` counts only
+  its own threads and no sandbox can read, write or signal another's; under
+  a non-root parent the program has the parent's uid;
 * resource limits set by the trusted harness before any program code runs:
-  address space, CPU seconds, processes (threads count), file size, open
-  files, no core dumps;
+  address space (``memory_mb`` for the whole sandbox, shared out among its
+  interpreters), CPU seconds, processes (threads count), file size, open
+  files, no core dumps; umask 077;
 * ``PR_SET_NO_NEW_PRIVS``, all capabilities dropped, not dumpable, and a
-  seccomp filter (``sandbox_lockdown.seccomp_program``) that denies process creation
-  (threads are allowed), ``execve``, ``setsid``/``setpgid``, signals to any
-  process but itself (``kill(0, sig)`` and signal-on-I/O targets included),
-  ``ptrace``/``process_vm_*``/pidfds, ``socket()`` (``socketpair`` stays:
-  a connected pair cannot reach anything outside the process), the kernel
-  keyring, ``memfd_create``, System V and POSIX IPC objects, ``bpf``,
-  ``perf_event_open``, ``userfaultfd``, ``io_uring`` and ``unshare``/``setns``;
+  seccomp filter (``sandbox_lockdown.seccomp_program`` lists it) that denies
+  process creation, ``execve``, signals to and acting on any process but
+  itself, sockets other than a connected ``AF_UNIX`` stream pair, the kernel
+  keyring, IPC objects, and the shared kernel state through which one
+  sandbox could leave a signal for another (file locks, inotify, page-cache
+  eviction and residency probes, permission bits for others);
 * a per-test time limit and a total wall-clock cap enforced by the parent,
   which ends every run, on every exit path, by killing the sandbox's
   processes deepest first and then its process group.  Since the program can
@@ -52,23 +52,19 @@ to its own uid (the program never holds the host's root identity; no user
 namespace is created).
 
 Plain mode (no namespaces): no PID, network or mount isolation.  The seccomp
-filter still blocks sockets, signals to other processes and process creation.
-Where the kernel has Landlock (Linux 5.13+; ``sandbox_lockdown.landlock``) the harness
-restricts file access before any program code runs: read and execute only
-below the system's program directories and the interpreter's prefixes and
-executable, the five device nodes, and everything in the private working
-directory; nothing else can be opened, listed or created (a warning is
-logged at detection when Landlock is missing).  Under a root parent the
-program runs as its sandbox's own uid: it cannot read root-only files, open
-any socket or signal other processes; without Landlock it *can* read
-world-readable files (datasets included, if world-readable) and write
-world-writable places (``/tmp``; such files outlive the verdict, and a later
-sandbox given the same uid can read them).  The sandbox interpreter must be
-readable by that uid (see ``CREDO_SANDBOX_PYTHON``).  Under a non-root parent
-the program has the parent's uid: it can read and write everything that user
-can (within Landlock's limits where the kernel has it), and shares that user's process limit with the trainer and every other
-sandbox (a program parking threads can make a concurrent one fail).  Plain
-mode never runs untrusted code as root.
+filter still applies.  Where the kernel has Landlock (Linux 5.13+;
+``sandbox_lockdown.landlock``) the harness restricts file access before any
+program code runs: read and execute only below the system's program
+directories and the interpreter's prefixes and executable, the five device
+nodes, and everything in the private working directory (a size-limited
+tmpfs where the parent may mount, ``sandbox_resources``).  Without Landlock
+(a warning is logged) a program can read world-readable files and create
+files in world-writable places, which outlive the verdict; others cannot
+read their contents (umask 077, no permission bits for others) but can see
+their names.  Under a root parent the program runs as its sandbox's own
+uid, which must be able to run the interpreter (``CREDO_SANDBOX_PYTHON``);
+under a non-root parent it has the parent's uid and shares that user's
+process limit.  What remains open in each mode: docs/verifier.md.
 
 Not a container.  No mode limits the kernel attack surface beyond the
 seccomp list above.  Math workers are not sandboxed: they get an
@@ -111,12 +107,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from sandbox_workdir import make_workdir, remove_workdir, tmpfs_workdirs_work
+from sandbox_resources import UidPool, make_workdir, remove_workdir, tmpfs_workdirs_work
 
 logger = logging.getLogger(__name__)
 
-SANDBOX_UID_BASE = 1 << 30  # sandbox uids under a root parent; see _UidPool
-SANDBOX_UID_SLOTS = 1024
 _HERE = Path(os.path.abspath(__file__)).parent  # where the child's files are (fixed at import)
 
 
@@ -378,6 +372,8 @@ class _Sandbox:
         namespaces = self.config.mode == "namespaces"
         if os.geteuid() == 0:
             self.uid = _SANDBOX_UIDS.acquire()
+            if self.uid is None:
+                raise SandboxError("more than 1,024 concurrent sandboxes")
         cwd = "/" if namespaces else self._make_workdir()
         home = "/tmp" if namespaces else cwd
         command = [self.config.python, "-I", "-c", _child_script(), _sandbox_tag(), "harness"]
@@ -505,41 +501,7 @@ def _namespace_command(unshare: str, as_root: bool) -> list[str]:
             "--mount", "--mount-proc"]
 
 
-class _UidPool:
-    """Distinct host uids for the concurrent sandboxes of this process.
-
-    Under a root parent every sandbox runs as a uid of its own, so that
-    ``RLIMIT_NPROC`` counts only its own threads (one program cannot use up a
-    limit a concurrent program needs) and no sandbox can signal or read the
-    files of another.  The range is ``SANDBOX_UID_BASE + (pid mod 2**20) *
-    SANDBOX_UID_SLOTS + slot``: processes of one host get disjoint ranges
-    unless their pids agree modulo 2**20.  A uid is reused only after every
-    process of its previous sandbox is dead, and slots are taken in turn (a
-    file left where another uid could find it is found by the same uid only
-    1,024 sandboxes later; see docs/verifier.md).
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.taken: set[int] = set()
-        self.cursor = 0  # slots are handed out in turn, so a uid recurs only every 1,024 sandboxes
-
-    def acquire(self) -> int:
-        with self.lock:
-            order = [(self.cursor + step) % SANDBOX_UID_SLOTS for step in range(SANDBOX_UID_SLOTS)]
-            free = next((slot for slot in order if slot not in self.taken), None)
-            if free is None:
-                raise SandboxError(f"more than {SANDBOX_UID_SLOTS} concurrent sandboxes")
-            self.taken.add(free)
-            self.cursor = (free + 1) % SANDBOX_UID_SLOTS
-        return SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * SANDBOX_UID_SLOTS + free
-
-    def release(self, uid: int) -> None:
-        with self.lock:
-            self.taken.discard((uid - SANDBOX_UID_BASE) % SANDBOX_UID_SLOTS)
-
-
-_SANDBOX_UIDS = _UidPool()
+_SANDBOX_UIDS = UidPool()
 
 
 def _sandbox_tag() -> str:

@@ -49,7 +49,7 @@ from sandbox_cases import (
 )
 
 import sandbox
-import sandbox_workdir
+import sandbox_resources
 import typed_json
 import verifier
 
@@ -742,13 +742,13 @@ def test_thread_count_is_bounded(mode, kind):
 
 
 def test_uid_pool_gives_each_live_sandbox_its_own_uid():
-    pool = sandbox._UidPool()
+    pool = sandbox_resources.UidPool()
     first, second = pool.acquire(), pool.acquire()
-    base = sandbox.SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * sandbox.SANDBOX_UID_SLOTS
+    base = sandbox_resources.SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * sandbox_resources.SANDBOX_UID_SLOTS
     assert (first, second) == (base, base + 1)
     pool.release(first)
     assert pool.acquire() == base + 2  # slots in turn: a released uid is not the next one given
-    for _ in range(sandbox.SANDBOX_UID_SLOTS - 3):
+    for _ in range(sandbox_resources.SANDBOX_UID_SLOTS - 3):
         pool.release(pool.acquire())
     assert pool.acquire() == first  # reused only once released, and after every other slot
     assert 0 < first < second < 2**31 - 1
@@ -1134,7 +1134,7 @@ DEEP_TREE = """
 import os
 def _attack():
     os.chdir(os.environ["TMPDIR"])
-    for _ in range(3000):
+    for _ in range(1200):  # deeper than the recursion limit of a recursive removal
         os.mkdir("d")
         os.chdir("d")
     os.mkdir("locked")
@@ -1147,7 +1147,7 @@ def double(x):
 
 
 def test_a_deep_or_locked_tree_is_removed_and_the_uid_released(mode, monkeypatch):
-    """3,000 nested directories and one without write permission: a False verdict, the
+    """1,200 nested directories and one without write permission: a False verdict, the
     working directory gone and the uid slot free, also where it is no tmpfs."""
     monkeypatch.setattr(sandbox, "_CONFIG", dataclasses.replace(sandbox._CONFIG, tmpfs_workdir=False))
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "credo-sandbox-*")))
@@ -1164,7 +1164,7 @@ def test_remove_tree_never_follows_a_link(tmp_path):
     (root / "a" / "b").mkdir(parents=True)
     (root / "a" / "link").symlink_to(outside)
     (root / "a" / "b").chmod(0)
-    sandbox_workdir.remove_tree(str(root))
+    sandbox_resources.remove_tree(str(root))
     assert not root.exists() and (outside / "keep").exists()
 
 

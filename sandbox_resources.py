@@ -1,8 +1,9 @@
-"""The parent's side of a sandbox's disk: its private working directory, made
-and removed.
+"""What the parent takes for one sandbox and gives back: its uid and its disk.
 
-Plain mode only (in namespaces mode the working directory is a tmpfs inside
-the sandbox's own mount namespace, gone with it).  ``make_workdir`` creates
+``UidPool``: under a root parent every sandbox runs as a uid of its own.
+
+The working directory, plain mode only (in namespaces mode it is a tmpfs
+inside the sandbox's own mount namespace, gone with it).  ``make_workdir`` creates
 ``/tmp/credo-sandbox-*/work``; where the parent may mount (a root parent:
 ``tmpfs_workdirs_work`` probes once), ``work`` is a tmpfs of ``tmpfs_mb``
 and 4,096 inodes, so disk and inodes are bounded as in namespaces mode, and
@@ -24,10 +25,48 @@ import ctypes
 import os
 import stat
 import tempfile
+import threading
 
+SANDBOX_UID_BASE = 1 << 30  # sandbox uids under a root parent; see UidPool
+SANDBOX_UID_SLOTS = 1024
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 0x2, 0x4, 0x2
 WORKDIR_INODES = 4096
+
+
+class UidPool:
+    """Distinct host uids for the concurrent sandboxes of this process.
+
+    Under a root parent every sandbox runs as a uid of its own, so that
+    ``RLIMIT_NPROC`` counts only its own threads (one program cannot use up a
+    limit a concurrent program needs) and no sandbox can signal or read the
+    files of another.  The range is ``SANDBOX_UID_BASE + (pid mod 2**20) *
+    SANDBOX_UID_SLOTS + slot``: processes of one host get disjoint ranges
+    unless their pids agree modulo 2**20.  A uid is reused only after every
+    process of its previous sandbox is dead, and slots are taken in turn (a
+    file left where another uid could find it is found by the same uid only
+    1,024 sandboxes later; see docs/verifier.md).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.taken: set[int] = set()
+        self.cursor = 0  # slots are handed out in turn, so a uid recurs only every 1,024 sandboxes
+
+    def acquire(self) -> int | None:
+        """A free uid, or None when every slot is taken."""
+        with self.lock:
+            order = [(self.cursor + step) % SANDBOX_UID_SLOTS for step in range(SANDBOX_UID_SLOTS)]
+            free = next((slot for slot in order if slot not in self.taken), None)
+            if free is None:
+                return None
+            self.taken.add(free)
+            self.cursor = (free + 1) % SANDBOX_UID_SLOTS
+        return SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * SANDBOX_UID_SLOTS + free
+
+    def release(self, uid: int) -> None:
+        with self.lock:
+            self.taken.discard((uid - SANDBOX_UID_BASE) % SANDBOX_UID_SLOTS)
 
 
 def tmpfs_workdirs_work() -> bool:
