@@ -317,10 +317,9 @@ def seccomp_program(pid):
 
     program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, 0x80000000), (load, 0, 0, 0),
                (0x35, 0, 1, 0x40000000), (ret, 0, 0, 0x80000000)]
-    for name, number in nr.items():
-        program.append((jeq, 0, 1, number))
-        program.append((ja, 0, 0, checked[name]) if name in checked else eperm)
-    program.append((ret, 0, 0, allow))
+    actions = sorted((number, checked.get(name, "EPERM")) for name, number in nr.items())
+    labels = {}
+    dispatch(actions, program, labels)
     f_commands = (8, 10, 15, 5, 6, 7, 36, 37, 38, 1024, 1026)  # owner/signal, locks, lease, notify
     blocks = {
         "ENOSYS": [(ret, 0, 0, errno | 38)],
@@ -345,11 +344,29 @@ def seccomp_program(pid):
         "ALLOW": [(ret, 0, 0, allow)],
         "EPERM": [eperm],
     }
-    labels = {}
     for label, block in blocks.items():
         labels[label] = len(program)
         program += block
     return [resolve_jumps(row, index, labels) for index, row in enumerate(program)]
+
+
+def dispatch(actions, program, labels):
+    """Append a search tree over sorted ``(number, label)`` pairs: a call
+    listed jumps to its label's block, any other is allowed; a call costs
+    about log2(len(actions)) comparisons, not one per listed call."""
+    jeq, jge, ja, ret, allow = 0x15, 0x35, 0x05, 0x06, 0x7FFF0000
+    if len(actions) <= 4:
+        for number, label in actions:
+            program += [(jeq, 0, 1, number), (ja, 0, 0, label)]
+        program.append((ret, 0, 0, allow))
+        return
+    middle = len(actions) // 2
+    right = "TREE" + str(len(labels)) + "_" + str(actions[middle][0])
+    labels[right] = None
+    program += [(jge, 0, 1, actions[middle][0]), (ja, 0, 0, right)]
+    dispatch(actions[:middle], program, labels)
+    labels[right] = len(program)
+    dispatch(actions[middle:], program, labels)
 
 
 def resolve_jumps(row, index, labels):

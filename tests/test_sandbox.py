@@ -49,6 +49,7 @@ from sandbox_cases import (
 )
 
 import sandbox
+import sandbox_lockdown
 import sandbox_resources
 import typed_json
 import verifier
@@ -229,7 +230,7 @@ def test_child_script_is_the_child_files_and_nothing_else():
     assert imported == {"builtins", "marshal", "os", "sys", "ctypes", "resource", "atexit",
                         "signal", "json", "_json"}
     functions = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    assert len(functions) == len(set(functions)) == 38  # 35 before the split, + the seccomp tables and assembler
+    assert len(functions) == len(set(functions)) == 39  # 35 before the split, + the seccomp tables, search tree and assembler
     assert script.endswith('\n\nif __name__ == "__main__":\n    main()\n')
 
 
@@ -1249,3 +1250,61 @@ def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     verdict, unchanged, before, after = json.loads(done.stdout.strip().splitlines()[-1])
     assert verdict is True and unchanged, (before, after)
+
+
+def _run_filter(program, nr, args=(0,) * 6):
+    """What the classic-BPF ``program`` returns for a call ``nr(*args)`` on this machine."""
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[os.uname().machine]
+    words = {0: nr, 4: arch} | {16 + 8 * i: value & 0xFFFFFFFF for i, value in enumerate(args)}
+    accumulator, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        pc += 1
+        if code == 0x20:
+            accumulator = words[k]
+        elif code == 0x54:
+            accumulator &= k
+        elif code == 0x05:
+            pc += k
+        elif code in (0x15, 0x35, 0x45):
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: bool(accumulator & k)}[code]
+            pc += jt if taken else jf
+        elif code == 0x06:
+            return {0x7FFF0000: "allow", 0x00050001: "EPERM", 0x00050026: "ENOSYS"}.get(k, hex(k))
+        else:
+            raise AssertionError(f"unexpected instruction {code:#x}")
+
+
+def test_the_seccomp_search_tree_decides_every_call():
+    """Every listed call reaches its own check, every other call is allowed (simulated)."""
+    pid = 4242
+    program = sandbox_lockdown.seccomp_program(pid)
+    column = 0 if os.uname().machine == "x86_64" else 1
+    numbers = {name: pair[column] for name, pair in sandbox_lockdown.syscall_numbers().items()
+               if pair[column] is not None}
+    checked = sandbox_lockdown.checked_calls()
+    for nr in set(range(500)) - set(numbers.values()):
+        assert _run_filter(program, nr) == "allow", nr
+    for name, nr in numbers.items():
+        if name not in checked:
+            assert _run_filter(program, nr) == "EPERM", name
+    expectations = {  # (call, args): verdict
+        ("clone", (0x10000,)): "allow", ("clone", (0,)): "EPERM", ("clone3", ()): "ENOSYS",
+        ("kill", (pid, 9)): "allow", ("kill", (0, 9)): "EPERM", ("tgkill", (pid + 1,)): "EPERM",
+        ("fcntl", (3, 6)): "EPERM", ("fcntl", (3, 37)): "EPERM", ("fcntl", (3, 1)): "allow",
+        ("socketpair", (1, 1 | 0x80000)): "allow", ("socketpair", (1, 2)): "EPERM",
+        ("socketpair", (2, 1)): "EPERM", ("madvise", (0, 0, 21)): "EPERM",
+        ("madvise", (0, 0, 4)): "allow", ("preadv2", (3, 0, 1, 0, 0, 8)): "EPERM",
+        ("preadv2", (3, 0, 1, 0, 0, 0)): "allow", ("fchmodat", (3, 0, 0o600)): "allow",
+        ("fchmodat", (3, 0, 0o604)): "EPERM", ("fchmod", (3, 0o640)): "EPERM",
+        ("umask", (0o077,)): "allow", ("umask", (0o022,)): "EPERM",
+        ("setpriority", (0, 0, 5)): "allow", ("setpriority", (0, pid, 5)): "allow",
+        ("setpriority", (0, 1, 5)): "EPERM", ("setpriority", (2, 0, 5)): "EPERM",
+        ("ioprio_set", (1, 0, 0)): "allow", ("ioprio_set", (3, 0, 0)): "EPERM",
+        ("prlimit64", (0,)): "allow", ("prlimit64", (pid,)): "allow", ("prlimit64", (1,)): "EPERM",
+        ("sched_setaffinity", (7,)): "EPERM", ("sched_getaffinity", (0,)): "allow",
+    }
+    for (name, args), verdict in expectations.items():
+        if name in numbers:
+            padded = tuple(args) + (0,) * (6 - len(args))
+            assert _run_filter(program, numbers[name], padded) == verdict, (name, args)
