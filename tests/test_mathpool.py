@@ -2,7 +2,6 @@
 killing and replacing workers, shutdown, warm-up), driven through verifier.py."""
 
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -10,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_cases import SLACK_S
+from sandbox_cases import SLACK_S, many_descriptors
 
 import mathpool
 import verifier
@@ -97,14 +96,5 @@ def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
 
 def test_a_parent_holding_more_than_1023_descriptors_grades():
     """The pool waits on its workers with poll: select() cannot wait on fd 1024 or above."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard < 1200:
-        pytest.skip("the descriptor limit is below 1200")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
-    try:
+    with many_descriptors():
         assert verifier.verify_math_batch([(r"\boxed{4}", "4"), (r"\boxed{5}", "4")], workers=1) == [True, False]
-    finally:
-        for fd in held:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -15,7 +15,6 @@ import doctest
 import glob
 import json
 import os
-import resource
 import shutil
 import signal
 import socket
@@ -46,6 +45,8 @@ from sandbox_cases import (
     assert_defeated,
     attack,
     completion,
+    many_descriptors,
+    use_mode,
 )
 
 import sandbox
@@ -1067,18 +1068,9 @@ def _channel_programs(name, token, host):
     return completion(writer), completion(reader)
 
 
-@pytest.fixture(params=["namespaces", "plain", "plain-no-landlock"])
-def channel_mode(request, monkeypatch):
-    """Every isolation mode, plain mode also as on a kernel without Landlock."""
-    config = _mode_config(request.param)
-    if config is None:
-        pytest.skip(f"{request.param} sandbox not available on this machine")
-    monkeypatch.setattr(sandbox, "_CONFIG", config)
-    return request.param
-
-
 @pytest.mark.parametrize("name", sorted(CHANNELS))
-def test_no_channel_between_sandboxes(channel_mode, name):
+@pytest.mark.parametrize("channel_mode", ["namespaces", "plain", "plain-no-landlock"])
+def test_no_channel_between_sandboxes(channel_mode, name, monkeypatch):
     """The reader learns nothing from the writer, after it (sequential) or beside it
     (concurrent).  Open in plain mode without Landlock, as documented: process
     attributes through /proc (so only the pid-taking calls are tried there)."""
@@ -1086,6 +1078,7 @@ def test_no_channel_between_sandboxes(channel_mode, name):
         pytest.skip("documented: /proc shows every process in plain mode without Landlock")
     if channel_mode == "namespaces" and name not in SHARED_IN_NAMESPACES:
         pytest.skip("namespaces mode has its own /tmp, network and pid namespaces")
+    use_mode(channel_mode, monkeypatch)
     token = uuid.uuid4().hex[:12]
     shared = Path(tempfile.mkdtemp(prefix="credo-test-chan-"))
     shared.chmod(0o755)
@@ -1170,17 +1163,8 @@ def test_remove_tree_never_follows_a_link(tmp_path):
 
 
 def test_a_grader_holding_more_than_1023_descriptors_grades(any_mode):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard < 1200:
-        pytest.skip("the descriptor limit is below 1200")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
-    try:
+    with many_descriptors():
         assert verifier.verify_code(completion(CORRECT["stdio"]), STDIO) is True
-    finally:
-        for fd in held:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_memory_bounds_the_sandbox_as_a_whole(mode):
@@ -1235,7 +1219,7 @@ def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
         "import json, os, resource, sys",
         f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]",
         "import sandbox, verifier",
-        "from sandbox_cases import completion",
+        "completion = lambda source: '```python\\n' + source + '\\n```'",
         "sandbox._CONFIG = sandbox._SandboxConfig('plain', sys.executable, landlock=sandbox._landlock_abi() >= 1)",
         "state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE),",
         "                 sorted(os.sched_getaffinity(0)))",
