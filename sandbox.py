@@ -5,8 +5,9 @@ its frames, kill it.
 and passes each frame the child sends to the spec's judge; this module never
 sees an expected output.  The code that runs inside the sandbox lives in
 ``sandbox_child.py``, ``sandbox_lockdown.py`` and ``typed_json.py``: this
-module never imports them; it reads them as text once and sends the script
-to ``python -I -c`` (``_child_script``).
+module never imports them; it reads them as text once, has each sandbox
+interpreter compile the script once (``_child_code``), and sends the code
+object ahead of the request to a small ``python -I -c`` loader.
 
 Isolation of every sandbox child (all modes):
 
@@ -39,17 +40,11 @@ frame is at most ``file_size_mb`` + 1 MiB (``_Sandbox._pop_frame``); the
 judges bound what they decode further (``grading.py``).
 
 Namespaces mode (used when ``unshare`` works, detected at the first call):
-the harness runs under ``unshare --pid --fork --kill-child --net --ipc --uts
---mount --mount-proc`` (plus ``--user --map-root-user`` under a non-root
-parent), sees only its own processes and has no network interface.  Before
-any program code runs it pivots into a minimal root: a read-only tmpfs with
-read-only binds of ``/usr``, ``/bin``, ``/lib*``, the interpreter's prefixes
-and executable, its own ``/proc``, five device nodes (null, zero, full,
-random, urandom) and a size-limited writable tmpfs ``/tmp`` that is its
-working directory.  No home, project checkout, data set, ``/etc``,
-``/dev/shm`` or host socket is in it.  Under a root parent it then switches
-to its own uid (the program never holds the host's root identity; no user
-namespace is created).
+the harness runs under ``unshare`` (``_namespace_command``) with its own PID,
+network, IPC, UTS and mount namespaces, and pivots into a minimal read-only
+root (``sandbox_lockdown.isolate_filesystem``) whose only writable place is a
+size-limited tmpfs, its working directory.  Under a root parent it then
+switches to its own uid; no user namespace is created.
 
 Plain mode (no namespaces): no PID, network or mount isolation.  The seccomp
 filter still applies.  Where the kernel has Landlock (Linux 5.13+;
@@ -66,25 +61,20 @@ uid, which must be able to run the interpreter (``CREDO_SANDBOX_PYTHON``);
 under a non-root parent it has the parent's uid and shares that user's
 process limit.  What remains open in each mode: docs/verifier.md.
 
-Not a container.  No mode limits the kernel attack surface beyond the
-seccomp list above.  Math workers are not sandboxed: they get an
-address-space limit, die with their parent, and use math-verify's LaTeX
-extraction only (``ExprExtractionConfig`` would feed text to sympy's
-``eval``-based ``parse_expr``).  For RL at scale, run the whole training job
-inside a container or VM as well.
+Not a container: no mode limits the kernel attack surface beyond the
+seccomp list; run the training job inside a container or VM as well.
 
-Environment variables
-=====================
-``CREDO_SANDBOX``: ``auto`` (default: namespaces if they work, else plain with
-a logged warning), ``namespaces`` (refuse to run without them) or ``plain``.
-``CREDO_SANDBOX_PYTHON``: interpreter for sandboxed programs (default
-``sys.executable``).
+Environment: ``CREDO_SANDBOX`` is ``auto`` (default: namespaces if they work,
+else plain with a logged warning), ``namespaces`` (refuse to run without them)
+or ``plain``; ``CREDO_SANDBOX_PYTHON`` the interpreter for sandboxed programs
+(default ``sys.executable``).
 
 Linux only (x86-64 and aarch64 seccomp tables).
 
 Not here: the test schemas and the comparisons of outputs (``grading.py``),
-the code that runs inside the sandbox (see above), math grading
-(``verifier.py``, ``mathpool.py``).  Imports nothing of ours.
+the code that runs inside the sandbox (see above), the uid pool and the
+working directory (``sandbox_resources.py``), math grading (``verifier.py``,
+``mathpool.py``).
 """
 
 from __future__ import annotations
@@ -96,7 +86,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -107,7 +96,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from sandbox_resources import UidPool, make_workdir, remove_workdir, tmpfs_workdirs_work
+from sandbox_resources import (
+    STOP_ROUNDS,
+    UidPool,
+    descendants,
+    kill_and_wait,
+    kill_group,
+    make_workdir,
+    reap,
+    remove_workdir,
+    tmpfs_workdirs_work,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +152,6 @@ class SandboxLimits:
             raise ValueError("SandboxLimits.startup_grace_s must be positive")
 
 
-
-
 def sandbox_mode() -> str:
     """The isolation mode in use: ``"namespaces"`` or ``"plain"``.
 
@@ -162,7 +159,6 @@ def sandbox_mode() -> str:
     ``CREDO_SANDBOX`` environment variable in the module docstring.
     """
     return sandbox_config().mode
-
 
 
 @dataclass(frozen=True)
@@ -298,7 +294,7 @@ def run_tests(
     request = dict(spec.request, program=program, namespaces=config.mode == "namespaces",
                    landlock=config.landlock, limits=_child_limits(limits, budget_s, interpreters))
     if spec.request["kind"] == "assert":
-        request["script"] = _child_script()
+        request.update(loader=_CODE_LOADER, code=_child_code(config.python))
     with _Sandbox(config, request, limits, capture_stderr) as sandbox:
         _wait_until_ready(sandbox, limits.startup_grace_s)
         end = time.monotonic() + budget_s
@@ -376,7 +372,8 @@ class _Sandbox:
                 raise SandboxError("more than 1,024 concurrent sandboxes")
         cwd = "/" if namespaces else self._make_workdir()
         home = "/tmp" if namespaces else cwd
-        command = [self.config.python, "-I", "-c", _child_script(), _sandbox_tag(), "harness"]
+        code = _child_code(self.config.python)
+        command = [self.config.python, "-I", "-c", _CODE_LOADER, _sandbox_tag(), "harness"]
         identity, switch_to = {}, None
         if namespaces:
             command = _namespace_command(self.config.unshare, as_root=self.uid is not None) + command
@@ -386,6 +383,7 @@ class _Sandbox:
         if self.capture_stderr:
             self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
         with tempfile.TemporaryFile() as request_file:
+            request_file.write(len(code).to_bytes(8, "big") + code)
             request_file.write(marshal.dumps(dict(self.request, uid=switch_to)))
             request_file.seek(0)
             try:
@@ -465,14 +463,14 @@ class _Sandbox:
         """
         if self.proc is None or self.proc.returncode is not None:
             return
-        for _ in range(_STOP_ROUNDS):  # a process started while the listed ones died is listed next round
-            below = _descendants(self.proc.pid)
+        for _ in range(STOP_ROUNDS):  # a process started while the listed ones died is listed next round
+            below = descendants(self.proc.pid)
             if not below:
                 break
             for pid in reversed(below):
-                _kill_and_wait(pid)
-        _kill_group(self.proc)  # before reaping: the pgid cannot be reused yet
-        _reap(self.proc)
+                kill_and_wait(pid)
+        kill_group(self.proc)  # before reaping: the pgid cannot be reused yet
+        reap(self.proc)
 
     def __exit__(self, *exc_info) -> None:
         try:
@@ -519,56 +517,6 @@ def _scrubbed_environment(home: str) -> dict:
     return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", **threads}
 
 
-def _descendants(pid: int) -> list[int]:
-    """Processes below ``pid``, parents before children (empty if the kernel
-    does not list children: then the group kill alone ends the sandbox)."""
-    found, queue = [], [pid]
-    while queue:
-        parent = queue.pop(0)
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children") as listing:
-                children = [int(child) for child in listing.read().split()]
-        except OSError:
-            children = []
-        found += children
-        queue += children
-    return found
-
-
-_STOP_ROUNDS = 3  # listings of the processes below a sandbox's leader when it is stopped
-
-
-def _kill_and_wait(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGKILL ``pid`` and wait (bounded) until its parent has reaped it.
-
-    The bound is generous on purpose: on a starved machine a killed process can take
-    over a second to go, and the group kill that follows would orphan it as a zombie
-    if its parent died first. A process that goes at once costs no wait."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout_s
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.001)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process group led by ``proc`` (before it is reaped)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Wait for a killed child so that no zombie is left behind."""
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        logger.warning("process %d did not exit 10 s after SIGKILL", proc.pid)
-
-
 # ---------------------------------------------------------------------------
 # The child's script (read as text, never imported)
 # ---------------------------------------------------------------------------
@@ -577,6 +525,19 @@ def _reap(proc: subprocess.Popen) -> None:
 # its one ``from MODULE import ...`` line; none of them imports a module of ours.
 _SPLICED_MODULES = ("sandbox_lockdown", "typed_json")
 _CHILD_SCRIPT: str | None = None
+_CHILD_CODE: dict[str, bytes] = {}  # interpreter -> the child script compiled by it
+_CHILD_CODE_LOCK = threading.Lock()
+# The harness's ``-c`` program: it reads the child script's code object from
+# stdin, ahead of the request, and runs it as ``__main__`` (compiling the
+# script in every sandbox was about a third of its start-up).
+_CODE_LOADER = """import marshal, os
+size, code = int.from_bytes(os.read(0, 8), "big"), b""
+while len(code) < size:
+    code += os.read(0, size - len(code))
+exec(marshal.loads(code), {"__name__": "__main__", "__builtins__": __builtins__})
+"""
+_COMPILER = ("import marshal, sys\n"
+             "sys.stdout.buffer.write(marshal.dumps(compile(sys.stdin.read(), '<sandbox-child>', 'exec')))")
 
 
 def _child_script() -> str:
@@ -585,6 +546,20 @@ def _child_script() -> str:
     if _CHILD_SCRIPT is None:
         _CHILD_SCRIPT = _assemble_child_script(_HERE)
     return _CHILD_SCRIPT
+
+
+def _child_code(python: str) -> bytes:
+    """The child script compiled and marshalled by the sandbox interpreter
+    ``python`` itself (once per interpreter: marshal formats differ between versions)."""
+    with _CHILD_CODE_LOCK:
+        if python not in _CHILD_CODE:
+            done = subprocess.run([python, "-I", "-c", _COMPILER], input=_child_script().encode(),
+                                  capture_output=True, timeout=120, check=False)
+            if done.returncode != 0 or not done.stdout:
+                raise SandboxError(f"{python} cannot compile the sandbox child script: "
+                                   f"{done.stderr.decode(errors='replace')[-500:]}")
+            _CHILD_CODE[python] = done.stdout
+        return _CHILD_CODE[python]
 
 
 def _assemble_child_script(directory: Path) -> str:

@@ -1,6 +1,11 @@
-"""What the parent takes for one sandbox and gives back: its uid and its disk.
+"""What the parent takes for one sandbox and gives back: its uid, its disk,
+its processes.
 
 ``UidPool``: under a root parent every sandbox runs as a uid of its own.
+Ending the processes: ``descendants`` lists them, ``kill_and_wait`` kills
+one and waits until its parent has reaped it, ``kill_group`` and ``reap``
+end the leader's group and the leader (``sandbox._Sandbox._stop`` uses them
+in that order).
 
 The working directory, plain mode only (in namespaces mode it is a tmpfs
 inside the sandbox's own mount namespace, gone with it).  ``make_workdir`` creates
@@ -22,10 +27,16 @@ nothing of ours.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
+import signal
 import stat
+import subprocess
 import tempfile
 import threading
+import time
+
+logger = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 1 << 30  # sandbox uids under a root parent; see UidPool
 SANDBOX_UID_SLOTS = 1024
@@ -167,3 +178,53 @@ def _clear_files(fd: int) -> list[str]:
         else:
             os.unlink(entry.name, dir_fd=fd)
     return directories
+
+
+def descendants(pid: int) -> list[int]:
+    """Processes below ``pid``, parents before children (empty if the kernel
+    does not list children: then the group kill alone ends the sandbox)."""
+    found, queue = [], [pid]
+    while queue:
+        parent = queue.pop(0)
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as listing:
+                children = [int(child) for child in listing.read().split()]
+        except OSError:
+            children = []
+        found += children
+        queue += children
+    return found
+
+
+STOP_ROUNDS = 3  # listings of the processes below a sandbox's leader when it is stopped
+
+
+def kill_and_wait(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGKILL ``pid`` and wait (bounded) until its parent has reaped it.
+
+    The bound is generous on purpose: on a starved machine a killed process can take
+    over a second to go, and the group kill that follows would orphan it as a zombie
+    if its parent died first. A process that goes at once costs no wait."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group led by ``proc`` (before it is reaped)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """Wait for a killed child so that no zombie is left behind."""
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        logger.warning("process %d did not exit 10 s after SIGKILL", proc.pid)

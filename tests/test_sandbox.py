@@ -181,7 +181,7 @@ def test_no_orphaned_zombies(mode):
 
 
 def test_a_killed_process_is_waited_for_until_its_parent_reaps_it():
-    """_kill_and_wait returns only once the process is gone from /proc, even when its parent
+    """kill_and_wait returns only once the process is gone from /proc, even when its parent
     reaps it 2 s after the kill (a starved machine looks like this): returning earlier lets
     the sandbox's group kill orphan it as a zombie."""
     parent = subprocess.Popen([sys.executable, "-c", (
@@ -196,7 +196,7 @@ def test_a_killed_process_is_waited_for_until_its_parent_reaps_it():
         os.kill(pid, 0)
         threading.Timer(0.1, lambda: (parent.stdin.write("killed\n"), parent.stdin.flush())).start()
         start = time.monotonic()
-        sandbox._kill_and_wait(pid)
+        sandbox_resources.kill_and_wait(pid)
         assert not os.path.exists(f"/proc/{pid}")                 # gone: reaped by its own parent
         assert time.monotonic() - start >= 1.5                    # which took its 2 s
     finally:
@@ -231,7 +231,7 @@ def test_child_script_is_the_child_files_and_nothing_else():
     assert imported == {"builtins", "marshal", "os", "sys", "ctypes", "resource", "atexit",
                         "signal", "json", "_json"}
     functions = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    assert len(functions) == len(set(functions)) == 39  # 35 before the split, + the seccomp tables, search tree and assembler
+    assert len(functions) == len(set(functions)) == 40  # 35 before the split, + the seccomp tables, search tree, assembler and write_all
     assert script.endswith('\n\nif __name__ == "__main__":\n    main()\n')
 
 
