@@ -14,6 +14,7 @@ import dataclasses
 import doctest
 import glob
 import json
+import marshal
 import os
 import shutil
 import signal
@@ -233,6 +234,15 @@ def test_child_script_is_the_child_files_and_nothing_else():
     functions = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
     assert len(functions) == len(set(functions)) == 40  # 35 before the split, + the seccomp tables, search tree, assembler and write_all
     assert script.endswith('\n\nif __name__ == "__main__":\n    main()\n')
+
+
+def test_the_shipped_code_is_the_child_script_compiled_by_the_sandbox_interpreter():
+    """What the loader runs is exactly the script compiled by that interpreter; one that
+    cannot compile it is a SandboxError, not a program's failure."""
+    shipped = marshal.loads(sandbox._child_code(sys.executable))
+    assert shipped == compile(sandbox._child_script(), "<sandbox-child>", "exec")
+    with pytest.raises(sandbox.SandboxError, match="cannot compile the sandbox child script"):
+        sandbox._child_code(shutil.which("false"))
 
 
 def test_the_parent_never_imports_the_child_code():
