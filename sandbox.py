@@ -397,9 +397,12 @@ class _Sandbox:
                 raise SandboxError(f"cannot start the sandbox: {error}") from None
 
     def _make_workdir(self) -> str:
-        """The private working directory of plain mode (``sandbox_workdir``)."""
+        """The private working directory of plain mode (``sandbox_resources``)."""
         tmpfs = self.tmpfs_bytes if self.config.tmpfs_workdir else None
-        self.workdir, work = make_workdir(self.uid, tmpfs)
+        try:
+            self.workdir, work = make_workdir(self.uid, tmpfs)
+        except OSError as error:
+            raise SandboxError(f"cannot make the sandbox's working directory: {error}") from None
         return work
 
     def next_frame(self, deadline: float) -> tuple[bytes, bytes] | None:
@@ -480,11 +483,20 @@ class _Sandbox:
             if self.stderr_file is not None:
                 self.stderr_file.close()
             if self.workdir is not None:
-                remove_workdir(self.workdir)
+                _remove_workdir(self.workdir)
         finally:
             if self.uid is not None:
                 _SANDBOX_UIDS.release(self.uid)  # every process of the sandbox is dead
                 self.uid = None
+
+
+def _remove_workdir(base: str) -> None:
+    """Remove a working directory; no program can make that fail (its processes
+    are dead, and whatever it left is removed), so a failure is the sandbox's."""
+    try:
+        remove_workdir(base)
+    except OSError as error:
+        raise SandboxError(f"cannot remove the sandbox's working directory: {error}") from None
 
 
 def _namespace_command(unshare: str, as_root: bool) -> list[str]:
