@@ -11,7 +11,8 @@ length, splitting off only as many lines and tokens as the expectation has
 4 times the element count of the expectation's JSON (plus constants),
 decoded in one pass of the C JSON decoder without hashing a number
 (``_returned_value_matches``); properties by trusted code
-(``polynomial_root``).
+(``polynomial_root``) on a payload bounded by the property's own size,
+decoded the same way.  Stdout that is not valid UTF-8 never matches.
 
 Not here: running the sandbox (``sandbox.py``), extracting the program from a
 completion and the public entry points (``verifier.py``).
@@ -20,6 +21,7 @@ completion and the public entry points (``verifier.py``).
 from __future__ import annotations
 
 import ast
+import codecs
 import json
 import marshal
 import math
@@ -30,7 +32,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sandbox import TestSpec
-from typed_json import decode_typed
 
 # Possessive quantifiers: a match never backtracks, so it is linear in the token.
 _NUMBER_TOKEN = re.compile(r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+")
@@ -79,12 +80,39 @@ def _parse_stdio_tests(tests: dict) -> TestSpec:
     expected = list(outputs)
 
     def judge(index: int, tag: bytes, payload: bytes) -> bool:
-        return tag == b"O" and _stdio_output_matches(
-            expected[index], payload.decode("utf-8", "replace")
-        )
+        return tag == b"O" and _stdout_matches(expected[index], payload)
 
     request = {"kind": "stdio", "inputs": [value.encode() for value in inputs]}
     return TestSpec(request, len(inputs), 0, judge)
+
+
+def _stdout_matches(expected: str, payload: bytes) -> bool:
+    """Whether stdout bytes match; output that is not valid UTF-8 never does (the
+    expectation is text, and decoding with replacement characters would build a
+    string several times the frame's size)."""
+    actual = _strict_utf8(payload)
+    return actual is not None and _stdio_output_matches(expected, actual)
+
+
+def _strict_utf8(payload: bytes, chunk: int = 1 << 20) -> str | None:
+    """``payload`` decoded as UTF-8, or None if it is not valid UTF-8; invalid
+    input costs at most one chunk's decoding (a failed decode of the whole
+    payload would copy all of it into the exception).
+
+    >>> _strict_utf8(bytes([104, 195, 169])), _strict_utf8(bytes([104, 255]))
+    ('hé', None)
+    """
+    if payload.isascii():
+        return payload.decode("ascii")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts = []
+    try:
+        for start in range(0, len(payload), chunk):
+            parts.append(decoder.decode(payload[start:start + chunk]))
+        parts.append(decoder.decode(b"", final=True))
+    except UnicodeDecodeError:
+        return None
+    return "".join(parts)
 
 
 def parse_call_tests(tests: dict) -> TestSpec:
@@ -113,36 +141,47 @@ def parse_call_tests(tests: dict) -> TestSpec:
         if tag != b"V":
             return False
         if "property" in tests:
-            return _returned_value_has(holds, inputs[index - 1], payload)
+            return holds(inputs[index - 1], payload)
         return _returned_value_matches(expected[index - 1], payload)
 
     request = {"kind": "call", "fn_name": fn_name, "inputs": arg_blobs}
     return TestSpec(request, 1 + len(inputs), 1, judge)
 
 
-def _property_judge(spec: dict) -> Callable[[list, Any], bool]:
-    """The trusted check a ``property`` names, with its parameters bound.
+def _property_judge(spec: dict) -> Callable[[list, bytes], bool]:
+    """The judge of a returned value's payload by the trusted check a
+    ``property`` names, with its parameters bound.
 
-    >>> _property_judge({"name": "polynomial_root", "atol": 1e-4})([[-6, 11, -6, 1]], 3.0)
+    >>> _property_judge({"name": "polynomial_root", "atol": 1e-4})([[-6, 11, -6, 1]], b"3.0")
     True
     """
     name = spec.get("name")
     if name not in _PROPERTIES:
         raise ValueError(f"unknown call property {name!r}; known: {sorted(_PROPERTIES)}")
-    check, parameters = _PROPERTIES[name]
+    check, parameters, max_bytes = _PROPERTIES[name]
     given = set(spec) - {"name"}
     if given != parameters:
         raise ValueError(f"property {name!r} takes parameters {sorted(parameters)}, got {sorted(given)}")
     for key in parameters:
         if not _is_number(spec[key]) or not spec[key] >= 0:
             raise ValueError(f"property {name!r}: {key} must be a non-negative number, got {spec[key]!r}")
-    return lambda args, value: check(args, value, **{key: spec[key] for key in parameters})
+    bound = {key: spec[key] for key in parameters}
+    return lambda args, payload: _returned_value_has(check, bound, max_bytes, args, payload)
 
 
-def _returned_value_has(holds: Callable[[list, Any], bool], args: list, payload: bytes) -> bool:
-    """Whether a child's typed-JSON value has the property, judged here in the parent."""
+def _returned_value_has(check: Callable[..., bool], parameters: dict, max_bytes: int,
+                        args: list, payload: bytes) -> bool:
+    """Whether a child's typed-JSON value has the property, judged here in the parent.
+
+    The payload is bounded by the property's size (``_PROPERTIES``) before it is
+    decoded, and decoded as expectations are compared: one pass of the C JSON
+    decoder, no number hashed (``_normalize_typed_object``).
+    """
+    if len(payload) > max_bytes:
+        return False
     try:
-        return holds(args, decode_typed(payload.decode("utf-8"))) is True
+        value = json.loads(payload.decode("utf-8"), object_pairs_hook=_normalize_typed_object)
+        return check(args, value, **parameters) is True
     except (ValueError, TypeError, OverflowError, RecursionError, UnicodeDecodeError):
         return False
 
@@ -166,9 +205,10 @@ def _is_polynomial_root(args: list, value: Any, atol: float) -> bool:
 
 
 # Properties a ``call`` test may name instead of expected outputs: trusted
-# checks of (arguments, returned value), run in the parent, with their parameters.
-_PROPERTIES: dict[str, tuple[Callable[..., bool], set[str]]] = {
-    "polynomial_root": (_is_polynomial_root, {"atol"}),
+# checks of (arguments, returned value), run in the parent, with their parameters
+# and the largest payload a value with the property can have (a number: 64 bytes).
+_PROPERTIES: dict[str, tuple[Callable[..., bool], set[str], int]] = {
+    "polynomial_root": (_is_polynomial_root, {"atol"}, 64),
 }
 
 
@@ -302,9 +342,9 @@ def _returned_value_matches(expected: Any, payload: bytes) -> bool:
         return False
     try:
         actual = json.loads(payload.decode("utf-8"), object_pairs_hook=_normalize_typed_object)
+        return _values_match(expected, actual)
     except (ValueError, TypeError, OverflowError, RecursionError, UnicodeDecodeError):
-        return False
-    return _values_match(expected, actual)
+        return False  # e.g. an int too large for a float against a float expectation
 
 
 def _within_bounds(expected_json: bytes, payload: bytes) -> bool:

@@ -29,7 +29,7 @@ import json
 import logging
 import math
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -199,8 +199,7 @@ class _MathPool:
         horizon = [w.deadline for w in self.workers if w.item is not None]
         horizon += [w.started + MATH_WORKER_STARTUP_TIMEOUT_S for w in self.workers if not w.ready]
         timeout = max(0.0, min(horizon, default=now + 1.0) - now)
-        readable, _, _ = select.select(self.workers, [], [], timeout)
-        return [(worker, _read_worker(worker)) for worker in readable]
+        return [(worker, _read_worker(worker)) for worker in _readable(self.workers, timeout)]
 
     def _handle(self, worker: _MathWorker, messages: list[dict] | None, batch: _MathBatch) -> None:
         """Record a worker's results, or replace it if it died."""
@@ -249,6 +248,15 @@ class _MathBatch:
         if self.statuses[index] is None:
             self.statuses[index] = status
             self.finished += 1
+
+
+def _readable(workers: list[_MathWorker], timeout: float) -> list[_MathWorker]:
+    """The workers with output to read within ``timeout`` seconds (``poll``-based:
+    any descriptor number works, unlike ``select.select``'s limit of 1023)."""
+    with selectors.PollSelector() as selector:
+        for worker in workers:
+            selector.register(worker, selectors.EVENT_READ)
+        return [key.fileobj for key, _ in selector.select(timeout)]
 
 
 def _read_worker(worker: _MathWorker) -> list[dict] | None:

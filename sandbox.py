@@ -5,8 +5,9 @@ its frames, kill it.
 and passes each frame the child sends to the spec's judge; this module never
 sees an expected output.  The code that runs inside the sandbox lives in
 ``sandbox_child.py``, ``sandbox_lockdown.py`` and ``typed_json.py``: this
-module never imports them; it reads them as text once and sends the script
-to ``python -I -c`` (``_child_script``).
+module never imports them; it reads them as text once, has each sandbox
+interpreter compile the script once (``_child_code``), and sends the code
+object ahead of the request to a small ``python -I -c`` loader.
 
 Isolation of every sandbox child (all modes):
 
@@ -14,20 +15,20 @@ Isolation of every sandbox child (all modes):
   variables, no current directory on ``sys.path``), ``start_new_session``,
   scrubbed environment, an empty private writable working directory;
 * an unprivileged identity: under a root parent every sandbox gets a uid/gid
-  of its own (``_UidPool``), so ``RLIMIT_NPROC`` counts only its own threads
-  and no sandbox can read, write or signal another's; under a non-root
-  parent the program has the parent's uid;
+  of its own (``sandbox_resources.UidPool``), so ``RLIMIT_NPROC`` counts only
+  its own threads and no sandbox can read, write or signal another's; under
+  a non-root parent the program has the parent's uid;
 * resource limits set by the trusted harness before any program code runs:
-  address space, CPU seconds, processes (threads count), file size, open
-  files, no core dumps;
+  address space (``memory_mb`` for the whole sandbox, shared out among its
+  interpreters), CPU seconds, processes (threads count), file size, open
+  files, no core dumps; umask 077;
 * ``PR_SET_NO_NEW_PRIVS``, all capabilities dropped, not dumpable, and a
-  seccomp filter (``sandbox_lockdown.seccomp_program``) that denies process creation
-  (threads are allowed), ``execve``, ``setsid``/``setpgid``, signals to any
-  process but itself (``kill(0, sig)`` and signal-on-I/O targets included),
-  ``ptrace``/``process_vm_*``/pidfds, ``socket()`` (``socketpair`` stays:
-  a connected pair cannot reach anything outside the process), the kernel
-  keyring, ``memfd_create``, System V and POSIX IPC objects, ``bpf``,
-  ``perf_event_open``, ``userfaultfd``, ``io_uring`` and ``unshare``/``setns``;
+  seccomp filter (``sandbox_lockdown.seccomp_program`` lists it) that denies
+  process creation, ``execve``, signals to and acting on any process but
+  itself, sockets other than a connected ``AF_UNIX`` stream pair, the kernel
+  keyring, IPC objects, and the shared kernel state through which one
+  sandbox could leave a signal for another (file locks, inotify, page-cache
+  eviction and residency probes, permission bits for others);
 * a per-test time limit and a total wall-clock cap enforced by the parent,
   which ends every run, on every exit path, by killing the sandbox's
   processes deepest first and then its process group.  Since the program can
@@ -39,56 +40,41 @@ frame is at most ``file_size_mb`` + 1 MiB (``_Sandbox._pop_frame``); the
 judges bound what they decode further (``grading.py``).
 
 Namespaces mode (used when ``unshare`` works, detected at the first call):
-the harness runs under ``unshare --pid --fork --kill-child --net --ipc --uts
---mount --mount-proc`` (plus ``--user --map-root-user`` under a non-root
-parent), sees only its own processes and has no network interface.  Before
-any program code runs it pivots into a minimal root: a read-only tmpfs with
-read-only binds of ``/usr``, ``/bin``, ``/lib*``, the interpreter's prefixes
-and executable, its own ``/proc``, five device nodes (null, zero, full,
-random, urandom) and a size-limited writable tmpfs ``/tmp`` that is its
-working directory.  No home, project checkout, data set, ``/etc``,
-``/dev/shm`` or host socket is in it.  Under a root parent it then switches
-to its own uid (the program never holds the host's root identity; no user
-namespace is created).
+the harness runs under ``unshare`` (``_namespace_command``) with its own PID,
+network, IPC, UTS and mount namespaces, and pivots into a minimal read-only
+root (``sandbox_lockdown.isolate_filesystem``) whose only writable place is a
+size-limited tmpfs, its working directory.  Under a root parent it then
+switches to its own uid; no user namespace is created.
 
 Plain mode (no namespaces): no PID, network or mount isolation.  The seccomp
-filter still blocks sockets, signals to other processes and process creation.
-Where the kernel has Landlock (Linux 5.13+; ``sandbox_lockdown.landlock``) the harness
-restricts file access before any program code runs: read and execute only
-below the system's program directories and the interpreter's prefixes and
-executable, the five device nodes, and everything in the private working
-directory; nothing else can be opened, listed or created (a warning is
-logged at detection when Landlock is missing).  Under a root parent the
-program runs as its sandbox's own uid: it cannot read root-only files, open
-any socket or signal other processes; without Landlock it *can* read
-world-readable files (datasets included, if world-readable) and write
-world-writable places (``/tmp``; such files outlive the verdict, and a later
-sandbox given the same uid can read them).  The sandbox interpreter must be
-readable by that uid (see ``CREDO_SANDBOX_PYTHON``).  Under a non-root parent
-the program has the parent's uid: it can read and write everything that user
-can (within Landlock's limits where the kernel has it), and shares that user's process limit with the trainer and every other
-sandbox (a program parking threads can make a concurrent one fail).  Plain
-mode never runs untrusted code as root.
+filter still applies.  Where the kernel has Landlock (Linux 5.13+;
+``sandbox_lockdown.landlock``) the harness restricts file access before any
+program code runs: read and execute only below the system's program
+directories and the interpreter's prefixes and executable, the five device
+nodes, and everything in the private working directory (a size-limited
+tmpfs where the parent may mount, ``sandbox_resources``).  Without Landlock
+(a warning is logged) a program can read world-readable files and create
+files in world-writable places, which outlive the verdict; others cannot
+read their contents (umask 077, no permission bits for others) but can see
+their names.  Under a root parent the program runs as its sandbox's own
+uid, which must be able to run the interpreter (``CREDO_SANDBOX_PYTHON``);
+under a non-root parent it has the parent's uid and shares that user's
+process limit.  What remains open in each mode: docs/verifier.md.
 
-Not a container.  No mode limits the kernel attack surface beyond the
-seccomp list above.  Math workers are not sandboxed: they get an
-address-space limit, die with their parent, and use math-verify's LaTeX
-extraction only (``ExprExtractionConfig`` would feed text to sympy's
-``eval``-based ``parse_expr``).  For RL at scale, run the whole training job
-inside a container or VM as well.
+Not a container: no mode limits the kernel attack surface beyond the
+seccomp list; run the training job inside a container or VM as well.
 
-Environment variables
-=====================
-``CREDO_SANDBOX``: ``auto`` (default: namespaces if they work, else plain with
-a logged warning), ``namespaces`` (refuse to run without them) or ``plain``.
-``CREDO_SANDBOX_PYTHON``: interpreter for sandboxed programs (default
-``sys.executable``).
+Environment: ``CREDO_SANDBOX`` is ``auto`` (default: namespaces if they work,
+else plain with a logged warning), ``namespaces`` (refuse to run without them)
+or ``plain``; ``CREDO_SANDBOX_PYTHON`` the interpreter for sandboxed programs
+(default ``sys.executable``).
 
 Linux only (x86-64 and aarch64 seccomp tables).
 
 Not here: the test schemas and the comparisons of outputs (``grading.py``),
-the code that runs inside the sandbox (see above), math grading
-(``verifier.py``, ``mathpool.py``).  Imports nothing of ours.
+the code that runs inside the sandbox (see above), the uid pool and the
+working directory (``sandbox_resources.py``), math grading (``verifier.py``,
+``mathpool.py``).
 """
 
 from __future__ import annotations
@@ -100,7 +86,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -111,10 +96,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from sandbox_resources import (
+    STOP_ROUNDS,
+    UidPool,
+    descendants,
+    kill_and_wait,
+    kill_group,
+    make_workdir,
+    reap,
+    remove_workdir,
+    tmpfs_workdirs_work,
+)
+
 logger = logging.getLogger(__name__)
 
-SANDBOX_UID_BASE = 1 << 30  # sandbox uids under a root parent; see _UidPool
-SANDBOX_UID_SLOTS = 1024
 _HERE = Path(os.path.abspath(__file__)).parent  # where the child's files are (fixed at import)
 
 
@@ -157,8 +152,6 @@ class SandboxLimits:
             raise ValueError("SandboxLimits.startup_grace_s must be positive")
 
 
-
-
 def sandbox_mode() -> str:
     """The isolation mode in use: ``"namespaces"`` or ``"plain"``.
 
@@ -166,7 +159,6 @@ def sandbox_mode() -> str:
     ``CREDO_SANDBOX`` environment variable in the module docstring.
     """
     return sandbox_config().mode
-
 
 
 @dataclass(frozen=True)
@@ -197,6 +189,8 @@ class _SandboxConfig:
     mode: str  # "namespaces" or "plain"
     python: str
     unshare: str | None = None
+    landlock: bool = False  # plain mode: the harness restricts file access with Landlock
+    tmpfs_workdir: bool = False  # plain mode: the working directory is a tmpfs (sandbox_workdir)
 
 
 _CONFIG: _SandboxConfig | None = None
@@ -239,10 +233,15 @@ def _detect_sandbox_config() -> _SandboxConfig:
             raise SandboxError(f"CREDO_SANDBOX=namespaces but namespaces do not work: {problem}")
         logger.warning("code sandbox: namespaces unavailable (%s); using plain mode "
                        "(no PID, network or file-system isolation)", problem)
-    if _landlock_abi() < 1:
+    landlock = _landlock_abi() >= 1
+    if not landlock:
         logger.warning("code sandbox: plain mode without Landlock (Linux 5.13+): programs "
                        "can read world-readable files and write world-writable places")
-    candidate = _SandboxConfig("plain", python)
+    tmpfs = tmpfs_workdirs_work()
+    if not tmpfs:
+        logger.warning("code sandbox: plain mode cannot mount a tmpfs working directory (not "
+                       "root): the number and total size of a program's files are unbounded")
+    candidate = _SandboxConfig("plain", python, landlock=landlock, tmpfs_workdir=tmpfs)
     problem = _probe(candidate)
     if problem is not None:
         hint = " (as root the sandbox runs as an unprivileged uid, which must be able to run "
@@ -291,10 +290,11 @@ def run_tests(
     capture_stderr: bool = False,
 ) -> bool:
     """Run ``program`` on ``spec`` in a sandbox and judge the frames it sends."""
+    interpreters = 2 if spec.request["kind"] == "assert" else 1
     request = dict(spec.request, program=program, namespaces=config.mode == "namespaces",
-                   limits=_child_limits(limits, budget_s))
+                   landlock=config.landlock, limits=_child_limits(limits, budget_s, interpreters))
     if spec.request["kind"] == "assert":
-        request["script"] = _child_script()
+        request.update(loader=_CODE_LOADER, code=_child_code(config.python))
     with _Sandbox(config, request, limits, capture_stderr) as sandbox:
         _wait_until_ready(sandbox, limits.startup_grace_s)
         end = time.monotonic() + budget_s
@@ -322,10 +322,15 @@ def _wait_until_ready(sandbox: _Sandbox, grace_s: float) -> None:
         raise SandboxError(f"unexpected first frame {tag!r} from the sandbox")
 
 
-def _child_limits(limits: SandboxLimits, budget_s: float) -> dict:
-    """Resource limits as the child harness applies them (bytes, seconds)."""
+def _child_limits(limits: SandboxLimits, budget_s: float, interpreters: int) -> dict:
+    """Resource limits as the child harness applies them (bytes, seconds).
+
+    ``memory_mb`` bounds the sandbox as a whole: each of its ``interpreters``
+    (two for ``assert``: harness and program server) gets an equal share of
+    address space, and a program cannot start another process.
+    """
     return {
-        "memory": limits.memory_mb << 20,
+        "memory": (limits.memory_mb << 20) // interpreters,
         "cpu_s": math.ceil(limits.startup_grace_s + budget_s) + 1,
         "processes": limits.processes,
         "file_size": limits.file_size_mb << 20,
@@ -345,6 +350,7 @@ class _Sandbox:
         self.capture_stderr = capture_stderr
         self.proc: subprocess.Popen | None = None
         self.uid: int | None = None  # this sandbox's own uid (root parent only)
+        self.tmpfs_bytes = limits.tmpfs_mb << 20
         self.workdir: str | None = None
         self.stderr_file = None
         self.buffer = bytearray()
@@ -362,9 +368,12 @@ class _Sandbox:
         namespaces = self.config.mode == "namespaces"
         if os.geteuid() == 0:
             self.uid = _SANDBOX_UIDS.acquire()
+            if self.uid is None:
+                raise SandboxError("more than 1,024 concurrent sandboxes")
         cwd = "/" if namespaces else self._make_workdir()
         home = "/tmp" if namespaces else cwd
-        command = [self.config.python, "-I", "-c", _child_script(), _sandbox_tag(), "harness"]
+        code = _child_code(self.config.python)
+        command = [self.config.python, "-I", "-c", _CODE_LOADER, _sandbox_tag(), "harness"]
         identity, switch_to = {}, None
         if namespaces:
             command = _namespace_command(self.config.unshare, as_root=self.uid is not None) + command
@@ -374,6 +383,7 @@ class _Sandbox:
         if self.capture_stderr:
             self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
         with tempfile.TemporaryFile() as request_file:
+            request_file.write(len(code).to_bytes(8, "big") + code)
             request_file.write(marshal.dumps(dict(self.request, uid=switch_to)))
             request_file.seek(0)
             try:
@@ -387,15 +397,12 @@ class _Sandbox:
                 raise SandboxError(f"cannot start the sandbox: {error}") from None
 
     def _make_workdir(self) -> str:
-        """Private ``base/work`` directory; ``base`` stays owned by the parent
-        (traverse-only: ``work``'s absolute path, the program's ``TMPDIR``,
-        must resolve for the program's uid)."""
-        self.workdir = tempfile.mkdtemp(prefix="credo-sandbox-")
-        os.chmod(self.workdir, 0o711)
-        work = os.path.join(self.workdir, "work")
-        os.mkdir(work, 0o700)
-        if self.uid is not None:
-            os.chown(work, self.uid, self.uid)
+        """The private working directory of plain mode (``sandbox_resources``)."""
+        tmpfs = self.tmpfs_bytes if self.config.tmpfs_workdir else None
+        try:
+            self.workdir, work = make_workdir(self.uid, tmpfs)
+        except OSError as error:
+            raise SandboxError(f"cannot make the sandbox's working directory: {error}") from None
         return work
 
     def next_frame(self, deadline: float) -> tuple[bytes, bytes] | None:
@@ -426,8 +433,9 @@ class _Sandbox:
     def _read(self, timeout: float) -> bool:
         """Read what arrives within ``timeout``; False on timeout or EOF."""
         stream = self.proc.stdout
-        readable, _, _ = select.select([stream], [], [], timeout)
-        if not readable:
+        poller = select.poll()  # not select.select: any descriptor number works
+        poller.register(stream, select.POLLIN)
+        if not poller.poll(math.ceil(timeout * 1000)):
             return False
         chunk = os.read(stream.fileno(), 1 << 20)
         if not chunk:
@@ -458,26 +466,37 @@ class _Sandbox:
         """
         if self.proc is None or self.proc.returncode is not None:
             return
-        for _ in range(_STOP_ROUNDS):  # a process started while the listed ones died is listed next round
-            below = _descendants(self.proc.pid)
+        for _ in range(STOP_ROUNDS):  # a process started while the listed ones died is listed next round
+            below = descendants(self.proc.pid)
             if not below:
                 break
             for pid in reversed(below):
-                _kill_and_wait(pid)
-        _kill_group(self.proc)  # before reaping: the pgid cannot be reused yet
-        _reap(self.proc)
+                kill_and_wait(pid)
+        kill_group(self.proc)  # before reaping: the pgid cannot be reused yet
+        reap(self.proc)
 
     def __exit__(self, *exc_info) -> None:
-        self._stop()
-        if self.proc is not None:
-            self.proc.stdout.close()
-        if self.stderr_file is not None:
-            self.stderr_file.close()
-        if self.workdir is not None:
-            _remove_tree(self.workdir)
-        if self.uid is not None:
-            _SANDBOX_UIDS.release(self.uid)  # every process of the sandbox is dead
-            self.uid = None
+        try:
+            self._stop()
+            if self.proc is not None:
+                self.proc.stdout.close()
+            if self.stderr_file is not None:
+                self.stderr_file.close()
+            if self.workdir is not None:
+                _remove_workdir(self.workdir)
+        finally:
+            if self.uid is not None:
+                _SANDBOX_UIDS.release(self.uid)  # every process of the sandbox is dead
+                self.uid = None
+
+
+def _remove_workdir(base: str) -> None:
+    """Remove a working directory; no program can make that fail (its processes
+    are dead, and whatever it left is removed), so a failure is the sandbox's."""
+    try:
+        remove_workdir(base)
+    except OSError as error:
+        raise SandboxError(f"cannot remove the sandbox's working directory: {error}") from None
 
 
 def _namespace_command(unshare: str, as_root: bool) -> list[str]:
@@ -492,36 +511,7 @@ def _namespace_command(unshare: str, as_root: bool) -> list[str]:
             "--mount", "--mount-proc"]
 
 
-class _UidPool:
-    """Distinct host uids for the concurrent sandboxes of this process.
-
-    Under a root parent every sandbox runs as a uid of its own, so that
-    ``RLIMIT_NPROC`` counts only its own threads (one program cannot use up a
-    limit a concurrent program needs) and no sandbox can signal or read the
-    files of another.  The range is ``SANDBOX_UID_BASE + (pid mod 2**20) *
-    SANDBOX_UID_SLOTS + slot``: processes of one host get disjoint ranges
-    unless their pids agree modulo 2**20.  A uid is reused only after every
-    process of its previous sandbox is dead.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.taken: set[int] = set()
-
-    def acquire(self) -> int:
-        with self.lock:
-            free = next((slot for slot in range(SANDBOX_UID_SLOTS) if slot not in self.taken), None)
-            if free is None:
-                raise SandboxError(f"more than {SANDBOX_UID_SLOTS} concurrent sandboxes")
-            self.taken.add(free)
-        return SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * SANDBOX_UID_SLOTS + free
-
-    def release(self, uid: int) -> None:
-        with self.lock:
-            self.taken.discard((uid - SANDBOX_UID_BASE) % SANDBOX_UID_SLOTS)
-
-
-_SANDBOX_UIDS = _UidPool()
+_SANDBOX_UIDS = UidPool()
 
 
 def _sandbox_tag() -> str:
@@ -539,70 +529,6 @@ def _scrubbed_environment(home: str) -> dict:
     return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", **threads}
 
 
-def _descendants(pid: int) -> list[int]:
-    """Processes below ``pid``, parents before children (empty if the kernel
-    does not list children: then the group kill alone ends the sandbox)."""
-    found, queue = [], [pid]
-    while queue:
-        parent = queue.pop(0)
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children") as listing:
-                children = [int(child) for child in listing.read().split()]
-        except OSError:
-            children = []
-        found += children
-        queue += children
-    return found
-
-
-_STOP_ROUNDS = 3  # listings of the processes below a sandbox's leader when it is stopped
-
-
-def _kill_and_wait(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGKILL ``pid`` and wait (bounded) until its parent has reaped it.
-
-    The bound is generous on purpose: on a starved machine a killed process can take
-    over a second to go, and the group kill that follows would orphan it as a zombie
-    if its parent died first. A process that goes at once costs no wait."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout_s
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.001)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process group led by ``proc`` (before it is reaped)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Wait for a killed child so that no zombie is left behind."""
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        logger.warning("process %d did not exit 10 s after SIGKILL", proc.pid)
-
-
-def _remove_tree(path: str) -> None:
-    """Delete a sandbox work directory, whatever permissions the program set."""
-
-    def make_writable_and_retry(function, failed_path, _exc_info):
-        os.chmod(os.path.dirname(failed_path), 0o700)
-        if os.path.isdir(failed_path) and not os.path.islink(failed_path):
-            os.chmod(failed_path, 0o700)
-        function(failed_path)
-
-    shutil.rmtree(path, onerror=make_writable_and_retry)
-
-
-
-
 # ---------------------------------------------------------------------------
 # The child's script (read as text, never imported)
 # ---------------------------------------------------------------------------
@@ -611,6 +537,19 @@ def _remove_tree(path: str) -> None:
 # its one ``from MODULE import ...`` line; none of them imports a module of ours.
 _SPLICED_MODULES = ("sandbox_lockdown", "typed_json")
 _CHILD_SCRIPT: str | None = None
+_CHILD_CODE: dict[str, bytes] = {}  # interpreter -> the child script compiled by it
+_CHILD_CODE_LOCK = threading.Lock()
+# The harness's ``-c`` program: it reads the child script's code object from
+# stdin, ahead of the request, and runs it as ``__main__`` (compiling the
+# script in every sandbox was about a third of its start-up).
+_CODE_LOADER = """import marshal, os
+size, code = int.from_bytes(os.read(0, 8), "big"), b""
+while len(code) < size:
+    code += os.read(0, size - len(code))
+exec(marshal.loads(code), {"__name__": "__main__", "__builtins__": __builtins__})
+"""
+_COMPILER = ("import marshal, sys\n"
+             "sys.stdout.buffer.write(marshal.dumps(compile(sys.stdin.read(), '<sandbox-child>', 'exec')))")
 
 
 def _child_script() -> str:
@@ -619,6 +558,20 @@ def _child_script() -> str:
     if _CHILD_SCRIPT is None:
         _CHILD_SCRIPT = _assemble_child_script(_HERE)
     return _CHILD_SCRIPT
+
+
+def _child_code(python: str) -> bytes:
+    """The child script compiled and marshalled by the sandbox interpreter
+    ``python`` itself (once per interpreter: marshal formats differ between versions)."""
+    with _CHILD_CODE_LOCK:
+        if python not in _CHILD_CODE:
+            done = subprocess.run([python, "-I", "-c", _COMPILER], input=_child_script().encode(),
+                                  capture_output=True, timeout=120, check=False)
+            if done.returncode != 0 or not done.stdout:
+                raise SandboxError(f"{python} cannot compile the sandbox child script: "
+                                   f"{done.stderr.decode(errors='replace')[-500:]}")
+            _CHILD_CODE[python] = done.stdout
+        return _CHILD_CODE[python]
 
 
 def _assemble_child_script(directory: Path) -> str:

@@ -2,8 +2,9 @@
 
 The parent (``sandbox.py``) never imports this file.  It reads it as text,
 splices in the text of ``sandbox_lockdown.py`` and ``typed_json.py`` where
-the two ``from ... import`` lines below stand (``sandbox._child_script``), and
-runs the result with ``python -I -c SCRIPT TAG harness``.  The script uses
+the two ``from ... import`` lines below stand (``sandbox._child_script``), has
+the sandbox interpreter compile it, and runs the code object with
+``python -I -c LOADER TAG harness`` (the loader reads it from stdin).  The script uses
 only builtins and standard modules, calls its functions by name and gets no
 parent global and no expected output: what a test needs arrives as the
 marshalled request on stdin (program, test inputs, limits).
@@ -63,12 +64,13 @@ def harness():
             isolate_filesystem(request["limits"]["tmpfs"], request["uid"])
         set_limits(request["limits"], processes=kind != "assert")
         drop_privileges(request["uid"])
-        if not request["namespaces"]:
-            landlock()
+        os.umask(0o077)  # nothing the program creates is readable by another uid
+        if request["landlock"] and landlock() < 1:
+            raise OSError("Landlock was detected but is not available")
         if kind == "stdio":
             stdio_files = (os.memfd_create("stdin"), os.memfd_create("stdout"))
         if kind == "assert":
-            server = start_server(request["script"], devnull,
+            server = start_server(request["loader"], request["code"], devnull,
                                          request["limits"]["processes"])
             set_limits(request["limits"], processes=True)
         install_seccomp()
@@ -102,9 +104,14 @@ def read_all(fd):
 
 def send(fd, tag, payload=b""):
     """Write one frame to ``fd``."""
-    data = memoryview(tag + len(payload).to_bytes(8, "big") + payload)
-    while data:
-        data = data[os.write(fd, data):]
+    write_all(fd, tag + len(payload).to_bytes(8, "big") + payload)
+
+
+def write_all(fd, data):
+    """Write all of ``data`` to ``fd``."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def recv(fd):
@@ -136,9 +143,7 @@ def rewind(fd, data):
     """Make memfd ``fd`` hold exactly ``data``, positioned at its start."""
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    write_all(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
 
 
@@ -233,8 +238,9 @@ def run_call(code, fn_name, inputs, channel):
         send(channel, b"V", encoded)
 
 
-def start_server(script, devnull, processes):
-    """Assert kind: start the program server B; wait for its ready frame.
+def start_server(loader, code, devnull, processes):
+    """Assert kind: start the program server B (``loader`` reads this very
+    script's marshalled ``code`` from its stdin); wait for its ready frame.
 
     SIGCHLD is ignored so that the kernel reaps B as soon as it dies.
     """
@@ -243,7 +249,7 @@ def start_server(script, devnull, processes):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     to_server, server_stdin = os.pipe()
     server_stdout, from_server = os.pipe()
-    argv = [sys.executable, "-I", "-c", script, sys.argv[1], "server", str(processes)]
+    argv = [sys.executable, "-I", "-c", loader, sys.argv[1], "server", str(processes)]
     os.posix_spawn(sys.executable, argv, dict(os.environ), file_actions=[
         (os.POSIX_SPAWN_DUP2, to_server, 0),
         (os.POSIX_SPAWN_DUP2, from_server, 1),
@@ -251,6 +257,7 @@ def start_server(script, devnull, processes):
     ])
     for fd in (to_server, from_server):
         os.close(fd)
+    write_all(server_stdin, len(code).to_bytes(8, "big") + code)
     tag, _ = recv(server_stdout)
     if tag != b"R":
         raise OSError("the program server failed to start")

@@ -223,87 +223,167 @@ def drop_privileges(uid):
     check(ctypes, libc.prctl(pr_set_dumpable, 0, 0, 0, 0), "dumpable")
 
 
+def syscall_numbers():
+    """System-call numbers the filter names: ``(x86-64, aarch64)``; None where
+    the architecture lacks the call (its newer form is listed too)."""
+    return {
+        "fork": (57, None), "vfork": (58, None), "clone": (56, 220), "clone3": (435, 435),
+        "execve": (59, 221), "execveat": (322, 281), "setsid": (112, 157), "setpgid": (109, 154),
+        "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+        "pidfd_open": (434, 434), "pidfd_getfd": (438, 438), "pidfd_send_signal": (424, 424),
+        "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240), "kill": (62, 129),
+        "tkill": (200, 130), "tgkill": (234, 131), "socket": (41, 198), "socketpair": (53, 199),
+        "bind": (49, 200), "connect": (42, 203), "listen": (50, 201), "memfd_create": (319, 279),
+        "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "semget": (64, 190),
+        "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192), "msgget": (68, 186),
+        "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187), "mq_open": (240, 180),
+        "mq_unlink": (241, 181), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
+        "io_uring_register": (427, 427), "unshare": (272, 97), "setns": (308, 268),
+        "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219), "bpf": (321, 280),
+        "perf_event_open": (298, 241), "userfaultfd": (323, 282), "fcntl": (72, 25),
+        "ioctl": (16, 29), "flock": (73, 32), "inotify_init": (253, None),
+        "inotify_init1": (294, 26), "inotify_add_watch": (254, 27), "fanotify_init": (300, 262),
+        "fadvise64": (221, 223), "mincore": (27, 232), "cachestat": (451, 451),
+        "madvise": (28, 233), "preadv2": (327, 286), "pwritev2": (328, 287),
+        "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
+        "umask": (95, 166), "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7),
+        "setxattrat": (463, 463), "prlimit64": (302, 261), "getpriority": (140, 141),
+        "setpriority": (141, 140), "sched_setparam": (142, 118), "sched_getparam": (143, 121),
+        "sched_setscheduler": (144, 119), "sched_getscheduler": (145, 120),
+        "sched_rr_get_interval": (148, 127), "sched_setaffinity": (203, 122),
+        "sched_getaffinity": (204, 123), "sched_setattr": (314, 274), "sched_getattr": (315, 275),
+        "ioprio_set": (251, 30), "ioprio_get": (252, 31), "migrate_pages": (256, 238),
+        "move_pages": (279, 239), "get_robust_list": (274, 100), "kcmp": (312, 272),
+        "process_madvise": (440, 440), "process_mrelease": (448, 448),
+    }
+
+
+def checked_calls():
+    """The calls the filter does not simply deny: the block that checks their
+    arguments (see ``seccomp_program``)."""
+    return {
+        "clone3": "ENOSYS", "clone": "CLONE", "kill": "SELF_ARG0", "tgkill": "SELF_ARG0",
+        "fcntl": "FCNTL", "ioctl": "IOCTL", "socketpair": "SOCKETPAIR", "madvise": "MADVISE",
+        "preadv2": "NOWAIT", "pwritev2": "NOWAIT", "chmod": "MODE_ARG1", "fchmod": "MODE_ARG1",
+        "fchmodat": "MODE_ARG2", "fchmodat2": "MODE_ARG2", "umask": "UMASK",
+        "getpriority": "PRIORITY", "setpriority": "PRIORITY", "ioprio_set": "IOPRIO",
+        "ioprio_get": "IOPRIO", "prlimit64": "SELF_OR_ZERO", "sched_setparam": "SELF_OR_ZERO",
+        "sched_getparam": "SELF_OR_ZERO", "sched_setscheduler": "SELF_OR_ZERO",
+        "sched_getscheduler": "SELF_OR_ZERO", "sched_rr_get_interval": "SELF_OR_ZERO",
+        "sched_setaffinity": "SELF_OR_ZERO", "sched_getaffinity": "SELF_OR_ZERO",
+        "sched_setattr": "SELF_OR_ZERO", "sched_getattr": "SELF_OR_ZERO",
+    }
+
+
 def seccomp_program(pid):
     """The seccomp BPF program as ``(code, jt, jf, k)`` tuples.
 
     Denied with EPERM: process creation (fork, vfork, clone without
     CLONE_THREAD), execve, setsid/setpgid, ptrace and process_vm_*, pidfds,
-    sigqueue, kill/tkill/tgkill aimed at anything but this process (the
-    process group ``kill(0, sig)`` included), signal-on-I/O targets
+    sigqueue, kill/tgkill aimed at anything but this process (the process
+    group ``kill(0, sig)`` included), tkill, signal-on-I/O targets
     (fcntl F_SETOWN/F_SETOWN_EX/F_SETSIG, ioctl FIOSETOWN/SIOCSPGRP), the
-    kernel keyring (add_key, request_key, keyctl), socket() of any family
-    (a unix socket could reach an abstract or world-writable host socket;
-    socketpair stays allowed), memfd_create, System V and POSIX IPC objects (shmget, semget,
-    msgget, mq_open: in plain mode they would outlive the sandbox), bpf,
-    perf_event_open, userfaultfd, io_uring, unshare/setns.  clone3 gets
-    ENOSYS so that the C library falls back to clone for threads.  Foreign
-    system-call ABIs (x32, i386 on x86-64) kill the process.
+    kernel keyring, socket() of any family, socketpair other than an
+    AF_UNIX stream pair, bind/connect/listen (a datagram or named socket
+    could reach a host socket or be found by another sandbox), memfd_create,
+    System V and POSIX IPC, bpf, perf_event_open, userfaultfd, io_uring,
+    unshare/setns.  Channels between sandboxes through shared kernel
+    objects: file locks (flock, fcntl record, OFD and lease locks,
+    F_NOTIFY), inotify/fanotify, page-cache eviction and residency probes
+    (fadvise64, mincore, cachestat, madvise MADV_COLD/MADV_PAGEOUT,
+    preadv2/pwritev2 with RWF_NOWAIT), permission bits for group or others
+    (chmod family with any 0o077 bit, umask that clears one, extended
+    attributes, hence ACLs).  Acting on another process: priorities,
+    scheduling, affinity, I/O priority and resource limits of any pid but
+    0 or this process (and of process groups or users), migrate_pages,
+    move_pages, get_robust_list, kcmp, process_madvise, process_mrelease.
+    clone3 gets ENOSYS so that the C library falls back to clone for
+    threads.  Foreign system-call ABIs (x32, i386 on x86-64) kill the process.
     """
-    tables = {
-        "x86_64": (0xC000003E, {
-            "fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "execve": 59, "execveat": 322,
-            "setsid": 112, "setpgid": 109, "ptrace": 101, "process_vm_readv": 310,
-            "process_vm_writev": 311, "pidfd_open": 434, "pidfd_getfd": 438,
-            "pidfd_send_signal": 424, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-            "kill": 62, "tkill": 200, "tgkill": 234, "socket": 41, "memfd_create": 319,
-            "shmget": 29, "io_uring_setup": 425, "io_uring_enter": 426,
-            "io_uring_register": 427, "unshare": 272, "setns": 308, "add_key": 248,
-            "request_key": 249, "keyctl": 250, "fcntl": 72, "ioctl": 16, "semget": 64,
-            "msgget": 68, "mq_open": 240, "bpf": 321, "perf_event_open": 298,
-            "userfaultfd": 323}),
-        "aarch64": (0xC00000B7, {
-            "clone": 220, "clone3": 435, "execve": 221, "execveat": 281, "setsid": 157,
-            "setpgid": 154, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-            "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424,
-            "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "kill": 129, "tkill": 130,
-            "tgkill": 131, "socket": 198, "memfd_create": 279, "shmget": 194,
-            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-            "unshare": 97, "setns": 268, "add_key": 217, "request_key": 218, "keyctl": 219,
-            "fcntl": 25, "ioctl": 29, "semget": 190, "msgget": 186, "mq_open": 180,
-            "bpf": 280, "perf_event_open": 241, "userfaultfd": 282}),
-    }
     machine = os.uname().machine
-    if machine not in tables:
+    if machine not in ("x86_64", "aarch64"):
         raise OSError("no seccomp table for architecture " + machine)
-    arch, nr = tables[machine]
-    load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, kill_process, errno = 0x7FFF0000, 0x80000000, 0x00050000
-    eperm, enosys, clone_thread = 1, 38, 0x10000
-    f_setown, f_setsig, f_setown_ex, fiosetown, siocspgrp = 8, 10, 15, 0x8901, 0x8902
-    filtered = {"clone", "clone3", "kill", "tgkill", "fcntl", "ioctl"}
-    # Instructions with symbolic jump targets, resolved below.
-    program = [(load, 0, 0, 4), (jeq, 0, "KILL", arch), (load, 0, 0, 0),
-               (jge, "KILL", 0, 0x40000000)]
-    for name, number in nr.items():
-        if name not in filtered:
-            program.append((jeq, "EPERM", 0, number))
-    program += [(jeq, "ENOSYS", 0, nr["clone3"]), (jeq, "CLONE", 0, nr["clone"]),
-                (jeq, "KILLCALL", 0, nr["kill"]), (jeq, "TGKILL", 0, nr["tgkill"]),
-                (jeq, "FCNTL", 0, nr["fcntl"]),
-                (jeq, "IOCTL", 0, nr["ioctl"]), (ret, 0, 0, allow)]
-    blocks = {
-        "CLONE": [(load, 0, 0, 16), (jset, "ALLOW", "EPERM", clone_thread)],
-        "KILLCALL": [(load, 0, 0, 16), (jeq, "ALLOW", "EPERM", pid)],
-        "TGKILL": [(load, 0, 0, 16), (jeq, "ALLOW", "EPERM", pid)],
-        # The command is the second argument (its low 32 bits, as the kernel reads it).
-        "FCNTL": [(load, 0, 0, 24), (jeq, "EPERM", 0, f_setown), (jeq, "EPERM", 0, f_setsig),
-                  (jeq, "EPERM", "ALLOW", f_setown_ex)],
-        "IOCTL": [(load, 0, 0, 24), (jeq, "EPERM", 0, fiosetown),
-                  (jeq, "EPERM", "ALLOW", siocspgrp)],
-        "ALLOW": [(ret, 0, 0, allow)],
-        "EPERM": [(ret, 0, 0, errno | eperm)],
-        "ENOSYS": [(ret, 0, 0, errno | enosys)],
-        "KILL": [(ret, 0, 0, kill_process)],
-    }
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[machine]
+    column = 0 if machine == "x86_64" else 1
+    nr = {name: numbers[column] for name, numbers in syscall_numbers().items()
+          if numbers[column] is not None}
+    checked = checked_calls()
+    load, jeq, jset, ja, ret, alu_and = 0x20, 0x15, 0x45, 0x05, 0x06, 0x54
+    allow, errno = 0x7FFF0000, 0x00050000
+    eperm = ret, 0, 0, errno | 1
+
+    def arg(index):  # the low 32 bits of argument ``index`` (both tables are little-endian)
+        return (load, 0, 0, 16 + 8 * index)
+
+    program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, 0x80000000), (load, 0, 0, 0),
+               (0x35, 0, 1, 0x40000000), (ret, 0, 0, 0x80000000)]
+    actions = sorted((number, checked.get(name, "EPERM")) for name, number in nr.items())
     labels = {}
+    dispatch(actions, program, labels)
+    f_commands = (8, 10, 15, 5, 6, 7, 36, 37, 38, 1024, 1026)  # owner/signal, locks, lease, notify
+    blocks = {
+        "ENOSYS": [(ret, 0, 0, errno | 38)],
+        "CLONE": [arg(0), (jset, "ALLOW", "EPERM", 0x10000)],
+        "SELF_ARG0": [arg(0), (jeq, "ALLOW", "EPERM", pid)],
+        "SELF_OR_ZERO": [arg(0), (jeq, "ALLOW", 0, 0), (jeq, "ALLOW", "EPERM", pid)],
+        "PRIORITY": [arg(0), (jeq, 0, "EPERM", 0), arg(1), (jeq, "ALLOW", 0, 0),
+                     (jeq, "ALLOW", "EPERM", pid)],
+        "IOPRIO": [arg(0), (jeq, 0, "EPERM", 1), arg(1), (jeq, "ALLOW", 0, 0),
+                   (jeq, "ALLOW", "EPERM", pid)],
+        # The command is the second argument (its low 32 bits, as the kernel reads it).
+        "FCNTL": [arg(1)] + [(jeq, "EPERM", 0, command) for command in f_commands]
+                 + [(ret, 0, 0, allow)],
+        "IOCTL": [arg(1), (jeq, "EPERM", 0, 0x8901), (jeq, "EPERM", "ALLOW", 0x8902)],
+        "SOCKETPAIR": [arg(0), (jeq, 0, "EPERM", 1), arg(1), (alu_and, 0, 0, 0xF),
+                       (jeq, "ALLOW", "EPERM", 1)],
+        "MADVISE": [arg(2), (jeq, "EPERM", 0, 20), (jeq, "EPERM", "ALLOW", 21)],
+        "NOWAIT": [arg(5), (jset, "EPERM", "ALLOW", 0x8)],
+        "MODE_ARG1": [arg(1), (jset, "EPERM", "ALLOW", 0o077)],
+        "MODE_ARG2": [arg(2), (jset, "EPERM", "ALLOW", 0o077)],
+        "UMASK": [arg(0), (alu_and, 0, 0, 0o077), (jeq, "ALLOW", "EPERM", 0o077)],
+        "ALLOW": [(ret, 0, 0, allow)],
+        "EPERM": [eperm],
+    }
     for label, block in blocks.items():
         labels[label] = len(program)
         program += block
+    return [resolve_jumps(row, index, labels) for index, row in enumerate(program)]
 
-    def offset(target, index):
-        return target if isinstance(target, int) else labels[target] - index - 1
 
-    return [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(program)]
+def dispatch(actions, program, labels):
+    """Append a search tree over sorted ``(number, label)`` pairs: a call
+    listed jumps to its label's block, any other is allowed; a call costs
+    about log2(len(actions)) comparisons, not one per listed call."""
+    jeq, jge, ja, ret, allow = 0x15, 0x35, 0x05, 0x06, 0x7FFF0000
+    if len(actions) <= 4:
+        for number, label in actions:
+            program += [(jeq, 0, 1, number), (ja, 0, 0, label)]
+        program.append((ret, 0, 0, allow))
+        return
+    middle = len(actions) // 2
+    right = "TREE" + str(len(labels)) + "_" + str(actions[middle][0])
+    labels[right] = None
+    program += [(jge, 0, 1, actions[middle][0]), (ja, 0, 0, right)]
+    dispatch(actions[:middle], program, labels)
+    labels[right] = len(program)
+    dispatch(actions[middle:], program, labels)
+
+
+def resolve_jumps(row, index, labels):
+    """One instruction with its symbolic targets turned into relative offsets."""
+    code, jt, jf, k = row
+
+    def offset(target, limit):
+        if isinstance(target, int):
+            return target
+        distance = labels[target] - index - 1
+        if not 0 <= distance <= limit:
+            raise OSError("seccomp jump out of range")
+        return distance
+
+    if code == 0x05:
+        return code, 0, 0, offset(k, 0xFFFFFFFF)
+    return code, offset(jt, 255), offset(jf, 255), k
 
 
 def install_seccomp():

@@ -62,9 +62,11 @@ Modules
 ``verifier.py`` (this file): answer extraction and the public entry points.
 ``grading.py``: test schemas and the parent's comparisons.
 ``mathpool.py``: the math worker pool.  ``sandbox.py``: the sandbox, parent
-side.  ``sandbox_child.py``, ``sandbox_lockdown.py``, ``typed_json.py``: the
-code that runs inside the sandbox, shipped as text (the parent imports only
-``typed_json``, to decode values).
+side; ``sandbox_resources.py``: the uid, working directory and processes it
+takes and gives back.  ``sandbox_child.py``, ``sandbox_lockdown.py``,
+``typed_json.py``: the code that runs inside the sandbox, shipped compiled
+(the parent imports only ``typed_json``, to decode a trusted reference's
+values in ``call_outputs``).
 
 Not here: anything of training or evaluation; this file and the modules above
 import nothing else of the project.

@@ -8,13 +8,17 @@ plain, when a plain sandbox can be started), with the guarantees that hold in
 that mode.
 """
 
+import contextlib
 import glob
 import os
+import resource
 import shutil
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 import sandbox
 import verifier
@@ -64,13 +68,15 @@ def attack(source: str) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _plain_config():
-    """A plain-mode config this machine can run, or None."""
+def _plain_config(landlock=True):
+    """A plain-mode config this machine can run (with Landlock where the kernel
+    has it, unless ``landlock`` is false), or None."""
     root = os.geteuid() == 0
     python = "/usr/bin/python3" if root else sys.executable
     if not os.path.exists(python):
         return None
-    config = sandbox._SandboxConfig("plain", python)
+    config = sandbox._SandboxConfig("plain", python, landlock=landlock and sandbox._landlock_abi() >= 1,
+                                    tmpfs_workdir=sandbox.tmpfs_workdirs_work())
     return config if sandbox._probe(config) is None else None
 
 
@@ -87,9 +93,37 @@ def _namespaces_config():
 
 
 def _mode_config(name):
+    """The config of mode ``name``: namespaces, plain, or plain-no-landlock
+    (plain mode as on a kernel without Landlock); None where it cannot run."""
     if name not in _MODES:
-        _MODES[name] = _namespaces_config() if name == "namespaces" else _plain_config()
+        makers = {"namespaces": _namespaces_config, "plain": _plain_config,
+                  "plain-no-landlock": lambda: _plain_config(landlock=False)}
+        _MODES[name] = makers[name]()
     return _MODES[name]
+
+
+def use_mode(name, monkeypatch):
+    """Make the sandbox run in mode ``name`` for this test; skip where it cannot run."""
+    config = _mode_config(name)
+    if config is None:
+        pytest.skip(f"{name} sandbox not available on this machine")
+    monkeypatch.setattr(sandbox, "_CONFIG", config)
+
+
+@contextlib.contextmanager
+def many_descriptors(count=1100):
+    """Hold ``count`` open descriptors (numbers past select()'s 1023) for the block."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < count + 100:
+        pytest.skip(f"the descriptor limit is below {count + 100}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 OWN_SANDBOX_TAG = f"credo-sandbox:{os.getpid()}\0".encode()

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_cases import SLACK_S
+from sandbox_cases import SLACK_S, many_descriptors
 
 import mathpool
 import verifier
@@ -92,3 +92,9 @@ def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
                           cwd=Path(verifier.__file__).parent, timeout=300, check=True)
     assert done.stdout == b'{"ready": true}\n'
     assert done.stderr.decode().strip().splitlines()[-1] == "[]"
+
+
+def test_a_parent_holding_more_than_1023_descriptors_grades():
+    """The pool waits on its workers with poll: select() cannot wait on fd 1024 or above."""
+    with many_descriptors():
+        assert verifier.verify_math_batch([(r"\boxed{4}", "4"), (r"\boxed{5}", "4")], workers=1) == [True, False]

@@ -10,8 +10,11 @@ vacuously.
 
 import ast
 import collections
+import dataclasses
 import doctest
 import glob
+import json
+import marshal
 import os
 import shutil
 import signal
@@ -43,9 +46,13 @@ from sandbox_cases import (
     assert_defeated,
     attack,
     completion,
+    many_descriptors,
+    use_mode,
 )
 
 import sandbox
+import sandbox_lockdown
+import sandbox_resources
 import typed_json
 import verifier
 
@@ -175,7 +182,7 @@ def test_no_orphaned_zombies(mode):
 
 
 def test_a_killed_process_is_waited_for_until_its_parent_reaps_it():
-    """_kill_and_wait returns only once the process is gone from /proc, even when its parent
+    """kill_and_wait returns only once the process is gone from /proc, even when its parent
     reaps it 2 s after the kill (a starved machine looks like this): returning earlier lets
     the sandbox's group kill orphan it as a zombie."""
     parent = subprocess.Popen([sys.executable, "-c", (
@@ -190,7 +197,7 @@ def test_a_killed_process_is_waited_for_until_its_parent_reaps_it():
         os.kill(pid, 0)
         threading.Timer(0.1, lambda: (parent.stdin.write("killed\n"), parent.stdin.flush())).start()
         start = time.monotonic()
-        sandbox._kill_and_wait(pid)
+        sandbox_resources.kill_and_wait(pid)
         assert not os.path.exists(f"/proc/{pid}")                 # gone: reaped by its own parent
         assert time.monotonic() - start >= 1.5                    # which took its 2 s
     finally:
@@ -225,8 +232,17 @@ def test_child_script_is_the_child_files_and_nothing_else():
     assert imported == {"builtins", "marshal", "os", "sys", "ctypes", "resource", "atexit",
                         "signal", "json", "_json"}
     functions = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    assert len(functions) == len(set(functions)) == 35  # the 35 child functions of before the split
+    assert len(functions) == len(set(functions)) == 40  # 35 before the split, + the seccomp tables, search tree, assembler and write_all
     assert script.endswith('\n\nif __name__ == "__main__":\n    main()\n')
+
+
+def test_the_shipped_code_is_the_child_script_compiled_by_the_sandbox_interpreter():
+    """What the loader runs is exactly the script compiled by that interpreter; one that
+    cannot compile it is a SandboxError, not a program's failure."""
+    shipped = marshal.loads(sandbox._child_code(sys.executable))
+    assert shipped == compile(sandbox._child_script(), "<sandbox-child>", "exec")
+    with pytest.raises(sandbox.SandboxError, match="cannot compile the sandbox child script"):
+        sandbox._child_code(shutil.which("false"))
 
 
 def test_the_parent_never_imports_the_child_code():
@@ -738,12 +754,15 @@ def test_thread_count_is_bounded(mode, kind):
 
 
 def test_uid_pool_gives_each_live_sandbox_its_own_uid():
-    pool = sandbox._UidPool()
+    pool = sandbox_resources.UidPool()
     first, second = pool.acquire(), pool.acquire()
-    base = sandbox.SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * sandbox.SANDBOX_UID_SLOTS
+    base = sandbox_resources.SANDBOX_UID_BASE + (os.getpid() % (1 << 20)) * sandbox_resources.SANDBOX_UID_SLOTS
     assert (first, second) == (base, base + 1)
     pool.release(first)
-    assert pool.acquire() == first  # reused only once released
+    assert pool.acquire() == base + 2  # slots in turn: a released uid is not the next one given
+    for _ in range(sandbox_resources.SANDBOX_UID_SLOTS - 3):
+        pool.release(pool.acquire())
+    assert pool.acquire() == first  # reused only once released, and after every other slot
     assert 0 < first < second < 2**31 - 1
 
 
@@ -860,3 +879,426 @@ def test_control_snooper_beats_an_in_process_grader():
 def test_control_always_equal_beats_a_naive_comparison():
     assert _load(ALWAYS_EQUAL)(X) == EXPECTED
     assert _load(INT_ALWAYS_EQUAL)(X) == EXPECTED
+
+
+# ---------------------------------------------------------------------------
+# Channels between rollouts (issue 27): a writer sandbox and a reader sandbox,
+# sequential and concurrent; the reader prints the right answer only if the
+# channel carried the writer's signal, so its verdict must stay False.
+# ---------------------------------------------------------------------------
+
+HOLD_S, PROBE_S = 1.2, 1.0  # the writer keeps its state this long; the reader probes this long
+PERSISTENT = {"page_cache", "files"}  # channels whose state outlives the writer: also tried in turn
+SHARED_IN_NAMESPACES = {"page_cache", "file_locks", "inotify"}  # the others need a shared /tmp, net or pid
+TOPICS = 'os.path.join(os.path.dirname(os.__file__), "pydoc_data", "topics.py")'  # both can read it
+
+CHANNELS = {
+    # Page cache of a shared read-only file: evict it, load pages 1, 3, 5; the reader
+    # probes residency (preadv2 RWF_NOWAIT, mincore).
+    "page_cache": (f"""
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        for advice in (os.POSIX_FADV_RANDOM, os.POSIX_FADV_DONTNEED):
+            try:
+                os.posix_fadvise(fd, 0, 0, advice)
+            except OSError:
+                pass
+        for page in (1, 3, 5):
+            os.pread(fd, 1, page * 4096)
+        """, f"""
+        import ctypes, mmap
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        def nowait(page):
+            try:
+                os.preadv(fd, [bytearray(1)], page * 4096, os.RWF_NOWAIT)
+                return True
+            except BlockingIOError:
+                return False
+            except OSError:
+                return None
+        def mincore():
+            base = libc.mmap(None, 8 * 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            vector = (ctypes.c_ubyte * 8)()
+            if libc.mincore(ctypes.c_void_p(base), ctypes.c_size_t(8 * 4096), vector) != 0:
+                return None
+            return [bool(v & 1) for v in vector[1:7]]
+        pattern = [True, False, True, False, True, False]
+        while time.monotonic() < deadline:
+            if [nowait(page) for page in range(1, 7)] == pattern or mincore() == pattern:
+                return True
+            time.sleep(0.02)
+        return False
+        """),
+    # Record, open-file-description and flock locks on a shared read-only file.
+    "file_locks": (f"""
+        import fcntl, struct
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        for command, pid in ((fcntl.F_SETLK, 0), (37, 0)):  # 37: F_OFD_SETLK
+            try:
+                fcntl.fcntl(fd, command, struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, 4242 + command, 1, pid))
+            except OSError:
+                pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:
+            pass
+        time.sleep({HOLD_S})
+        """, f"""
+        import fcntl, struct
+        fd = os.open({TOPICS}, os.O_RDONLY)
+        while time.monotonic() < deadline:
+            for command, query in ((fcntl.F_GETLK, fcntl.F_GETLK), (37, 36)):  # 36: F_OFD_GETLK
+                try:
+                    answer = fcntl.fcntl(fd, query, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 4242 + command, 1, 0))
+                    if struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK:
+                        return True
+                except OSError:
+                    pass
+            other = os.open({TOPICS}, os.O_RDONLY)
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            except OSError:
+                pass
+            os.close(other)
+            time.sleep(0.02)
+        return False
+        """),
+    # inotify: the reader watches the shared directory for the writer's opens.
+    "inotify": (f"""
+        end = time.monotonic() + {HOLD_S}
+        while time.monotonic() < end:
+            os.close(os.open({TOPICS}, os.O_RDONLY))
+            time.sleep(0.01)
+        """, f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        watcher = libc.inotify_init1(os.O_NONBLOCK)
+        if watcher < 0 or libc.inotify_add_watch(watcher, os.path.dirname({TOPICS}).encode(), 0x20) < 0:
+            return False
+        while time.monotonic() < deadline:
+            try:
+                if b"topics.py" in os.read(watcher, 65536):
+                    return True
+            except BlockingIOError:
+                time.sleep(0.02)
+        return False
+        """),
+    # Datagram sockets: a socketpair end sent to (or bound at) a name the other can reach.
+    "datagram_sockets": (f"""
+        import socket
+        end = time.monotonic() + {HOLD_S}
+        try:
+            sender, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:
+            end = 0
+        while time.monotonic() < end:
+            for address in (NAME, "/tmp/" + NAME[1:] + ".sock", HOST_PATH, HOST_ABSTRACT):
+                try:
+                    sender.sendto(b"signal", address)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        """, """
+        import socket
+        receivers = []
+        for address in (NAME, "/tmp/" + NAME[1:] + ".sock"):
+            try:
+                receiver, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+                receiver.bind(address)
+                receiver.setblocking(False)
+                receivers.append(receiver)
+            except OSError:
+                pass
+        while time.monotonic() < deadline:
+            for receiver in receivers:
+                try:
+                    if receiver.recv(64) == b"signal":
+                        return True
+                except BlockingIOError:
+                    pass
+            time.sleep(0.02)
+        return False
+        """),
+    # Files another sandbox created, where both can reach (plain mode without Landlock).
+    "files": (f"""
+        for path in ("/tmp/" + NAME[1:], "/dev/shm/" + NAME[1:]):
+            try:
+                with open(path, "w") as handle:
+                    handle.write("signal")
+                os.chmod(path, 0o644)
+            except OSError:
+                pass
+        time.sleep({HOLD_S})
+        """, """
+        while time.monotonic() < deadline:
+            for path in ("/tmp/" + NAME[1:], "/dev/shm/" + NAME[1:]):
+                try:
+                    with open(path) as handle:
+                        if handle.read() == "signal":
+                            return True
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        return False
+        """),
+    # Attributes of another process: its priority and CPU affinity, read by pid.
+    "process_attributes": (f"""
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 17)
+        except OSError:
+            pass
+        time.sleep({HOLD_S})
+        """, """
+        me = os.getpid()
+        while time.monotonic() < deadline:
+            for pid in range(max(2, me - 20000), me + 200):
+                try:
+                    if pid != me and os.getpriority(os.PRIO_PROCESS, pid) == 17:
+                        return True
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        return False
+        """),
+}
+
+
+def _channel_programs(name, token, host):
+    """The writer's and the reader's completions for channel ``name``."""
+    write, read = (textwrap.dedent(part) for part in CHANNELS[name])
+    names = f"NAME = {chr(0) + 'credo-chan-' + token!r}\nHOST_PATH, HOST_ABSTRACT = {host!r}\n"
+    writer = f"import os, time\n{names}{write}\nprint(int(input()) * 2)\n"
+    reader = (f"import os, time\n{names}def _probe():\n    deadline = time.monotonic() + {PROBE_S}\n"
+              + textwrap.indent(read, "    ") + "\nprint(int(input()) * 2 if _probe() else 0)\n")
+    return completion(writer), completion(reader)
+
+
+@pytest.mark.parametrize("name", sorted(CHANNELS))
+@pytest.mark.parametrize("channel_mode", ["namespaces", "plain", "plain-no-landlock"])
+def test_no_channel_between_sandboxes(channel_mode, name, monkeypatch):
+    """The reader learns nothing from the writer, after it (sequential) or beside it
+    (concurrent).  Open in plain mode without Landlock, as documented: process
+    attributes through /proc (so only the pid-taking calls are tried there)."""
+    if name == "process_attributes" and channel_mode == "plain-no-landlock":
+        pytest.skip("documented: /proc shows every process in plain mode without Landlock")
+    if channel_mode == "namespaces" and name not in SHARED_IN_NAMESPACES:
+        pytest.skip("namespaces mode has its own /tmp, network and pid namespaces")
+    use_mode(channel_mode, monkeypatch)
+    token = uuid.uuid4().hex[:12]
+    shared = Path(tempfile.mkdtemp(prefix="credo-test-chan-"))
+    shared.chmod(0o755)
+    host = [socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
+    host_names = (str(shared / "host.sock"), f"\0credo-chan-host-{token}")
+    for server, address in zip(host, host_names):
+        server.bind(address)
+        server.setblocking(False)
+    os.chmod(host_names[0], 0o777)
+    writer, reader = _channel_programs(name, token, host_names)
+    try:
+        if name in PERSISTENT:
+            assert verifier.verify_code(writer, STDIO, timeout_s=HOLD_S + 3) is True
+            assert verifier.verify_code(reader, STDIO, timeout_s=PROBE_S + 3) is False
+        results = {}
+        threads = [threading.Thread(target=lambda key, text, limit: results.__setitem__(
+            key, verifier.verify_code(text, STDIO, timeout_s=limit)), args=args)
+                   for args in (("writer", writer, HOLD_S + 3), ("reader", reader, PROBE_S + 3))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert results == {"writer": True, "reader": False}
+        for server in host:
+            with pytest.raises(BlockingIOError):
+                server.recv(64)  # no host socket heard from a sandbox
+    finally:
+        for server in host:
+            server.close()
+        shutil.rmtree(shared)
+        for path in glob.glob(f"/tmp/credo-chan-{token}*") + glob.glob(f"/dev/shm/credo-chan-{token}*"):
+            os.remove(path)
+
+
+# ---------------------------------------------------------------------------
+# The grader never raises on what a program does; every resource is bounded
+# per sandbox (issue 27)
+# ---------------------------------------------------------------------------
+
+
+def test_an_int_too_large_for_a_float_is_a_false_verdict(any_mode):
+    tests = {"kind": "call", "fn_name": "f", "inputs": [[1]], "outputs": [0.5]}
+    assert verifier.verify_code(completion("def f(x):\n    return 10 ** 400"), tests) is False
+
+
+DEEP_TREE = """
+import os
+def _attack():
+    os.chdir(os.environ["TMPDIR"])
+    for _ in range(1200):  # deeper than the recursion limit of a recursive removal
+        os.mkdir("d")
+        os.chdir("d")
+    os.mkdir("locked")
+    open("locked/file", "w").close()
+    os.chmod("locked", 0o500)
+_attack()
+def double(x):
+    return None
+"""
+
+
+def test_a_deep_or_locked_tree_is_removed_and_the_uid_released(mode, monkeypatch):
+    """1,200 nested directories and one without write permission: a False verdict, the
+    working directory gone and the uid slot free, also where it is no tmpfs."""
+    monkeypatch.setattr(sandbox, "_CONFIG", dataclasses.replace(sandbox._CONFIG, tmpfs_workdir=False))
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "credo-sandbox-*")))
+    assert_defeated("stdio", DEEP_TREE, timeout_s=5.0)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "credo-sandbox-*"))) <= before
+    assert sandbox._SANDBOX_UIDS.taken == set()
+
+
+def test_remove_tree_never_follows_a_link(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "link").symlink_to(outside)
+    (root / "a" / "b").chmod(0)
+    sandbox_resources.remove_tree(str(root))
+    assert not root.exists() and (outside / "keep").exists()
+
+
+def test_a_grader_holding_more_than_1023_descriptors_grades(any_mode):
+    with many_descriptors():
+        assert verifier.verify_code(completion(CORRECT["stdio"]), STDIO) is True
+
+
+def test_memory_bounds_the_sandbox_as_a_whole(mode):
+    """An assert-kind sandbox holds two interpreters: 250 MB in each is over a 400 MB
+    sandbox, though under 400 MB per process (and passes with 1,024 MB)."""
+    hoard = "_hoard = b'x' * (250 << 20)\n"
+    tests = dict(ASSERT, test="def check(candidate):\n    _big = b'y' * (250 << 20)\n"
+                 f"    assert candidate({X}) == {EXPECTED}\n")
+    program = completion(hoard + CORRECT["assert"])
+    for memory_mb, verdict in ((1024, True), (400, False)):
+        limits = verifier.SandboxLimits(memory_mb=memory_mb)
+        assert verifier.verify_code(program, tests, timeout_s=5.0, limits=limits) is verdict
+
+
+def test_disk_and_inodes_are_bounded(mode):
+    """With a 64 MiB working directory a program can neither allocate 1 GiB nor make
+    10,000 files (plain mode: where the parent may mount; else documented as open)."""
+    if mode == "plain" and not sandbox._CONFIG.tmpfs_workdir:
+        pytest.skip("this parent cannot mount a tmpfs working directory (documented)")
+    for body in ("for i in range(16):\n        with open(f'f{i}', 'wb') as out:\n"
+                 "            os.posix_fallocate(out.fileno(), 0, 64 << 20)",
+                 "for i in range(10000):\n        open(f'n{i}', 'w').close()"):
+        source = f"import os\ndef _fill():\n    {body}\n    return True\n"
+        source += "def double(x):\n    try:\n        return 2 * x if _fill() else None\n"
+        source += "    except OSError:\n        return None\n"
+        assert verifier.verify_code(completion(source), CALL, limits=verifier.SandboxLimits(tmpfs_mb=64)) is False
+
+
+def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
+    """Run as an unprivileged user, the grader's own priority, descriptor limit and CPU
+    affinity are out of a program's reach, and a directory it leaves unremovable is
+    removed (plain mode: the only one a non-root parent without user namespaces has)."""
+    setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"  # as _plain_config: any user can run it
+    if os.geteuid() != 0 or setpriv is None or not os.path.exists(python):
+        pytest.skip("needs a root test process, setpriv and /usr/bin/python3")
+    attack = "\n".join([
+        "import os, resource",
+        f"for act in (lambda: os.setpriority(os.PRIO_PROCESS, {os.getpid()}, 19),",
+        "            lambda: os.setpriority(os.PRIO_USER, 0, 19),",
+        f"            lambda: resource.prlimit({os.getpid()}, resource.RLIMIT_NOFILE, (64, 64)),",
+        f"            lambda: os.sched_setaffinity({os.getpid()}, {{0}})):",
+        "    try:",
+        "        act()",
+        "    except OSError:",
+        "        pass",
+        "os.mkdir('locked')",
+        "open('locked/file', 'w').close()",
+        "os.chmod('locked', 0o500)",
+        "print(int(input()) * 2)",
+    ])
+    script = "\n".join([
+        "import json, os, resource, sys",
+        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]",
+        "import sandbox, verifier",
+        "completion = lambda source: '```python\\n' + source + '\\n```'",
+        "sandbox._CONFIG = sandbox._SandboxConfig('plain', sys.executable, landlock=sandbox._landlock_abi() >= 1)",
+        "state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE),",
+        "                 sorted(os.sched_getaffinity(0)))",
+        "before = state()",
+        f"verdict = verifier.verify_code(completion({attack!r}), {STDIO!r})",
+        "print(json.dumps([verdict, before == state(), before, state()]))",
+    ])
+    done = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python,
+                           "-c", script], capture_output=True, text=True, timeout=120, cwd="/tmp")
+    if done.returncode != 0 and "Permission denied" in done.stderr:
+        pytest.skip(f"the unprivileged user cannot run this checkout: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict, unchanged, before, after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict is True and unchanged, (before, after)
+
+
+def _run_filter(program, nr, args=(0,) * 6):
+    """What the classic-BPF ``program`` returns for a call ``nr(*args)`` on this machine."""
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[os.uname().machine]
+    words = {0: nr, 4: arch} | {16 + 8 * i: value & 0xFFFFFFFF for i, value in enumerate(args)}
+    accumulator, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        pc += 1
+        if code == 0x20:
+            accumulator = words[k]
+        elif code == 0x54:
+            accumulator &= k
+        elif code == 0x05:
+            pc += k
+        elif code in (0x15, 0x35, 0x45):
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: bool(accumulator & k)}[code]
+            pc += jt if taken else jf
+        elif code == 0x06:
+            return {0x7FFF0000: "allow", 0x00050001: "EPERM", 0x00050026: "ENOSYS"}.get(k, hex(k))
+        else:
+            raise AssertionError(f"unexpected instruction {code:#x}")
+
+
+def test_the_seccomp_search_tree_decides_every_call():
+    """Every listed call reaches its own check, every other call is allowed (simulated)."""
+    pid = 4242
+    program = sandbox_lockdown.seccomp_program(pid)
+    column = 0 if os.uname().machine == "x86_64" else 1
+    numbers = {name: pair[column] for name, pair in sandbox_lockdown.syscall_numbers().items()
+               if pair[column] is not None}
+    checked = sandbox_lockdown.checked_calls()
+    for nr in set(range(500)) - set(numbers.values()):
+        assert _run_filter(program, nr) == "allow", nr
+    for name, nr in numbers.items():
+        if name not in checked:
+            assert _run_filter(program, nr) == "EPERM", name
+    expectations = {  # (call, args): verdict
+        ("clone", (0x10000,)): "allow", ("clone", (0,)): "EPERM", ("clone3", ()): "ENOSYS",
+        ("kill", (pid, 9)): "allow", ("kill", (0, 9)): "EPERM", ("tgkill", (pid + 1,)): "EPERM",
+        ("fcntl", (3, 6)): "EPERM", ("fcntl", (3, 37)): "EPERM", ("fcntl", (3, 1)): "allow",
+        ("socketpair", (1, 1 | 0x80000)): "allow", ("socketpair", (1, 2)): "EPERM",
+        ("socketpair", (2, 1)): "EPERM", ("madvise", (0, 0, 21)): "EPERM",
+        ("madvise", (0, 0, 4)): "allow", ("preadv2", (3, 0, 1, 0, 0, 8)): "EPERM",
+        ("preadv2", (3, 0, 1, 0, 0, 0)): "allow", ("fchmodat", (3, 0, 0o600)): "allow",
+        ("fchmodat", (3, 0, 0o604)): "EPERM", ("fchmod", (3, 0o640)): "EPERM",
+        ("umask", (0o077,)): "allow", ("umask", (0o022,)): "EPERM",
+        ("setpriority", (0, 0, 5)): "allow", ("setpriority", (0, pid, 5)): "allow",
+        ("setpriority", (0, 1, 5)): "EPERM", ("setpriority", (2, 0, 5)): "EPERM",
+        ("ioprio_set", (1, 0, 0)): "allow", ("ioprio_set", (3, 0, 0)): "EPERM",
+        ("prlimit64", (0,)): "allow", ("prlimit64", (pid,)): "allow", ("prlimit64", (1,)): "EPERM",
+        ("sched_setaffinity", (7,)): "EPERM", ("sched_getaffinity", (0,)): "allow",
+    }
+    for (name, args), verdict in expectations.items():
+        if name in numbers:
+            padded = tuple(args) + (0,) * (6 - len(args))
+            assert _run_filter(program, numbers[name], padded) == verdict, (name, args)

@@ -8,6 +8,7 @@ worker pool's behaviour in test_mathpool.py.
 import doctest
 import textwrap
 import time
+import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -433,3 +434,32 @@ def test_forged_return_frames_are_bounded(name, size):
     # beside other jobs (shared caches slow CPU time too). Building 200,000 colliding keys
     # the naive way is quadratic: about 7 minutes (20,000 take 4 s here). 10 s tells them apart.
     assert time.process_time() - start < 10.0
+
+
+def _peak_bytes(function, *args):
+    """(result, peak bytes Python allocated while calling function(*args))."""
+    tracemalloc.start()
+    try:
+        result = function(*args)
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_property_payloads_are_bounded_before_decoding():
+    """A property judge never builds a value larger than the property's own: a set of
+    hash-colliding integers or an 8 MB frame is refused before it is decoded."""
+    spec = grading.parse_tests({"kind": "call", "fn_name": "f", "inputs": [[[-6, 11, -6, 1]]],
+                                "property": {"name": "polynomial_root", "atol": 1e-4}})
+    assert spec.judge(1, b"V", b"3.0") is True
+    colliding = b'{"set": [' + b", ".join(str(i * (2**61 - 1)).encode() for i in range(50_000)) + b"]}"
+    for payload in (colliding, b"[" + b"1, " * (4 << 20) + b"1]", b'{"set": [3.0]}'):
+        verdict, peak = _peak_bytes(spec.judge, 1, b"V", payload)
+        assert verdict is False and peak < 1 << 20
+
+
+def test_invalid_utf8_stdout_fails_without_growing_the_grader():
+    spec = grading.parse_tests({"kind": "stdio", "inputs": [""], "outputs": ["\ufffd"]})
+    payload = b"\xff" * (8 << 20)
+    verdict, peak = _peak_bytes(spec.judge, 0, b"O", payload)
+    assert verdict is False and peak < len(payload) // 2
