@@ -378,7 +378,7 @@ def train(cfg: dict) -> Path:
 
     # Under torchrun the checkpoint is loaded into host memory and sharded onto the GPUs
     # after the engine has its copy (parallel.World.load_device).
-    policy = pol.load_policy(str(resume or cfg["model"]), world.load_device, pol.compute_dtype(cfg))
+    policy = pol.load_policy(str(resume or cfg["model"]), world.load_device, pol.compute_dtype(cfg), cfg["temperature"])
     policy.model.config.use_cache = False
     checkpointing, why = parallel.decide_checkpointing(cfg, parallel.shape_of(policy.model.config.to_dict()),
                                                        world.world_size, parallel.gpu_memory_gib(world))

@@ -29,8 +29,9 @@ class Sample:
     """One generated completion as an engine returns it."""
 
     token_ids: list[int]
-    logprobs: list[float]          # log pi(token) under the engine's weights, raw (T = 1, no top-k), of
-                                   # each sampled token: the slot_repaired last ones have none
+    logprobs: list[float]          # log-prob of each sampled token under the distribution it was drawn
+                                   # from (logits / T, then top-k / top-p, renormalised: vLLM's
+                                   # "processed_logprobs"); the slot_repaired last ones have none
     finish_reason: str             # "stop" or "length"
     slot_repaired: int = 0         # trailing tokens close_slot wrote in place of the last sampled one
 
@@ -160,6 +161,11 @@ class VLLMEngine:
             enable_prefix_caching=True,
             enforce_eager=bool(cfg["vllm_enforce_eager"]),
             generation_config="vllm",   # explicit SamplingParams are never merged with the file's values
+            # The sampled tokens' log-probs under the distribution they were drawn from (after
+            # temperature, top-k, top-p), the policy the trainer's pi_T approximates; raw
+            # (T = 1) ones would differ from pi_T by the temperature alone. Prompt log-probs
+            # (score) stay raw in every mode.
+            logprobs_mode="processed_logprobs",
             disable_log_stats=True,
             **platform,
         )
@@ -189,7 +195,8 @@ class VLLMEngine:
         return samples
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
-        """log pi(token_k | tokens_<k) for k >= 1 of each sequence (prompt log-probs)."""
+        """log pi(token_k | tokens_<k) for k >= 1 of each sequence (prompt log-probs: raw, T = 1,
+        whatever logprobs_mode says)."""
         params = self._sampling(0, max_tokens=1, prompt_logprobs=0, stop=[])
         outputs = self.llm.generate([{"prompt_token_ids": list(s)} for s in sequences], [params] * len(sequences), use_tqdm=False)
         return [[entry[tok].logprob for tok, entry in zip(seq[1:], out.prompt_logprobs[1:])] for seq, out in zip(sequences, outputs)]
@@ -244,17 +251,18 @@ class VLLMEngine:
 
 
 def sample_next(logits, settings: dict, generators: list) -> tuple:
-    """The next token of each row and its raw log-prob, as vLLM samples (sampling_settings):
+    """The next token of each row and its log-prob, as vLLM samples (sampling_settings):
     logits / T, then top-k, then top-p; T = 0 is greedy. One uniform draw per row from that
     row's own CPU `torch.Generator`, mapped through the row's cumulative distribution (inverse
-    CDF), so a row's tokens do not depend on the other rows. The log-prob is log_softmax of
-    the raw logits (T = 1, no top-k), as VLLMEngine reports it.
+    CDF), so a row's tokens do not depend on the other rows. The log-prob is the token's under
+    the distribution it was drawn from (log_softmax of the processed logits; of the raw ones
+    when greedy), as VLLMEngine reports it (processed_logprobs).
 
     logits: [N, V] float; returns (tokens [N] long, logprobs [N] float), on logits' device.
     """
-    raw_logp = logits.float().log_softmax(-1)                                          # [N, V]
     if settings["temperature"] == 0:
         tokens = logits.argmax(-1)                                                     # [N]
+        logp = logits.float().log_softmax(-1)                                          # [N, V]
     else:
         scaled = logits.float() / settings["temperature"]                              # [N, V]
         k = settings["top_k"]
@@ -268,11 +276,12 @@ def sample_next(logits, settings: dict, generators: list) -> tuple:
             drop_sorted = above >= settings["top_p"]                                   # [N, V], sorted order
             drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)      # [N, V], vocabulary order
             scaled = scaled.masked_fill(drop, float("-inf"))
+        logp = scaled.log_softmax(-1)                                                  # [N, V], -inf where cut
         cdf = scaled.softmax(-1).double().cumsum(-1)                                   # [N, V]
         draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])   # [N]
         target = draws.to(cdf.device)[:, None] * cdf[:, -1:]                           # [N, 1] in [0, total)
         tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
-    return tokens, raw_logp.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 def _all_ranks(device, value: int, op: str) -> int:
@@ -305,8 +314,8 @@ class HFEngine:
 
     Sampling matches VLLMEngine's SamplingParams (sampling_settings): temperature, then
     top-k, then top-p, min_p 0, no penalties; stops at EOS, at the length budget, or after
-    the token that completes a stop string (kept); the log-probs returned are the raw ones
-    (T = 1, no top-k) of the sampled tokens, as vLLM's.
+    the token that completes a stop string (kept); the log-probs returned are the sampled
+    tokens' under the processed distribution (T, top-k, top-p), as vLLM's (sample_next).
     """
 
     def __init__(self, model, tokenizer, cfg: dict, dtype=None):

@@ -297,11 +297,12 @@ def clipped_policy_loss(
 
 
 class _LinearLogprobs(torch.autograd.Function):
-    """log softmax(hidden @ lm_head.T)[targets], `chunk` rows at a time, with its own backward.
+    """log softmax(hidden @ lm_head.T / T)[targets], `chunk` rows at a time, with its own backward.
 
-    hidden: [M, H], lm_head: [V, H], targets: [M] -> [M] fp32. Forward keeps only the
-    per-row log-sum-exp; backward recomputes a block's logits once and turns them
-    into d logits = g (onehot(target) - softmax) in place. One fp32 [chunk, V]
+    hidden: [M, H], lm_head: [V, H], targets: [M] -> [M] fp32; T the sampling temperature
+    (`t`, dividing the fp32 logits as vLLM's sampler does). Forward keeps only the per-row
+    log-sum-exp; backward recomputes a block's logits once and turns them into
+    d logits = (g / T) (onehot(target) - softmax(logits / T)) in place. One fp32 [chunk, V]
     buffer is reused for every block of both passes: no [M, V] tensor, and no fresh
     allocation per block (on a CPU a fresh 300 MB block costs more in page faults
     than the exp over it). Matmuls run in `dtype` (bf16 under autocast), every
@@ -309,7 +310,7 @@ class _LinearLogprobs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, lm_head, targets, chunk: int, dtype: torch.dtype):
+    def forward(ctx, hidden, lm_head, targets, chunk: int, dtype: torch.dtype, t: float):
         with torch.autocast(hidden.device.type, enabled=False):
             h_all, w = hidden.to(dtype), lm_head.to(dtype)
             rows = h_all.shape[0]
@@ -318,31 +319,31 @@ class _LinearLogprobs(torch.autograd.Function):
             buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
             for s in range(0, rows, chunk):
                 h, y = h_all[s : s + chunk], targets[s : s + chunk]
-                logits = _block_logits(buf[: h.shape[0]], h, w)                  # [n, V] fp32
+                logits = _block_logits(buf[: h.shape[0]], h, w, t)               # [n, V] fp32, / T
                 out[s : s + chunk] = logits.gather(1, y[:, None]).squeeze(1)
                 top = logits.amax(dim=1, keepdim=True)                           # [n, 1]
                 sumexp = logits.sub_(top).exp_().sum(dim=1)                      # [n]
                 lse[s : s + chunk] = top.squeeze(1) + sumexp.log()
             out.sub_(lse)
         ctx.save_for_backward(hidden, lm_head, targets, lse)
-        ctx.chunk, ctx.dtype = chunk, dtype
+        ctx.chunk, ctx.dtype, ctx.t = chunk, dtype, t
         return out
 
     @staticmethod
     def backward(ctx, grad):
         hidden, lm_head, targets, lse = ctx.saved_tensors
-        chunk, dtype = ctx.chunk, ctx.dtype
+        chunk, dtype, t = ctx.chunk, ctx.dtype, ctx.t
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         with torch.autocast(hidden.device.type, enabled=False):
             h_all, w = hidden.to(dtype), lm_head.to(dtype)
             rows = h_all.shape[0]
-            grad = grad.float()
+            grad = grad.float() / t                                              # d(logits / T) / d logits
             grad_h = torch.empty_like(hidden) if need_h else None
             grad_w = torch.zeros(lm_head.shape, dtype=torch.float32, device=lm_head.device) if need_w else None
             buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
             for s in range(0, rows, chunk):
                 h, y, g = h_all[s : s + chunk], targets[s : s + chunk], grad[s : s + chunk, None]
-                d_logits = _block_logits(buf[: h.shape[0]], h, w)
+                d_logits = _block_logits(buf[: h.shape[0]], h, w, t)
                 d_logits.sub_(lse[s : s + chunk, None]).exp_().mul_(-g)         # -g softmax
                 d_logits.scatter_add_(1, y[:, None], g)                          # + g onehot(target)
                 d = d_logits if dtype == torch.float32 else d_logits.to(dtype)
@@ -353,39 +354,45 @@ class _LinearLogprobs(torch.autograd.Function):
                         grad_w.addmm_(d.T, h)
                     else:
                         grad_w += (d.T @ h).float()
-        return grad_h, grad_w.to(lm_head.dtype) if need_w else None, None, None, None
+        return grad_h, grad_w.to(lm_head.dtype) if need_w else None, None, None, None, None
 
 
-def _block_logits(buf: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """buf <- (h @ w.T) in fp32, reusing buf's memory when the matmul itself is fp32."""
+def _block_logits(buf: torch.Tensor, h: torch.Tensor, w: torch.Tensor, t: float = 1.0) -> torch.Tensor:
+    """buf <- (h @ w.T) / T in fp32, reusing buf's memory when the matmul itself is fp32."""
     if h.dtype == torch.float32:
-        return torch.mm(h, w.T, out=buf)
-    return buf.copy_(h @ w.T)
+        logits = torch.mm(h, w.T, out=buf)
+    else:
+        logits = buf.copy_(h @ w.T)
+    return logits if t == 1.0 else logits.div_(t)
 
 
 # --- The same log-probs with compiled blocks (a GPU's fast path) ------------------------------
 
 
-def logprob_block_forward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One block of the vocabulary projection, forward: (logit of the target, log-sum-exp), fp32.
+def logprob_block_forward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
+                          t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One block of the vocabulary projection, forward: (logit / T of the target, log-sum-exp
+    of logits / T), fp32.
 
-    h: [n, H], w: [V, H] in the compute dtype, y: [n] -> ([n], [n]). Written for torch.compile:
-    the fp32 upcast, max, exp and sum become one pass over the matmul's [n, V] output."""
-    logits = (h @ w.T).float()                                                   # [n, V]
+    h: [n, H], w: [V, H] in the compute dtype, y: [n], t: [] fp32 (T; a tensor, so a
+    new temperature does not recompile) -> ([n], [n]). Written for torch.compile: the fp32
+    upcast, scale, max, exp and sum become one pass over the matmul's [n, V] output."""
+    logits = (h @ w.T).float() / t                                               # [n, V]
     return logits.gather(1, y[:, None]).squeeze(1), torch.logsumexp(logits, dim=1)
 
 
 def logprob_block_backward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor, lse: torch.Tensor, g: torch.Tensor,
-                           grad_w: torch.Tensor | None) -> torch.Tensor:
-    """One block, backward: d logits = g (onehot(y) - softmax), recomputed from the log-sum-exp.
+                           grad_w: torch.Tensor | None, t: torch.Tensor) -> torch.Tensor:
+    """One block, backward: d logits = (g / T) (onehot(y) - softmax(logits / T)), recomputed
+    from the log-sum-exp.
 
     Returns the block's hidden-state gradient [n, H] (compute dtype); adds its head gradient
     d logits.T @ h to `grad_w` ([V, H] fp32) in place, unless grad_w is None. Written for
     torch.compile: d logits is one pass from the matmul's output, and the fp32 accumulation
     one more (an add fused with the upcast)."""
-    logits = (h @ w.T).float()                                                   # [n, V]
+    logits = (h @ w.T).float() / t                                               # [n, V]
     target = torch.arange(logits.shape[1], device=logits.device) == y[:, None]  # [n, V]
-    d_logits = (g[:, None] * (target.float() - (logits - lse[:, None]).exp())).to(h.dtype)
+    d_logits = ((g / t)[:, None] * (target.float() - (logits - lse[:, None]).exp())).to(h.dtype)
     if grad_w is not None:
         grad_w.add_((d_logits.T @ h).float())
     return d_logits @ w
@@ -422,21 +429,22 @@ class _BlockedLinearLogprobs(torch.autograd.Function):
     values, without the reused fp32 buffer (compiled blocks keep no [n, V] fp32 tensor)."""
 
     @staticmethod
-    def forward(ctx, hidden, lm_head, targets, blocks: LogprobBlocks, dtype: torch.dtype):
+    def forward(ctx, hidden, lm_head, targets, blocks: LogprobBlocks, dtype: torch.dtype, t: float):
         chunk = blocks.chunk_tokens
         with torch.autocast(hidden.device.type, enabled=False):
             h_all, w = hidden.detach().to(dtype), lm_head.detach().to(dtype)     # the blocks see no autograd
+            scale = torch.tensor(t, dtype=torch.float32, device=hidden.device)
             target_logit = torch.empty(len(h_all), dtype=torch.float32, device=hidden.device)
             lse = torch.empty_like(target_logit)
             for s in range(0, len(h_all), chunk):
-                target_logit[s : s + chunk], lse[s : s + chunk] = blocks.forward(h_all[s : s + chunk], w, targets[s : s + chunk])
-        ctx.save_for_backward(hidden, lm_head, targets, lse)
+                target_logit[s : s + chunk], lse[s : s + chunk] = blocks.forward(h_all[s : s + chunk], w, targets[s : s + chunk], scale)
+        ctx.save_for_backward(hidden, lm_head, targets, lse, scale)
         ctx.blocks, ctx.dtype = blocks, dtype
         return target_logit - lse
 
     @staticmethod
     def backward(ctx, grad):
-        hidden, lm_head, targets, lse = ctx.saved_tensors
+        hidden, lm_head, targets, lse, scale = ctx.saved_tensors
         chunk, need_w = ctx.blocks.chunk_tokens, ctx.needs_input_grad[1]
         with torch.autocast(hidden.device.type, enabled=False):
             h_all, w = hidden.detach().to(ctx.dtype), lm_head.detach().to(ctx.dtype)
@@ -447,8 +455,8 @@ class _BlockedLinearLogprobs(torch.autograd.Function):
             grad_h = torch.empty_like(hidden)
             for s in range(0, len(h_all), chunk):
                 grad_h[s : s + chunk] = ctx.blocks.backward(h_all[s : s + chunk], w, targets[s : s + chunk],
-                                                            lse[s : s + chunk], grad[s : s + chunk], grad_w)
-        return grad_h, grad_w.to(lm_head.dtype) if need_w else None, None, None, None
+                                                            lse[s : s + chunk], grad[s : s + chunk], grad_w, scale)
+        return grad_h, grad_w.to(lm_head.dtype) if need_w else None, None, None, None, None
 
 
 def token_logprobs(
@@ -458,6 +466,7 @@ def token_logprobs(
     chunk_tokens: int = 512,
     score_mask: torch.Tensor | None = None,
     blocks: LogprobBlocks | None = None,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """Per-token log-probs of sequences from their final hidden states, without [N, L, V] logits.
 
@@ -469,7 +478,13 @@ def token_logprobs(
                the loss, and a prompt token has no gradient. None: every column. On the
                CPU it is read without waiting for the GPU (the trainer passes it so).
 
-    Returns `logp: [N, L-1]` (fp32; column k is log pi(input_ids[k+1] | ids[:k+1])).
+    temperature: T > 0, the rollouts' sampling temperature: log pi_T = log_softmax(logits / T),
+               the policy that sampled them (as TRL and verl compute it), so that the
+               gradient and eq:grpo's ratio are that policy's. Top-k / top-p truncation is
+               not applied (docs/toy.md measures what it leaves). The readout of eq:readout
+               does not go through here: it reads the raw logits.
+
+    Returns `logp: [N, L-1]` (fp32; column k is log pi_T(input_ids[k+1] | ids[:k+1])).
 
     The naive route materialises fp32 logits `[N, L, V]` (V = 151,936 for Qwen3:
     2.5 GB per 4k tokens) and a log_softmax of the same size. Here the rows are
@@ -488,11 +503,13 @@ def token_logprobs(
         dtype = torch.promote_types(hidden.dtype, lm_head.dtype)
     flat_hidden = hidden[:, :-1].reshape(-1, dim)                            # [N*(L-1), H]
     flat_targets = input_ids[:, 1:].reshape(-1)                              # [N*(L-1)]
+    if not temperature > 0:
+        raise ValueError(f"log-probs at temperature {temperature!r}: a sampling temperature must be > 0")
 
     def scored(h, y):                                                        # [M, H], [M] -> [M]
         if blocks is None:
-            return _LinearLogprobs.apply(h, lm_head, y, chunk_tokens, dtype)
-        return _BlockedLinearLogprobs.apply(h, lm_head, y, blocks, dtype)
+            return _LinearLogprobs.apply(h, lm_head, y, chunk_tokens, dtype, float(temperature))
+        return _BlockedLinearLogprobs.apply(h, lm_head, y, blocks, dtype, float(temperature))
 
     if score_mask is None:
         logp = scored(flat_hidden, flat_targets)

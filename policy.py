@@ -87,7 +87,8 @@ def init_reserved_rows(model, tokenizer, tokens) -> None:
 @dataclass
 class Policy:
     """What every forward needs: the model (fp32 master weights; sharded in place under
-    torchrun, parallel.shard_model), its tokenizer, the reserved ids and the compute dtype."""
+    torchrun, parallel.shard_model), its tokenizer, the reserved ids, the compute dtype and
+    the temperature the rollouts were sampled at (the log-probs are those of pi_T)."""
 
     model: torch.nn.Module
     tokenizer: object
@@ -95,17 +96,27 @@ class Policy:
     low_id: int                  # <CONF_LOW>
     dtype: torch.dtype           # forward/backward compute (compute_dtype): fp32 weights under autocast
     logprob_blocks: losses.LogprobBlocks | None = None   # compiled log-prob blocks (compile_update); None: eager
+    temperature: float = 1.0     # log pi_T = log_softmax(logits / T) of the sampled tokens (sampling_temperature)
 
 
-def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype = torch.float32) -> Policy:
-    """The policy model (fp32 master weights) and its tokenizer, with the reserved tokens in place."""
+def sampling_temperature(temperature: float) -> float:
+    """The T of the trainer's log-probs for rollouts sampled at `temperature`: that T itself, so
+    the policy gradient and eq:grpo's ratio are those of the policy that sampled (as TRL and
+    verl do); 1 for greedy rollouts (T = 0), whose log-probs vLLM also reports at T = 1."""
+    return float(temperature) if temperature > 0 else 1.0
+
+
+def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype = torch.float32,
+                temperature: float = 1.0) -> Policy:
+    """The policy model (fp32 master weights) and its tokenizer, with the reserved tokens in place;
+    `temperature`: the rollouts' sampling temperature (sampling_temperature)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     high_id, low_id = add_reserved_tokens(model, tokenizer)
     use_sequence_attention(model)
-    return Policy(model, tokenizer, high_id, low_id, dtype)
+    return Policy(model, tokenizer, high_id, low_id, dtype, temperature=sampling_temperature(temperature))
 
 
 def reserved_ids(tokenizer) -> set[int]:
@@ -412,7 +423,8 @@ def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: 
             use_sequence_attention(model)
             hidden = model.model(input_ids=ids, position_ids=to_device(positions, device), attention_mask=torch.ones_like(ids),
                                  cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, use_cache=False).last_hidden_state   # [1, S, H]
-            flat_logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks)   # [1, S-1]
+            flat_logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks,
+                                               temperature=policy.temperature)                 # [1, S-1]
             logp = torch.where(completion_dev, flat_logp[0, to_device(index, device)], 0.0)
             row_starts = to_device(starts, device)
 
@@ -424,7 +436,8 @@ def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: 
             ids = to_device(batch.input_ids, device)
             hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
                                  use_cache=False).last_hidden_state                 # [N, L, H]
-            logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=completion, blocks=policy.logprob_blocks)   # [N, L-1]
+            logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=completion, blocks=policy.logprob_blocks,
+                                          temperature=policy.temperature)                      # [N, L-1]
 
             def hidden_at(pos: torch.Tensor) -> torch.Tensor:
                 return hidden[torch.arange(len(batch), device=device), pos.clamp(min=0)]

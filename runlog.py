@@ -59,7 +59,9 @@ def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, 
 def engine_logprob_gap(rollouts, completion_logp: list[torch.Tensor], world: parallel.World | None = None) -> float | None:
     """Mean |engine log-prob - trainer log-prob| over sampled completion tokens (of every rank;
     a tail close_slot wrote has neither): a weight-sync check (it grows if the engine samples
-    from other weights than the trainer scores)."""
+    from other weights than the trainer scores). Both are at the sampling temperature; the
+    engine's also renormalise over what top-k / top-p kept, so with a truncation on the gap
+    holds -log(kept mass of pi_T) besides float noise (docs/toy.md measures it)."""
     world = world or parallel.single_process()
     have = all(r.engine_logprobs for r in rollouts)
     gap_sum = tokens = 0.0

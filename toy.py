@@ -1,25 +1,27 @@
 """The toy demonstration: CREDO's readout learns a calibrated confidence on an ordinary machine.
 
-    python toy.py            # or: bash run.sh toy   (2 CPU cores: 12-14 min the first time, which builds
-                             # the world in ~4.5 min; 7.5-9.5 min once .cache/toy exists)
-    python toy.py --quick    # the shortened run of tests/test_toy.py (CREDO only, ~2 min with the world cached)
+    python toy.py            # or: bash run.sh toy   (CREDO and RLCR; 2 CPU cores: see docs/toy.md for times)
+    python toy.py --methods grpo,credo,rlcr --world-seed 1 seed=44   # GRPO too, another world, another seed
+    python toy.py --quick    # the shortened run of tests/test_toy.py (CREDO only, 40 steps)
 
 What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
 `eval.py` as the paper's runs, on a world small enough for a CPU:
 
-1. *World* (built once, cached under `.cache/toy/`, rebuilt only when its recipe
-   changes): chained sums of one-digit numbers, difficulty level L = 1..5 with
-   L + 1 operands (L additions), deterministic train / held-out splits; a
-   byte-level BPE tokenizer trained here (no hub); a tiny Qwen3-architecture
-   model (3 layers, hidden 96, head_dim 32); a supervised warm start on the
-   completions of a *scripted solver* that is reliable on easy problems and
-   often wrong on hard ones (it slips by 1-2 on one step with a probability
-   rising with L, and the wrong solutions are in the SFT data), in both rollout
-   formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`)
+1. *World* (built once, cached under `.cache/toy/` or `.cache/toy-w<seed>/`, rebuilt
+   only when its recipe changes): chained sums of one-digit numbers, difficulty
+   level L = 1..5 with L + 1 operands (L additions), deterministic train / held-out
+   splits; a byte-level BPE tokenizer trained here (no hub); a tiny
+   Qwen3-architecture model (3 layers, hidden 96, head_dim 32); a supervised warm
+   start on the completions of a *scripted solver* that writes one of two styles,
+   half and half: every partial sum ("steps": reliable on easy problems, often
+   wrong on hard ones) or the whole sum at once ("direct": much less reliable
+   from level 2 on). Wrong solutions slip by 1-2 and are in the SFT data. Both
+   rollout formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`)
    and verbalized (`... </analysis> <confidence>0.X</confidence>`, an honest but
-   coarse numeral: the level's scripted accuracy rounded to one of five values).
-2. *Training*: CREDO (readout channel) and the verbalized baseline RLCR, the
-   real loop (`python credo.py configs/toy.yaml ...`), same budget.
+   coarse numeral: the style's accuracy at the level, rounded to one of five values).
+2. *Training*: CREDO (readout channel), the verbalized baseline RLCR and, with
+   `--methods`, plain GRPO: the real loop (`python credo.py configs/toy.yaml ...`),
+   the same settings and budget for every method.
 3. *Evaluation*: `eval.evaluate` on the held-out split (T = 0.7, n samples per
    problem) of the warm-started model read through each channel ("before") and
    of each trained checkpoint ("after").
@@ -27,17 +29,15 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
 Outputs in `runs/toy/` (or `--out`): `report.json`
 (`{"CREDO": {"before": {...}, "after": {...}}, "RLCR": {...}}`, the keys of
 `eval.calibration_metrics` plus `parse_fail`), `report.md` (the table printed
-at the end), `reliability_credo.png`, `reliability_rlcr.png` (before and after
-panels) and `collapse.png` (the reported values, `fig:collapse`).
+at the end), `reliability_<method>.png` (before and after panels) and
+`collapse.png` (the reported values, `fig:collapse`).
 
-What to expect (docs/toy.md has the measured numbers): the untrained readout
-sits near AUROC 0.5; after training, CREDO's readout separates right from
-wrong answers with a continuum of values (many effective levels), while the
-verbalized reports stay on a handful of values. Measured over training seeds 43-45: readout
-AUROC 0.27 -> 0.81-0.82, ECE 0.41 -> 0.06-0.09, 433-493 effective levels vs RLCR's 3.8-5.0
-(the warm start's five numerals). The toy trains at the evaluation
-temperature 0.7 (the paper trains at 1.0): a readout is calibrated to the rollouts it is
-trained on, and this small model's accuracy depends strongly on temperature (docs/toy.md).
+What to expect (docs/toy.md has the measured numbers, over world and training seeds):
+RL raises accuracy (the direct style is learned away, GRPO and CREDO alike); CREDO's
+readout becomes calibrated with a continuum of values, while the verbalized reports
+stay on a handful of values. The toy trains at the evaluation temperature 0.7 (the
+paper trains at 1.0): a readout is calibrated to the rollouts it is trained on, and
+this small model's accuracy depends strongly on temperature (docs/toy.md).
 """
 
 from __future__ import annotations
@@ -69,15 +69,23 @@ CACHE = ROOT / ".cache" / "toy"
 
 # --- the world's recipe (any change rebuilds the cache) -----------------------------------
 WORLD = {
-    "version": 3,                # 3: tiny.py's chat template ends prompts with Qwen3's empty thinking block
+    "version": 4,                # 3: prompts end with Qwen3's empty thinking block; 4: two solution styles
     "seed": 0,
     "levels": 5,                 # level L: L + 1 one-digit operands, L additions
     "n_train": 2000,
     "n_test": 250,
-    # probability that the scripted solver is right, per level (it slips on one step otherwise)
-    "p_correct": {"1": 0.95, "2": 0.8, "3": 0.55, "4": 0.3, "5": 0.1},
-    # the verbalized numeral it writes, per level: honest (its accuracy, rounded) but coarse
-    "verbal": {"1": "0.9", "2": "0.8", "3": "0.5", "4": "0.3", "5": "0.1"},
+    # The scripted solver writes one of two styles, each half of the time (the first token
+    # after the prompt tells them apart): "steps" writes every partial sum, "direct" writes the
+    # whole sum at once. Per style and level: the probability that it is right (a partial sum
+    # or the total slips by 1-2 otherwise), and the verbalized numeral it writes, honest (its
+    # accuracy, rounded to one of five values) but coarse. The direct style is much less
+    # reliable from level 2 on: that is what RL on the toy can learn (docs/toy.md).
+    "styles": {
+        "steps": {"p_correct": {"1": 0.95, "2": 0.85, "3": 0.7, "4": 0.5, "5": 0.3},
+                  "verbal": {"1": "0.9", "2": "0.8", "3": "0.8", "4": "0.5", "5": "0.3"}},
+        "direct": {"p_correct": {"1": 0.95, "2": 0.5, "3": 0.3, "4": 0.1, "5": 0.05},
+                   "verbal": {"1": "0.9", "2": "0.5", "3": "0.3", "4": "0.1", "5": "0.1"}},
+    },
     "vocab_size": 1024,
     "hidden": 96, "layers": 3, "heads": 3, "kv_heads": 1, "head_dim": 32, "intermediate": 256,
     "sft_steps": 800, "sft_batch": 32, "sft_lr": 3e-3,
@@ -110,23 +118,38 @@ def make_split(n: int, seed: int, prefix: str, levels: int) -> list[dict]:
     return rows
 
 
-def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:
-    """One scripted solution (right with the level's probability, else one step slips by 1-2)."""
-    level = len(ops) - 1
-    right = rng.random() < world["p_correct"][str(level)]
-    slip_step = -1 if right else rng.randrange(level)
+def slipped(value: int, rng: random.Random) -> int:
+    """`value` off by 1-2 (never below 1)."""
+    return value + (rng.choice([-2, -1, 1, 2]) if value > 2 else rng.choice([1, 2]))
+
+
+def solution_steps(ops: list[int], style: str, right: bool, rng: random.Random) -> tuple[str, int]:
+    """The worked solution of one style and its final value: every partial sum ("steps"; a wrong
+    one slips on one step, and the later sums carry the slip) or the whole sum at once ("direct")."""
+    if style == "direct":
+        total = sum(ops) if right else slipped(sum(ops), rng)
+        return " + ".join(map(str, ops)) + f" = {total}", total
+    slip_step = -1 if right else rng.randrange(len(ops) - 1)
     partial, steps = ops[0], []
     for j, d in enumerate(ops[1:]):
-        result = partial + d
-        if j == slip_step:
-            result += rng.choice([-2, -1, 1, 2]) if result > 2 else rng.choice([1, 2])
+        result = partial + d if j != slip_step else slipped(partial + d, rng)
         steps.append(f"{partial} + {d} = {result}")
         partial = result
-    text = (", ".join(steps) + f". The answer is \\boxed{{{partial}}}. "
-            f"<analysis> {rng.choice(ANALYSES).format(k=level)} </analysis> <confidence>")
+    return ", ".join(steps), partial
+
+
+def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:
+    """One scripted solution: a style drawn half-and-half, right with that style's probability at
+    this level, then the analysis and (verbalized) the style's numeral for the level."""
+    level = str(len(ops) - 1)
+    style = rng.choice(sorted(world["styles"]))
+    right = rng.random() < world["styles"][style]["p_correct"][level]
+    steps, answer = solution_steps(ops, style, right, rng)
+    text = (steps + f". The answer is \\boxed{{{answer}}}. "
+            f"<analysis> {rng.choice(ANALYSES).format(k=int(level))} </analysis> <confidence>")
     if channel == "verbalized":
-        text += f"{world['verbal'][str(level)]}</confidence>"
-    return text, partial == sum(ops)
+        text += f"{world['styles'][style]['verbal'][level]}</confidence>"
+    return text, answer == sum(ops)
 
 
 def world_key(world: dict = WORLD) -> str:
@@ -215,6 +238,27 @@ def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> li
     return losses
 
 
+def world_of(seed: int) -> tuple[dict, Path]:
+    """The recipe with world seed `seed` (data splits, model initialisation, warm start) and its
+    cache: .cache/toy for the default seed, .cache/toy-w<seed> for the others."""
+    if seed == WORLD["seed"]:
+        return WORLD, CACHE
+    return {**WORLD, "seed": seed}, CACHE.parent / f"toy-w{seed}"
+
+
+def stale_world_note(cache: Path, world: dict = WORLD) -> str | None:
+    """One line when `cache` holds a world of another recipe (it is then rebuilt), else None."""
+    stamp = cache / "world.json"
+    if not stamp.exists() or world_is_current(cache, world):
+        return None
+    try:
+        old = json.loads(stamp.read_text()).get("world", {})
+    except json.JSONDecodeError:
+        old = {}
+    return (f"[toy] {cache} holds a world of another recipe (version {old.get('version', '?')}, this one is "
+            f"{world['version']}): rebuilding it")
+
+
 def world_is_current(cache: Path = CACHE, world: dict = WORLD) -> bool:
     """`cache` holds the world of this recipe (its stamp is written last, when the build is done)."""
     stamp = cache / "world.json"
@@ -226,6 +270,9 @@ def build_world(cache: Path = CACHE, world: dict = WORLD, log=print) -> Path:
     stamp = cache / "world.json"
     if world_is_current(cache, world):
         return cache
+    note = stale_world_note(cache, world)
+    if note:
+        log(note)
     t0 = time.perf_counter()
     cache.mkdir(parents=True, exist_ok=True)
     train = make_split(world["n_train"], world["seed"], "toy-train", world["levels"])
@@ -308,7 +355,7 @@ def markdown_table(report: dict) -> str:
     cols = [("acc", "Acc"), ("auroc", "AUROC"), ("ece", "ECE"), ("brier", "Brier"), ("effective_levels", "Eff. levels"),
             ("top_share", "Top share"), ("parse_fail", "Parse fail"), ("n", "n")]
     lines = ["| method (channel) | when | " + " | ".join(c for _, c in cols) + " |", "|---|---|" + "---|" * len(cols)]
-    channel = {"CREDO": "readout", "RLCR": "verbalized"}
+    channel = {name.upper(): ch for name, (_, ch) in METHODS.items()}
     for method, whens in report.items():
         for when, m in whens.items():
             cells = []
@@ -319,36 +366,60 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The methods the toy trains: credo.py overrides on configs/toy.yaml, and the channel evaluated.
+METHODS = {
+    "credo": ([], "readout"),
+    "rlcr": (["method=rlcr", "channel=verbalized", "alpha=0", "kappa=0"], "verbalized"),
+    "grpo": (["method=grpo", "channel=verbalized", "alpha=0", "kappa=0"], "verbalized"),
+}
+
+
+def parse_methods(text: str) -> list[str]:
+    """`credo,rlcr` -> ["credo", "rlcr"]; ValueError naming what is unknown."""
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ValueError(f"--methods {text!r}: unknown {', '.join(unknown) or '(none given)'}; the toy trains "
+                         f"{', '.join(METHODS)} (comma-separated)")
+    return methods
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description="CREDO's toy demonstration (see the module docstring).")
     parser.add_argument("--quick", action="store_true", help="the shortened run of the test: CREDO only, fewer steps, smaller eval")
     parser.add_argument("--out", default=str(ROOT / "runs" / "toy"))
-    parser.add_argument("--methods", default=None, help="comma-separated: credo,rlcr (default: both; --quick: credo)")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides for both trainings (e.g. alpha=0 for the ablation)")
+    parser.add_argument("--methods", default=None, help="comma-separated: credo,rlcr,grpo (default: credo,rlcr; --quick: credo)")
+    parser.add_argument("--world-seed", type=int, default=WORLD["seed"],
+                        help=f"the world's seed (data, initialisation, warm start; default {WORLD['seed']}): another "
+                             f"independently built world, cached in .cache/toy-w<seed>")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. alpha=0 for the ablation)")
     args = parser.parse_args(argv)
-    if args.methods and set(args.methods.split(",")) - {"credo", "rlcr"}:      # before the world is built
-        sys.exit(f"toy: --methods {args.methods!r}: the toy trains credo and/or rlcr (comma-separated)")
+    try:                                                     # bad input: one line, before the world is built
+        methods = parse_methods(args.methods or ("credo" if args.quick else "credo,rlcr"))
+        if args.world_seed < 0:
+            raise ValueError(f"--world-seed {args.world_seed}: a seed is a non-negative integer")
+    except ValueError as error:
+        sys.exit(f"toy: {error}")
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    build_world()
+    world, cache = world_of(args.world_seed)
+    build_world(cache, world)
     t_world = time.perf_counter() - t_start
-    methods = (args.methods or ("credo" if args.quick else "credo,rlcr")).split(",")
     quick = ["max_steps=40", "save_every=40"] if args.quick else []
-    n_eval, test = (2, CACHE / "test_quick.jsonl") if args.quick else (4, CACHE / "test.jsonl")
+    n_eval, test = (2, cache / "test_quick.jsonl") if args.quick else (4, cache / "test.jsonl")
     if args.quick:   # the first 100 held-out problems (20 per level)
-        test.write_text("".join(CACHE.joinpath("test.jsonl").read_text().splitlines(keepends=True)[:100]))
-    method_overrides = {"credo": [], "rlcr": ["method=rlcr", "channel=verbalized", "alpha=0", "kappa=0"]}
-    model_dir = str(CACHE / "model")
+        test.write_text("".join(cache.joinpath("test.jsonl").read_text().splitlines(keepends=True)[:100]))
+    model_dir = str(cache / "model")
     spec_ckpts, labels, timings = [], {}, {"world_s": round(t_world, 1)}
     for method in methods:
         name = method.upper()
-        channel = "readout" if method == "credo" else "verbalized"
+        method_overrides, channel = METHODS[method]
         t0 = time.perf_counter()
         print(f"[toy] training {name} ({channel} channel) with credo.py configs/toy.yaml ...", flush=True)
         shutil.rmtree(out / method, ignore_errors=True)      # a fresh run (credo.py appends to metrics.jsonl)
-        run_stage(["credo.py", "configs/toy.yaml", f"out_dir={out}", f"run_name={method}",
-                   *method_overrides[method], *quick, *args.overrides], out / f"train_{method}.log")
+        run_stage(["credo.py", "configs/toy.yaml", f"out_dir={out}", f"run_name={method}", f"model={model_dir}",
+                   f"train_data={cache / 'train.jsonl'}", *method_overrides, *quick, *args.overrides], out / f"train_{method}.log")
         timings[f"train_{method}_s"] = round(time.perf_counter() - t0, 1)
         ckpt = last_checkpoint(out / method)
         spec_ckpts += [{"label": f"{method}/before", "path": model_dir, "channel": channel, "method": name},

@@ -216,6 +216,43 @@ def test_chunked_logprobs_and_readout_match_naive(chunk, device):
     torch.testing.assert_close(gw.float(), nw.float(), atol=1e-4, rtol=1e-4)
 
 
+def test_logprobs_at_a_temperature_by_hand():
+    """logits (0, ln 4) at T = 2 are (0, ln 2): pi_T = (1/3, 2/3). d log pi_T(1) / d logits =
+    (onehot - pi_T) / T = (-1/6, 1/6); with h = 1 that is the head's gradient, and the hidden
+    state's is W . that = ln 4 / 6."""
+    hidden = T([[[1.0], [1.0]]], dtype=torch.float64).requires_grad_()             # [1, 2, 1]
+    head = T([[0.0], [math.log(4.0)]], dtype=torch.float64).requires_grad_()       # [2, 1]
+    ids = torch.tensor([[0, 1]])
+    logp = token_logprobs(hidden, head, ids, temperature=2.0)                       # [1, 1]
+    assert logp.item() == pytest.approx(math.log(2 / 3), abs=1e-7)
+    logp.sum().backward()
+    close(head.grad[:, 0], [-1 / 6, 1 / 6])
+    assert hidden.grad[0, 0, 0].item() == pytest.approx(math.log(4.0) / 6, abs=1e-6)
+    assert hidden.grad[0, 1, 0].item() == 0.0                                       # the last position predicts nothing
+    assert token_logprobs(hidden, head, ids).item() == pytest.approx(math.log(4 / 5), abs=1e-7)   # T = 1
+    with pytest.raises(ValueError, match="temperature"):
+        token_logprobs(hidden, head, ids, temperature=0.0)
+
+
+@pytest.mark.parametrize("chunk", [2, 1024])
+def test_logprobs_at_a_temperature_match_naive(chunk, device):
+    """log_softmax(logits / T) and its gradients, eager blocks, T = 0.7, scored columns only."""
+    torch.manual_seed(3)
+    n, length, h, v = 2, 6, 8, 30
+    hidden = torch.randn(n, length, h, dtype=torch.float64).to(device).requires_grad_()
+    head = torch.randn(v, h, dtype=torch.float64).to(device).requires_grad_()
+    ids = torch.randint(0, v, (n, length)).to(device)
+    mask = torch.tensor([[False, True, True, True, True], [True, True, True, False, False]], device=device)
+    logp = token_logprobs(hidden, head, ids, chunk_tokens=chunk, score_mask=mask, temperature=0.7)
+    naive = torch.log_softmax((hidden.float() @ head.float().T)[:, :-1] / 0.7, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(logp[mask], naive[mask], atol=1e-5, rtol=0)
+    weights = torch.randn(n, length - 1).to(device)
+    got = torch.autograd.grad((logp * weights).sum(), (hidden, head))
+    want = torch.autograd.grad((naive * weights * mask).sum(), (hidden, head))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), atol=1e-5, rtol=1e-5)
+
+
 def test_logprobs_score_only_the_masked_columns(device):
     """score_mask: the masked columns equal the full computation, the others are exactly 0,
     and the gradient is that of the masked log-probs alone."""
@@ -259,8 +296,8 @@ def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
     some[torch.randperm(n * (length - 1))[:14]] = True                    # 14 of 24 columns: blocks of 4, 4, 4, 2
     masks = [None, some.reshape(n, length - 1), torch.zeros(n, length - 1, dtype=torch.bool)]
     for mask in masks:
-        eager = token_logprobs(hidden, head, ids, chunk_tokens=3, score_mask=mask)
-        compiled = token_logprobs(hidden, head, ids, score_mask=mask, blocks=blocks)
+        eager = token_logprobs(hidden, head, ids, chunk_tokens=3, score_mask=mask, temperature=0.7)
+        compiled = token_logprobs(hidden, head, ids, score_mask=mask, blocks=blocks, temperature=0.7)
         torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)
         if mask is not None:
             assert (compiled[~mask.to(device)] == 0).all()
@@ -271,7 +308,7 @@ def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
     graphs = counters["stats"]["unique_graphs"]
     assert graphs >= 2                                                     # forward and backward blocks compiled
     token_logprobs(hidden[:, :7], head, ids[:, :7], blocks=blocks).sum().backward()   # 18 rows: blocks of 4 and 2
-    assert counters["stats"]["unique_graphs"] == graphs                    # no recompilation
+    assert counters["stats"]["unique_graphs"] == graphs                    # no recompilation (T = 1 either)
     torch._dynamo.reset()
 
 

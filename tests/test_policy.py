@@ -326,3 +326,28 @@ def test_digit_expectation_and_readout_read_the_right_positions(tiny_dir, packed
     expected = float(p[1] + p[0] * (q * torch.arange(10)).sum() / 10)
     assert float(digit[0]) == pytest.approx(expected, abs=1e-5)
     assert float(readout[0]) == pytest.approx(float(torch.sigmoid(logits[-3, high] - logits[-3, low])), abs=1e-5)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_forward_log_probs_are_at_the_sampling_temperature_and_the_readout_is_raw(tiny_dir, packed):
+    """Policy.temperature T: the completion log-probs are log_softmax(logits / T) of a naive
+    full-vocabulary forward (the policy that sampled them), while z_H - z_L stays the raw
+    logits' difference (eq:readout), the same at every T."""
+    policy = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"), temperature=0.7)
+    policy.model.eval()
+    assert policy.temperature == 0.7 and pol.sampling_temperature(0.0) == 1.0     # greedy rollouts: T = 1
+    tok = policy.tokenizer
+    prompt = ro.build_prompt_ids(tok, "What is 2 + 3?", "readout", "math")
+    ids = tok.encode("2 + 3 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>", add_special_tokens=False)
+    rollout = ro.Rollout("q", prompt, ids, "", "stop", ro.parse_segments(tok, ids, "readout", "\\boxed"))
+    batch = pol.collate([rollout], tok.pad_token_id)
+    with torch.no_grad():
+        hot = pol.forward(policy, batch, packed=packed)
+        raw = pol.forward(dataclasses.replace(policy, temperature=1.0), batch, packed=packed)
+        logits = policy.model(input_ids=batch.input_ids).logits[0].float()                  # [L, V]
+    cols = batch.completion_mask[0]                                                          # [L-1]
+    naive = torch.log_softmax(logits[:-1] / 0.7, -1).gather(-1, batch.input_ids[0, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(hot.logp[0][cols], naive[cols], atol=1e-5, rtol=0)
+    assert float((hot.logp[0][cols] - raw.logp[0][cols]).abs().max()) > 1e-2
+    slot = int(batch.slot_pos[0])
+    assert hot.z_diff.item() == raw.z_diff.item() == pytest.approx(float(logits[slot, policy.high_id] - logits[slot, policy.low_id]), abs=1e-4)

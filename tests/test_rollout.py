@@ -381,7 +381,10 @@ def policy(tiny_dir):
     import policy as pol
 
     torch.manual_seed(0)
-    cfg = config.load_config("tiny", ["group_size=3", "per_device_batch_size=3", "grad_accum=2", "max_completion_tokens=48"])
+    # Sampled at T = 0.7 with top-k off: the engine's log-probs (vLLM's processed ones) are then
+    # exactly pi_T, which the trainer computes (the top-k test below turns truncation on)
+    cfg = config.load_config("tiny", ["group_size=3", "per_device_batch_size=3", "grad_accum=2", "max_completion_tokens=48",
+                                      "temperature=0.7", "top_k=0"])
     loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
     model, tok, high, low = loaded.model, loaded.tokenizer, loaded.high_id, loaded.low_id
     rows = data.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
@@ -399,7 +402,9 @@ def vllm_engine(policy, tmp_path_factory):
     engine.close()
 
 
-def trainer_logprobs(policy, samples, prompts, group):
+def trainer_logprobs(policy, samples, prompts, group, temperature=None):
+    """The trainer's log-probs of the sampled tokens, at the fixture's sampling temperature
+    unless told (score() gives raw, T = 1, prompt log-probs)."""
     import policy as pol
 
     cfg, model, tok, high, low, *_ = policy
@@ -410,7 +415,7 @@ def trainer_logprobs(policy, samples, prompts, group):
     import torch
 
     with torch.no_grad():
-        logp = pol.forward(pol.Policy(model, tok, high, low, torch.float32), batch).logp
+        logp = pol.forward(pol.Policy(model, tok, high, low, torch.float32, temperature=temperature or cfg["temperature"]), batch).logp
     out = []
     for i, r in enumerate(rollouts):
         p, c = len(r.prompt_ids), r.sampled_len
@@ -445,13 +450,45 @@ def test_vllm_engine_takes_more_prompt_tokens_than_one_step_holds(policy, vllm_e
 
 
 def test_vllm_logprobs_match_the_trainer_forward(policy, vllm_engine):
+    """At T = 0.7, top-k off: vLLM's processed log-probs are log_softmax(logits / T), the
+    trainer's pi_T, to float noise; the raw (T = 1) ones it used to report are far off."""
     import torch
 
-    *_, prompts = policy
+    import policy as pol
+
+    cfg, model, tok, high, low, _, prompts = policy
     samples = vllm_engine.generate(prompts, group_size=3, seed=11)
-    _, _, trainer = trainer_logprobs(policy, samples, prompts, 3)
+    _, batch, trainer = trainer_logprobs(policy, samples, prompts, 3)
     gap = max(float((torch.tensor(s.logprobs) - t).abs().max()) for s, t in zip(samples, trainer))
     assert gap < 1e-4
+    with torch.no_grad():
+        raw = pol.forward(pol.Policy(model, tok, high, low, torch.float32), batch).logp      # T = 1
+    raw_gap = max(float((torch.tensor(s.logprobs) - raw[i][batch.completion_mask[i]]).abs().max()) for i, s in enumerate(samples))
+    assert raw_gap > 1e-2
+
+
+def test_vllm_top_k_gap_is_the_mass_it_cuts(policy, vllm_engine):
+    """With top-k on, the engine's log-prob of a sampled token is pi_T renormalised over the k
+    kept tokens: it exceeds the trainer's log pi_T by exactly -log(kept mass of pi_T), which the
+    trainer's full logits give. (This random model's pi_T is flat, so the gap is large here.)"""
+    import torch
+
+    cfg, model, tok, high, low, _, prompts = policy
+    k = 50
+    settings = vllm_engine.settings
+    vllm_engine.settings = {**settings, "top_k": k}
+    try:
+        samples = vllm_engine.generate(prompts, group_size=3, seed=17)
+    finally:
+        vllm_engine.settings = settings
+    rollouts, batch, trainer = trainer_logprobs(policy, samples, prompts, 3)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()   # [N, L, V]
+    for i, (s, r, t) in enumerate(zip(samples, rollouts, trainer)):
+        p = len(r.prompt_ids)
+        scaled = logits[i, p - 1 : p - 1 + r.sampled_len] / cfg["temperature"]                          # [c, V]
+        kept_mass = scaled.softmax(-1).topk(k, dim=-1).values.sum(-1)                                  # [c]
+        torch.testing.assert_close(torch.tensor(s.logprobs) - t, -kept_mass.log(), atol=1e-4, rtol=0)
 
 
 def test_weight_push_after_a_training_step(policy, vllm_engine):
@@ -468,10 +505,11 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
                          fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
                          valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    credo.train_on_batch(pol.Policy(model, tok, high, low, torch.float32), optimizer, batch, out, cfg,
+    credo.train_on_batch(pol.Policy(model, tok, high, low, torch.float32, temperature=cfg["temperature"]), optimizer, batch, out, cfg,
                          config.confidence_plan(cfg), step=100)
     _, _, after = trainer_logprobs(policy, samples, prompts, 3)
     assert max(float((a - b).abs().max()) for a, b in zip(after, before)) > 1e-2   # the step changed the policy
+    _, _, after = trainer_logprobs(policy, samples, prompts, 3, temperature=1.0)   # as score() reports them
 
     stale = vllm_engine.score(sequences)
     vllm_engine.push_weights(model)
@@ -536,22 +574,26 @@ def first_draw(seed: int) -> float:
 
 def test_sample_next_filters_like_vllm_and_draws_per_row():
     """p = (0.1, 0.2, 0.3, 0.4). top-k 2 keeps tokens 2, 3 (3/7, 4/7); top-p 0.5 keeps the
-    fewest most likely tokens reaching 0.5: 3 (0.4) and 2 (0.3); T = 0 is the argmax. A row's
-    token is where its own draw u falls in its cumulative distribution; the log-prob is the raw one."""
+    fewest most likely tokens reaching 0.5: 3 (0.4) and 2 (0.3); T = 0.5 squares and
+    renormalises p (1, 4, 9, 16) / 30; T = 0 is the argmax. A row's token is where its own draw u
+    falls in its cumulative distribution; the log-prob is the token's under that distribution
+    (vLLM's processed_logprobs), the raw one when greedy."""
     import torch
 
     probs = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
     logits = probs.log().float().repeat(2, 1)                                      # [2, 4]
     base = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
     seeds = [5, 6]
-    for settings, kept in [({**base, "top_k": 2}, [2, 3]), ({**base, "top_p": 0.5}, [2, 3]), (base, [0, 1, 2, 3])]:
+    squared = probs**2 / (probs**2).sum()                                          # T = 0.5
+    for settings, kept, p in [({**base, "top_k": 2}, [2, 3], probs), ({**base, "top_p": 0.5}, [2, 3], probs),
+                              (base, [0, 1, 2, 3], probs), ({**base, "temperature": 0.5}, [0, 1, 2, 3], squared)]:
         generators = [torch.Generator().manual_seed(s) for s in seeds]
         tokens, logp = eng.sample_next(logits, settings, generators)
-        mass = probs[kept] / probs[kept].sum()
+        mass = p[kept] / p[kept].sum()
         for row, seed in enumerate(seeds):
-            want = kept[int((mass.cumsum(0) <= first_draw(seed)).sum())]
-            assert int(tokens[row]) == want
-            assert float(logp[row]) == pytest.approx(math.log(0.1 * (want + 1)), abs=1e-6)
+            drawn = int((mass.cumsum(0) <= first_draw(seed)).sum())
+            assert int(tokens[row]) == kept[drawn]
+            assert float(logp[row]) == pytest.approx(math.log(float(mass[drawn])), abs=1e-6)
     greedy, logp = eng.sample_next(logits, {**base, "temperature": 0.0}, [torch.Generator()] * 2)
     assert greedy.tolist() == [3, 3] and logp[0].item() == pytest.approx(math.log(0.4), abs=1e-6)
 
