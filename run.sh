@@ -79,7 +79,15 @@ case "$target" in
   test)
     shift
     setup
-    exec "$PY" -m pytest "$@"
+    # Every core, up to 4 workers (CREDO_TEST_WORKERS=N to choose, 0 for one process): one process
+    # takes ~17 min on 2 cores. loadgroup keeps the modules named in tests/conftest.py on one worker.
+    # Each worker gets its share of the cores as OpenMP threads: more threads than cores make
+    # torch's OpenMP spin against the other worker, and every step gets several times slower.
+    workers="${CREDO_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+    if [ "$workers" -gt 1 ]; then
+      export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / workers > 1 ? $(nproc) / workers : 1 ))}"
+    fi
+    exec "$PY" -m pytest -n "$workers" --dist loadgroup "$@"
     ;;
   fixtures)
     shift

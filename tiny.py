@@ -24,6 +24,8 @@ Everything is seeded: two runs write identical files.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import random
@@ -175,6 +177,29 @@ def recipe_key() -> str:
     same with `cat tiny.py rollout.py | sha256sum`)."""
     here = Path(__file__).resolve().parent
     return hashlib.sha256(b"".join((here / name).read_bytes() for name in RECIPE_FILES)).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def build_lock(out_dir: str | Path):
+    """Hold an exclusive lock on `out_dir`'s build (`<out_dir>.lock`, flock: released when the
+    holder exits, even killed): two processes that find a cache missing (two test workers, two
+    toy runs) then build it once, the second waiting and finding it current."""
+    lock_path = Path(f"{Path(out_dir).resolve()}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure(out_dir: str | Path) -> Path:
+    """`out_dir`, built first (under build_lock) unless it is current."""
+    with build_lock(out_dir):
+        if not is_current(out_dir):
+            build(out_dir)
+    return Path(out_dir)
 
 
 def is_current(out_dir: str | Path) -> bool:

@@ -267,9 +267,16 @@ def world_is_current(cache: Path = CACHE, world: dict = WORLD) -> bool:
 
 def build_world(cache: Path = CACHE, world: dict = WORLD, log=print) -> Path:
     """Data, tokenizer and warm-started model under `cache`; skipped when the cached recipe matches."""
-    stamp = cache / "world.json"
     if world_is_current(cache, world):
         return cache
+    with tiny.build_lock(cache):               # another process building it: wait, then use its build
+        if world_is_current(cache, world):
+            return cache
+        return _build_world(cache, world, log)
+
+
+def _build_world(cache: Path, world: dict, log) -> Path:
+    stamp = cache / "world.json"
     note = stale_world_note(cache, world)
     if note:
         log(note)

@@ -65,7 +65,7 @@ def build_model(name: str):
     tiny_dir = ROOT / ".cache" / "tiny" / "model"
     if not (tiny_dir / "config.json").exists():
         import tiny
-        tiny.build(ROOT / ".cache" / "tiny")
+        tiny.ensure(ROOT / ".cache" / "tiny")
     policy = pol.load_policy(str(tiny_dir), torch.device("cpu"))
     model, tokenizer, high_id, low_id = policy.model, policy.tokenizer, policy.high_id, policy.low_id
     if name == "l4h256":

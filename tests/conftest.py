@@ -8,8 +8,10 @@ of the tests that can run on a GPU (`device`: cpu unless CREDO_TEST_DEVICE=cuda)
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY_DIR = ROOT / ".cache" / "tiny"
 REAL_PART_FIXTURES = ("real_part", "qwen3_tokenizer")        # what makes a test a `real_parts` test
 
+# Under xdist each worker gets a temporary directory of its own (tempfile's, and TMPDIR for the
+# processes it starts): the sandbox tests check that no sandbox work directory outlives a test,
+# and another worker's live sandboxes must not count. World-writable and sticky, like /tmp, so
+# that a sandbox's own uid can reach its work directory.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    WORKER_TMP = Path(os.environ.get("TMPDIR", "/tmp")) / f"credo-tests-{os.environ['PYTEST_XDIST_WORKER']}"
+    shutil.rmtree(WORKER_TMP, ignore_errors=True)
+    WORKER_TMP.mkdir(parents=True, exist_ok=True)
+    WORKER_TMP.chmod(0o1777)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(WORKER_TMP)
+
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CACHE_ROOT", str(ROOT / ".cache" / "vllm"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -36,19 +49,28 @@ def tiny_dir() -> Path:
     """The tiny model/tokenizer/data; `bash run.sh setup` builds it, or this fixture does."""
     import tiny
 
-    if not tiny.is_current(TINY_DIR):          # missing, or built from other tiny.py / rollout.py
-        tiny.build(TINY_DIR)
-    return TINY_DIR
+    return tiny.ensure(TINY_DIR)              # built when missing, or built from other tiny.py / rollout.py
 
 
-# The toy world's warm start is about 2.5 minutes of one core, and only the toy run needs it,
-# near the end of the suite. A session whose tests include that run starts the build at once,
-# in a niced background process that takes the cycles the other tests leave idle; the
-# fixture waits for it. The world is the same (toy.build_world, one thread, seeded).
+# The toy world's warm start is minutes of one core, and only the toy runs need it. A session
+# whose tests include them starts the build at once, in a background process; the fixture waits
+# for it. In one process the toy tests come last and the build is niced, taking the cycles the
+# other tests leave idle; under xdist they come first, on one worker, which waits for the build
+# while the other workers run the rest. The world is the same (toy.build_world, one thread, seeded).
 _BACKGROUND = {}
 
 
+def pytest_configure(config):
+    # xdist marks a grouped test through its node id, which pytest 9.2 no longer lets a plugin
+    # change: --dist loadgroup then groups nothing, silently (pytest-xdist#1386).
+    if getattr(config.option, "dist", "no") == "loadgroup" and pytest.version_tuple[:2] >= (9, 2):
+        raise pytest.UsageError(f"pytest {pytest.__version__} with --dist loadgroup: pytest-xdist would not group the "
+                                f"tests (pytest-xdist#1386); requirements/common.txt pins pytest < 9.2")
+
+
 def pytest_collection_finish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":     # under xdist, one worker starts it
+        return
     if not any("toy_world" in getattr(item, "fixturenames", ()) for item in session.items):
         return
     import toy
@@ -58,7 +80,8 @@ def pytest_collection_finish(session):
     log = ROOT / ".cache" / "toy-build.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
-        _BACKGROUND["toy"] = (subprocess.Popen(["nice", "-n", "10", sys.executable, "-c", "import toy; toy.build_world()"],
+        nice = [] if "PYTEST_XDIST_WORKER" in os.environ else ["nice", "-n", "10"]
+        _BACKGROUND["toy"] = (subprocess.Popen([*nice, sys.executable, "-c", "import toy; toy.build_world()"],
                                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), log)
 
 
@@ -71,7 +94,8 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(scope="session")
 def toy_world() -> Path:
-    """The toy world under .cache/toy (toy.build_world): the background build's, or built here."""
+    """The toy world under .cache/toy (toy.build_world): the background build's (which another
+    worker's build_world waits for, under its lock), or built here."""
     import toy
 
     proc, log = _BACKGROUND.get("toy", (None, None))
@@ -85,11 +109,19 @@ def toy_world() -> Path:
 def tiny_run(tiny_dir, tmp_path_factory) -> Path:
     """A CREDO run of one real training step on the tiny world (readout channel, vLLM engine),
     shared by the tests that only read it (the client, eval's CLI): its run directory, whose
-    checkpoint is ckpt/step_000001."""
-    out = tmp_path_factory.mktemp("runs")
-    result = subprocess.run([sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=credo", f"out_dir={out}"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    checkpoint is ckpt/step_000001. Under xdist the workers share one run: the first to need it
+    trains it, under a lock, in the directory their base temps share."""
+    import tiny
+
+    shared = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        shared = shared.parent
+    out = shared / "tiny-run"
+    with tiny.build_lock(out):
+        if not (out / "credo" / "ckpt" / "step_000001").exists():
+            result = subprocess.run([sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=credo", f"out_dir={out}"],
+                                    cwd=ROOT, capture_output=True, text=True, timeout=900)
+            assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return out / "credo"
 
 
@@ -127,10 +159,27 @@ def qwen3_tokenizer():
     return AutoTokenizer.from_pretrained(find_real_part("qwen3-tokenizer"))
 
 
+# Under xdist the tests that need the toy world run first, on one worker (group "toy"): that
+# worker waits for the world's build while the others run the rest, instead of the suite ending
+# on minutes of toy runs with one worker busy.
+TOY_GROUP = "toy"
+# Modules whose module-scoped fixtures are expensive (a vLLM server, an engine, a trained random
+# Qwen3, the converted real snapshots): under xdist (`bash run.sh test` runs `--dist loadgroup`)
+# each runs on one worker, so those fixtures are built once, not once per worker.
+ONE_WORKER_MODULES = ("test_client", "test_credo", "test_data", "test_rollout", "test_bench")
+
+
+@pytest.hookimpl(tryfirst=True)            # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if set(REAL_PART_FIXTURES) & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_parts)
+        if "toy_world" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(TOY_GROUP))
+        elif item.path.stem in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    if "PYTEST_XDIST_WORKER" in os.environ:       # stable: the rest keep their order
+        items.sort(key=lambda item: "toy_world" not in getattr(item, "fixturenames", ()))
 
 
 def pytest_unconfigure(config):
@@ -194,9 +243,10 @@ def any_mode(monkeypatch):
 def no_leftovers():
     """No sandbox process or work directory may outlive a test (the sandbox and verifier
     test modules use it for every test)."""
-    before = set(glob.glob("/tmp/credo-sandbox-*"))
+    pattern = os.path.join(tempfile.gettempdir(), "credo-sandbox-*")
+    before = set(glob.glob(pattern))
     yield
-    assert set(glob.glob("/tmp/credo-sandbox-*")) <= before
+    assert set(glob.glob(pattern)) <= before
     deadline = time.monotonic() + 2.0  # SIGKILLed grandchildren take a moment to die
     while _sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
