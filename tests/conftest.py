@@ -29,13 +29,13 @@ TINY_DIR = ROOT / ".cache" / "tiny"
 REAL_PART_FIXTURES = ("real_part", "qwen3_tokenizer")        # what makes a test a `real_parts` test
 
 # Under xdist each worker gets a temporary directory of its own (tempfile's, and TMPDIR for the
-# processes it starts): the sandbox tests check that no sandbox work directory outlives a test,
-# and another worker's live sandboxes must not count. World-writable and sticky, like /tmp, so
-# that a sandbox's own uid can reach its work directory.
+# processes it starts), named by the run and the worker, and removed when the worker ends: the
+# sandbox tests check that no sandbox work directory outlives a test, and the live sandboxes of
+# another worker, or of another test run on the same machine, must not count. World-writable
+# and sticky, like /tmp, so that a sandbox's own uid can reach its work directory.
+WORKER_TMP = None
 if "PYTEST_XDIST_WORKER" in os.environ:
-    WORKER_TMP = Path(os.environ.get("TMPDIR", "/tmp")) / f"credo-tests-{os.environ['PYTEST_XDIST_WORKER']}"
-    shutil.rmtree(WORKER_TMP, ignore_errors=True)
-    WORKER_TMP.mkdir(parents=True, exist_ok=True)
+    WORKER_TMP = Path(tempfile.mkdtemp(prefix=f"credo-tests-{os.environ['PYTEST_XDIST_WORKER']}-"))
     WORKER_TMP.chmod(0o1777)
     os.environ["TMPDIR"] = tempfile.tempdir = str(WORKER_TMP)
 
@@ -90,6 +90,8 @@ def pytest_sessionfinish(session):
     if proc is not None and proc.poll() is None:    # the session ended before the toy run needed it
         proc.kill()
         proc.wait()
+    if WORKER_TMP is not None:
+        shutil.rmtree(WORKER_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
