@@ -182,3 +182,27 @@ def make_figures(records: list[dict], out_dir, n_bins: int = 10,
             if kept:
                 draw(plot_risk_coverage, kept, f"riskcov_{domain}_{scope}", f"Risk–coverage: {where}")
     return written, failed
+
+
+def plot_row_intervals(rows: dict, stem, title: str) -> list[Path]:
+    """One panel per metric (Acc, ECE, ...): each row's mean as a bar with its 95% interval, and
+    each seed's value as a dot. `rows`: {row: {metric: (mean, half-width or None, [per-seed values])}}."""
+    plt = _pyplot()
+    metrics = list(dict.fromkeys(metric for values in rows.values() for metric in values))
+    fig, axes = _panel_grid(plt, len(metrics), panel_size=3.4)
+    labels = list(rows)
+    colors = _row_colors([label.split(" ")[0] for label in labels])
+    for ax, metric in zip(axes, metrics, strict=True):
+        for x, label in enumerate(labels):
+            if metric not in rows[label]:
+                continue
+            mean, half, values = rows[label][metric]
+            color = colors[label.split(" ")[0]]
+            ax.bar(x, mean, width=0.7, color=color, alpha=0.55)
+            if half is not None:
+                ax.errorbar(x, mean, yerr=half, color="k", capsize=3, lw=1)
+            ax.plot([x] * len(values), values, "o", ms=3, color="k")
+        ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
+        ax.set_title(metric)
+    fig.suptitle(title, fontsize=9)
+    return _save_and_close(plt, fig, stem)

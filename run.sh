@@ -7,6 +7,8 @@
 #                                       sha256-checked, into .cache/fixtures/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
 #   bash run.sh toy [--quick]           the toy demonstration (2 CPU cores: 12-14 min, 7.5-9.5 once its world is built; runs/toy/)
+#   bash run.sh toy --tables [--rows a,b] [--seeds N]   tab:main and tab:ablation in miniature on the toy
+#                                       (3 training seeds a row, resumable; runs/toy-tables/, docs/toy.md)
 #   bash run.sh bench [--quick] [--only step,...]  the benchmarks of bench/ (~15 min on 2 CPU cores;
 #                                       results in bench/results/, docs/performance.md)
 #   bash run.sh plot runs/<name> [runs/<other> ...] [--out DIR] [--smooth N]   training curves of runs on one
@@ -102,6 +104,10 @@ case "$target" in
   toy)
     shift
     setup
+    if [ "${1:-}" = "--tables" ]; then
+      shift
+      exec "$PY" toy_tables.py "$@"
+    fi
     exec "$PY" toy.py "$@"
     ;;
   bench)

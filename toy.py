@@ -3,6 +3,7 @@
     python toy.py            # or: bash run.sh toy   (CREDO and RLCR; 2 CPU cores: see docs/toy.md for times)
     python toy.py --methods grpo,credo,rlcr --world-seed 1 seed=44   # GRPO too, another world, another seed
     python toy.py --quick    # the shortened run of tests/test_toy.py (CREDO only, 40 steps)
+    python toy_tables.py     # tab:main and tab:ablation in miniature (bash run.sh toy --tables)
 
 What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
 `eval.py` as the paper's runs, on a world small enough for a CPU:
@@ -15,10 +16,12 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
    start on the completions of a *scripted solver* that writes one of two styles,
    half and half: every partial sum ("steps": reliable on easy problems, often
    wrong on hard ones) or the whole sum at once ("direct": much less reliable
-   from level 2 on). Wrong solutions slip by 1-2 and are in the SFT data. Both
-   rollout formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`)
-   and verbalized (`... </analysis> <confidence>0.X</confidence>`, an honest but
-   coarse numeral: the style's accuracy at the level, rounded to one of five values).
+   from level 2 on). Wrong solutions slip by 1-2 and are in the SFT data. The
+   rollout formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`),
+   verbalized (`... </analysis> <confidence>0.X</confidence>`, an honest but coarse
+   numeral: the style's accuracy at the level, rounded to one of five values). The build
+   ends with an addition check (level-1 sums sampled at T = 0.7): a warm start that
+   cannot add gets more steps, and fails the build, in one line, if it still cannot.
 2. *Training*: CREDO (readout channel), the verbalized baseline RLCR and, with
    `--methods`, plain GRPO: the real loop (`python credo.py configs/toy.yaml ...`),
    the same settings and budget for every method.
@@ -48,6 +51,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -69,7 +73,9 @@ CACHE = ROOT / ".cache" / "toy"
 
 # --- the world's recipe (any change rebuilds the cache) -----------------------------------
 WORLD = {
-    "version": 4,                # 3: prompts end with Qwen3's empty thinking block; 4: two solution styles
+    # 3: prompts end with Qwen3's empty thinking block; 4: two solution styles; 5: the addition
+    # check below (the warm start itself is version 4's, step for step)
+    "version": 5,
     "seed": 0,
     "levels": 5,                 # level L: L + 1 one-digit operands, L additions
     "n_train": 2000,
@@ -89,6 +95,15 @@ WORLD = {
     "vocab_size": 1024,
     "hidden": 96, "layers": 3, "heads": 3, "kv_heads": 1, "head_dim": 32, "intermediate": 256,
     "sft_steps": 800, "sft_batch": 32, "sft_lr": 3e-3,
+    # The warm start's channels, in turn: the readout and verbalized formats of the toy's runs.
+    # Not the readout format without the analysis (tab:ablation's row): one step in five of it
+    # gave a world 0 that could not add (0.71, then 0.74 after 400 more steps; docs/toy.md).
+    "sft_channels": ["readout", "verbalized"],
+    # The addition check: a warm start that does not add one-digit numbers (sampled accuracy at
+    # T = 0.7 on level-1 training problems; the solver is right 0.95) gives RL nothing to select
+    # and the readout little to read (docs/toy.md, world 1 of version 4). Below the bar, more
+    # warm-start steps, at most `check_rounds` times; still below, the build fails and says so.
+    "check_min_acc": 0.85, "check_steps": 400, "check_rounds": 2,
 }
 ANALYSES = [
     "There are {k} additions and any of them could be off by one.",
@@ -145,8 +160,9 @@ def scripted_completion(ops: list[int], channel: str, rng: random.Random, world:
     style = rng.choice(sorted(world["styles"]))
     right = rng.random() < world["styles"][style]["p_correct"][level]
     steps, answer = solution_steps(ops, style, right, rng)
-    text = (steps + f". The answer is \\boxed{{{answer}}}. "
-            f"<analysis> {rng.choice(ANALYSES).format(k=int(level))} </analysis> <confidence>")
+    analysis = rng.choice(ANALYSES).format(k=int(level))
+    text = steps + f". The answer is \\boxed{{{answer}}}. "
+    text += "<confidence>" if channel == "readout_noanalysis" else f"<analysis> {analysis} </analysis> <confidence>"
     if channel == "verbalized":
         text += f"{world['styles'][style]['verbal'][level]}</confidence>"
     return text, answer == sum(ops)
@@ -170,21 +186,25 @@ def _common_prefix(seqs: list[list[int]]) -> int:
     return k
 
 
-def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> list[float]:
-    """Supervised steps on scripted completions, drawn afresh each time (so the model learns the
-    solver's distribution, slips included); loss on completion tokens only.
+def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print, steps: int | None = None,
+               seed: int | None = None) -> list[float]:
+    """`steps` (default the world's sft_steps) supervised steps on scripted completions, drawn
+    afresh each time (so the model learns the solver's distribution, slips included); loss on
+    completion tokens only; `seed` (default the world's) seeds the draws.
 
-    Steps alternate between the two channels. Every prompt of a channel starts with the same
-    system prompt, so it is run once per step (batch 1, with gradients) and its key/value cache
-    is repeated over the batch: the same loss and gradients as full sequences, ~3x cheaper.
+    Steps take the channels of world["sft_channels"] in turn. Every prompt of a channel starts
+    with the same system prompt, so it is run once per step (batch 1, with gradients) and its
+    key/value cache is repeated over the batch: the same loss and gradients as full sequences,
+    ~3x cheaper.
     """
-    torch.manual_seed(world["seed"])
+    seed = world["seed"] if seed is None else seed
+    torch.manual_seed(seed)
     # One thread: with two, any other busy process on a 2-core machine makes OpenMP spin and
     # a step ~20x slower (measured: 0.3 s vs 6.9 s); one thread loses little when idle.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    rng = random.Random(world["seed"] + 1)
-    channels = ("readout", "verbalized")
+    rng = random.Random(seed + 1)
+    channels = world["sft_channels"]
     # The readout system prompt names <CONF_HIGH>/<CONF_LOW>. policy.load_policy adds them as
     # special tokens (at ids len(tokenizer), +1; rows = mean embedding of "high"/"low"), which
     # changes how that prompt tokenizes. Warm-start on the prompts as the loop will see them,
@@ -196,15 +216,15 @@ def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> li
     def tie_reserved_rows() -> None:
         init_reserved_rows(model, with_reserved, RESERVED_TOKENS)
 
-    prompts = {ch: [build_prompt_ids(with_reserved, r["problem"], ch, "math") for r in rows] for ch in channels}
-    shared = {ch: _common_prefix(prompts[ch]) - 1 for ch in channels}      # leave >= 1 token to each row
+    prompts = {ch: [build_prompt_ids(with_reserved, r["problem"], ch, "math") for r in rows] for ch in set(channels)}
+    shared = {ch: _common_prefix(prompts[ch]) - 1 for ch in prompts}       # leave >= 1 token to each row
     optimizer = torch.optim.AdamW(model.parameters(), lr=world["sft_lr"], weight_decay=0.0)
-    steps, bs = world["sft_steps"], world["sft_batch"]
+    steps, bs = world["sft_steps"] if steps is None else steps, world["sft_batch"]
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / steps))
     model.train()
     losses, t0 = [], time.perf_counter()
     for step in range(steps):
-        channel = channels[step % 2]
+        channel = channels[step % len(channels)]
         k = shared[channel]
         batch = []
         for i in rng.sample(range(len(rows)), bs):
@@ -238,9 +258,60 @@ def warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> li
     return losses
 
 
+def addition_accuracy(model, tokenizer, rows: list[dict], seed: int, n: int = 100, samples: int = 4) -> float:
+    """Accuracy on the first `n` level-1 problems of `rows` (one addition of two one-digit numbers),
+    `samples` each, sampled as the toy's runs sample (T = 0.7, top-k 50; seeded), through the
+    verbalized prompt: whether a warm start learned to add (world 1 of version 4 was right 0.65 of
+    the time at T = 0.7 on level 1). Greedy decoding is a weaker test: a development build of
+    version 5 was right 1.00 greedy and 0.93 sampled on level 1, 0.58 and 0.51 on level 2.
+    Prompts of one length are generated together, without padding."""
+    level1 = [r for r in rows if r["level"] == 1][:n]
+    by_length: dict[int, list[tuple[list[int], str]]] = {}
+    for row in level1:
+        ids = build_prompt_ids(tokenizer, row["problem"], "verbalized", "math")
+        by_length.setdefault(len(ids), []).append((ids, row["answer"]))
+    torch.manual_seed(seed)
+    right = 0
+    with torch.no_grad():
+        for width, group in sorted(by_length.items()):
+            out = model.generate(input_ids=torch.tensor([ids for ids, _ in group]), max_new_tokens=48, do_sample=True,
+                                 temperature=0.7, top_k=50, num_return_sequences=samples,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+            for k, completion in enumerate(texts):
+                boxed = re.search(r"\\boxed\{(\d+)\}", completion)
+                right += boxed is not None and boxed.group(1) == group[k // samples][1]
+    return right / (len(level1) * samples)
+
+
+def checked_warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> tuple[list[float], list[float]]:
+    """The warm start, then the addition check (world["check_*"]): below the bar, `check_steps`
+    more steps (fresh draws), at most `check_rounds` times; RuntimeError, in one line, when the
+    model still cannot add. Returns the losses and the accuracy after each check."""
+    losses = warm_start(model, tokenizer, rows, world, log)
+    checks = [addition_accuracy(model, tokenizer, rows, world["seed"])]
+    for extra in range(1, world["check_rounds"] + 1):
+        if checks[-1] >= world["check_min_acc"]:
+            break
+        log(f"[toy] addition check: the warm start adds one-digit numbers right {checks[-1]:.2f} of the time (T = 0.7, "
+            f"level 1; the toy needs {world['check_min_acc']}): {world['check_steps']} more warm-start steps")
+        losses += warm_start(model, tokenizer, rows, world, log, steps=world["check_steps"], seed=world["seed"] + 1000 * extra)
+        checks.append(addition_accuracy(model, tokenizer, rows, world["seed"] + extra))
+    if checks[-1] < world["check_min_acc"]:
+        raise RuntimeError(f"toy world seed {world['seed']}: after {len(losses)} warm-start steps the model adds one-digit "
+                           f"numbers right {checks[-1]:.2f} of the time (T = 0.7, level 1; the toy needs "
+                           f"{world['check_min_acc']}), so RL and the readout would have little to work with; "
+                           f"build another world (--world-seed)")
+    log(f"[toy] addition check passed: one-digit sums right {checks[-1]:.2f} of the time (T = 0.7, level 1)")
+    return losses, checks
+
+
 def world_of(seed: int) -> tuple[dict, Path]:
     """The recipe with world seed `seed` (data splits, model initialisation, warm start) and its
-    cache: .cache/toy for the default seed, .cache/toy-w<seed> for the others."""
+    cache: .cache/toy for the default seed, .cache/toy-w<seed> for the others. ValueError for a
+    negative seed."""
+    if seed < 0:
+        raise ValueError(f"--world-seed {seed}: a seed is a non-negative integer")
     if seed == WORLD["seed"]:
         return WORLD, CACHE
     return {**WORLD, "seed": seed}, CACHE.parent / f"toy-w{seed}"
@@ -292,13 +363,13 @@ def _build_world(cache: Path, world: dict, log) -> Path:
     model = build_model(tokenizer, world)
     log(f"[toy] building the toy world under {cache} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
         f"{world['sft_steps']} warm-start steps)")
-    losses = warm_start(model, tokenizer, train, world, log)
+    losses, checks = checked_warm_start(model, tokenizer, train, world, log)
     model.save_pretrained(cache / "model", safe_serialization=True)
     tokenizer.save_pretrained(cache / "model")
     for name, rows in (("train", train), ("test", test)):
         (cache / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     stamp.write_text(json.dumps({"key": world_key(world), "world": world, "sft_first_loss": losses[0],
-                                 "sft_last_loss": sum(losses[-50:]) / 50, "seconds": time.perf_counter() - t0}, indent=1))
+                                 "sft_last_loss": sum(losses[-50:]) / 50, "sft_steps_run": len(losses), "addition_checks": checks, "seconds": time.perf_counter() - t0}, indent=1))
     log(f"[toy] world built in {time.perf_counter() - t0:.0f} s")
     return cache
 
@@ -381,14 +452,15 @@ METHODS = {
 }
 
 
-def parse_methods(text: str) -> list[str]:
-    """`credo,rlcr` -> ["credo", "rlcr"]; ValueError naming what is unknown."""
-    methods = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ValueError(f"--methods {text!r}: unknown {', '.join(unknown) or '(none given)'}; the toy trains "
-                         f"{', '.join(METHODS)} (comma-separated)")
-    return methods
+def parse_names(text: str, option: str, known) -> list[str]:
+    """`credo,rlcr` -> ["credo", "rlcr"], each one of `known`; ValueError naming `option` and what
+    is unknown (toy.py's --methods, toy_tables.py's --rows)."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in known]
+    if unknown or not names:
+        raise ValueError(f"{option} {text!r}: unknown {', '.join(unknown) or '(none given)'}; the choices are "
+                         f"{', '.join(known)} (comma-separated)")
+    return names
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -402,15 +474,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. alpha=0 for the ablation)")
     args = parser.parse_args(argv)
     try:                                                     # bad input: one line, before the world is built
-        methods = parse_methods(args.methods or ("credo" if args.quick else "credo,rlcr"))
-        if args.world_seed < 0:
-            raise ValueError(f"--world-seed {args.world_seed}: a seed is a non-negative integer")
+        methods = parse_names(args.methods or ("credo" if args.quick else "credo,rlcr"), "--methods", METHODS)
+        world, cache = world_of(args.world_seed)
     except ValueError as error:
         sys.exit(f"toy: {error}")
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    world, cache = world_of(args.world_seed)
     build_world(cache, world)
     t_world = time.perf_counter() - t_start
     quick = ["max_steps=40", "save_every=40"] if args.quick else []

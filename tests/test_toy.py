@@ -64,6 +64,37 @@ def test_scripted_completions_carry_the_rollout_formats():
         assert ("\\boxed{10}" in verbal) == right
 
 
+def test_the_no_analysis_format_has_no_analysis_and_the_same_solution():
+    rng_a, rng_b = random.Random(5), random.Random(5)
+    for _ in range(20):
+        ops = toy.make_problem(rng_a, 3)[0]
+        toy.make_problem(rng_b, 3)
+        plain, right = toy.scripted_completion(ops, "readout_noanalysis", rng_a)
+        full, right_full = toy.scripted_completion(ops, "readout", rng_b)        # the same draws
+        assert plain.endswith("}. <confidence>") and "<analysis>" not in plain and right == right_full
+        assert full.startswith(plain[: -len("<confidence>")]) and "</analysis> <confidence>" in full
+
+
+def test_the_addition_check_adds_steps_until_the_model_adds_and_fails_in_one_line(monkeypatch):
+    world = {**toy.WORLD, "check_min_acc": 0.85, "check_steps": 7, "check_rounds": 2}
+    calls, logs = [], []
+    monkeypatch.setattr(toy, "warm_start", lambda model, tok, rows, w, log, steps=None, seed=None:
+                        calls.append((steps, seed)) or [1.0] * (steps or 3))
+    for accuracies, expected_calls in (([0.9], [(None, None)]),
+                                       ([0.6, 0.88], [(None, None), (7, world["seed"] + 1000)])):
+        calls.clear()
+        sequence = iter(accuracies)
+        monkeypatch.setattr(toy, "addition_accuracy", lambda *args, **kwargs: next(sequence))
+        losses, checks = toy.checked_warm_start(None, None, [], world, logs.append)
+        assert calls == expected_calls and checks == accuracies and len(losses) == 3 + 7 * (len(accuracies) - 1)
+    assert "right 0.60 of the time" in logs[-2] and "7 more warm-start steps" in logs[-2] and "passed: one-digit sums right 0.88" in logs[-1]
+    sequence = iter([0.5, 0.6, 0.7])
+    monkeypatch.setattr(toy, "addition_accuracy", lambda *args, **kwargs: next(sequence))
+    with pytest.raises(RuntimeError) as failed:
+        toy.checked_warm_start(None, None, [], world, logs.append)
+    assert "right 0.70 of the time" in str(failed.value) and "--world-seed" in str(failed.value) and "\n" not in str(failed.value)
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     for argv, says in ((["--methods", "credo,ppo"], "unknown ppo"), (["--world-seed", "-3"], "non-negative")):
         with pytest.raises(SystemExit) as stop:
@@ -102,6 +133,19 @@ def learning_run(tmp_path, toy_world, *overrides) -> list[dict]:
                              "save_rollouts=false", *overrides], cwd=toy.ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return [json.loads(line) for line in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_built_world_passed_its_addition_check_and_the_check_is_reproducible(toy_world):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    stamp = json.loads((toy_world / "world.json").read_text())
+    assert stamp["addition_checks"][-1] >= toy.WORLD["check_min_acc"]
+    rows = [json.loads(line) for line in (toy_world / "train.jsonl").read_text().splitlines()]
+    model = AutoModelForCausalLM.from_pretrained(toy_world / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(toy_world / "model")
+    rounds = len(stamp["addition_checks"]) - 1              # the check's seed is the world's + its round
+    again = toy.addition_accuracy(model, tokenizer, rows, toy.WORLD["seed"] + rounds)
+    assert again == pytest.approx(stamp["addition_checks"][-1], abs=0.01)    # 400 samples: 0.01 is 4 of them
 
 
 @pytest.mark.slow
