@@ -82,6 +82,8 @@ def harness():
         code = compile(request["program"], "<solution>", "exec")
     except BaseException:  # noqa: BLE001 (a program that does not compile fails)
         send(channel, b"X")
+        if kind == "assert":
+            end_server(server)
         return
     sys.argv = ["solution.py"]
     if kind == "stdio":
@@ -89,7 +91,10 @@ def harness():
     elif kind == "call":
         run_call(code, request["fn_name"], request["inputs"], channel)
     else:
-        run_assert(request, server, channel)
+        try:
+            run_assert(request, server, channel)
+        finally:
+            end_server(server)
 
 
 def read_all(fd):
@@ -262,6 +267,25 @@ def start_server(loader, code, devnull, processes):
     if tag != b"R":
         raise OSError("the program server failed to start")
     return server_stdin, server_stdout
+
+
+def end_server(server):
+    """Assert kind, in A: close B's pipes, then wait until B is gone.
+
+    B's next read ends (EOF) and it exits; A exits only after that, so that B
+    dies while it is still A's child.  Were A to exit first, B would be
+    orphaned: no longer listed below A when the parent stops the sandbox, it
+    would be reaped as a zombie by the host's PID 1.  A B that does not exit
+    (a program's thread that never ends) keeps A waiting until the parent,
+    which has the verdict already, kills B and then A.  SIGCHLD is ignored, so
+    the kernel reaps B and ``waitpid`` reports ECHILD once it is gone.
+    """
+    for fd in server:
+        os.close(fd)
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        pass
 
 
 def run_assert(request, server, channel):
