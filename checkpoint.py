@@ -26,6 +26,7 @@ import yaml
 import parallel
 from policy import Policy
 
+
 def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, data_cursor: int, cfg: dict,
                     world: parallel.World | None = None) -> Path:
     """runs/<name>/ckpt/step_XXXXXX/ after `step` completed optimizer steps.
@@ -148,7 +149,7 @@ class PreemptionGuard:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __enter__(self) -> "PreemptionGuard":
+    def __enter__(self) -> PreemptionGuard:
         self.received: int | None = None
         self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self

@@ -6,7 +6,7 @@
 
 One protocol (`Client.ask`), two transports (README "Confidence at inference"):
 1. generate from the prompt's token ids (rollout.build_prompt_ids); a readout checkpoint
-   stops at `<confidence>` (engine.stop_strings);
+   stops at `<confidence>` (engine.stop_strings of its ConfidencePlan);
 2. close the slot (rollout.close_slot; through_slot with thinking on), find the segments;
 3. readout channels: c = sigmoid(z_H - z_L) at the slot (`eq:readout`), as sigmoid(log p(H) -
    log p(L)) (one softmax normaliser) from the prompt log-probs of `prompt + completion + [H]`
@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 import yaml
 
+import config
 import engine
 import losses
 import rollout as ro
@@ -119,12 +120,11 @@ def engine_dtype(cfg: dict) -> str:
     return {"bf16": "bfloat16", "fp32": "float32"}[cfg["precision"]]
 
 
-def confidence_source(cfg: dict) -> str:
+def confidence_source(plan: config.ConfidencePlan) -> str:
     """What c is: "readout" (readout channels), "digit_exp" (a CREDO checkpoint on the verbalized
-    prompt with confidence=digit_exp, which stops at the slot) or "numeral" (the baselines)."""
-    if cfg["channel"].startswith("readout"):
-        return "readout"
-    return "digit_exp" if engine.reads_at_slot(cfg) else "numeral"
+    prompt with confidence=digit_exp, which stops at the slot) or "numeral" (the baselines;
+    a baseline's digit-expectation weights were a training-time pass)."""
+    return plan.source if plan.stops_at_slot else "numeral"
 
 
 def reserved_ids(tokenizer, ckpt: str) -> tuple[int, int]:
@@ -175,7 +175,7 @@ class ServerTransport:
             if isinstance(err.reason, (TimeoutError, socket.timeout)):
                 raise self.timeout_error() from err
             raise ClientError(f"cannot reach {self.base_url}: {err.reason}; check --server") from err
-        except (TimeoutError, socket.timeout) as err:
+        except TimeoutError as err:
             raise self.timeout_error() from err
 
     def timeout_error(self) -> ClientError:
@@ -208,7 +208,7 @@ class LocalTransport:
     """A vllm.LLM for the checkpoint in this process (engine.VLLMEngine)."""
 
     def __init__(self, ckpt: str, cfg: dict):
-        self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, engine_dtype(cfg))
+        self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, config.confidence_plan(cfg), engine_dtype(cfg))
 
     def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
         sample = self.engine.generate([list(prompt_ids)], 1, seed)[0]     # its settings are `settings`
@@ -256,7 +256,7 @@ class SlotTokens:
 
 def slot_tokens(tokenizer, cfg: dict, ckpt: str) -> SlotTokens:
     """The ids the checkpoint's confidence needs; one clear error when its tokenizer lacks them."""
-    if confidence_source(cfg) == "readout":
+    if confidence_source(config.confidence_plan(cfg)) == "readout":
         return SlotTokens(*reserved_ids(tokenizer, ckpt))
     return SlotTokens(digits=[single_token(tokenizer, str(d)) for d in range(10)], dot=single_token(tokenizer, "."))
 
@@ -278,8 +278,9 @@ class Client:
 
     def __init__(self, cfg: dict, tokenizer, tokens: SlotTokens, transport):
         self.cfg, self.tokenizer, self.tokens, self.transport = cfg, tokenizer, tokens, transport
-        self.source = confidence_source(cfg)
-        self.settings = engine.sampling_settings(cfg)
+        self.plan = config.confidence_plan(cfg)
+        self.source = confidence_source(self.plan)
+        self.settings = engine.sampling_settings(cfg, self.plan)
 
     def prompt_ids(self, question: str) -> list[int]:
         return ro.build_prompt_ids(self.tokenizer, question, self.cfg["channel"], self.cfg["domain"],
@@ -306,7 +307,7 @@ class Client:
     def read(self, prompt: list[int], sampled: list[int], finish: str, threshold: float = 0.5) -> Answer:
         """Steps 2-3 of the protocol on a completion (sampled, or any text to read)."""
         closed = engine.closed_sample(self.tokenizer, sampled, [0.0] * len(sampled), finish, self.settings["stop"],
-                                  engine.cuts_at_slot(self.cfg))
+                                  self.plan.cuts_at_slot)
         ids, finish = closed.token_ids, closed.finish_reason
         text = ro.decode(self.tokenizer, ids)
         channel = self.cfg["channel"] if self.source != "digit_exp" else "readout"   # digit_exp stops at the slot

@@ -20,14 +20,13 @@ import difflib
 import functools
 import importlib.util
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
-from data import EVAL_SETS
-from engine import cuts_at_slot, reads_at_slot
+from methods import METHODS, method_of
 from rollout import DOMAINS
 
 ROOT = Path(__file__).resolve().parent
@@ -177,7 +176,7 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> dict:
 def validate_config(cfg: dict) -> None:
     """Refuse values the loop does not implement, and combinations that mean nothing, with the reason."""
     choices = {
-        "method": ("credo", "grpo", "rlcr", "dcpo"),
+        "method": tuple(METHODS),
         "channel": ("readout", "readout_noanalysis", "verbalized"),
         "answer_reward_shape": ("additive", "gated", "none"),
         "confidence": ("auto", "readout", "digit_exp", "numeral"),
@@ -198,31 +197,33 @@ def validate_config(cfg: dict) -> None:
         if cfg[key] not in allowed:
             raise ValueError(f"{key}={cfg[key]!r} is not supported; choose one of {allowed}")
     method, channel, source = cfg["method"], cfg["channel"], confidence_source(cfg)
+    reads = method_of(method).reads             # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")
     if readout_channel and source != "readout":
         raise ValueError(f"confidence={cfg['confidence']} needs the verbalized channel; channel={channel} has a readout")
     if not readout_channel and source == "readout":
         raise ValueError("confidence=readout needs a readout channel, not channel=verbalized")
-    if method in ("rlcr", "dcpo") and readout_channel:
+    if reads == "report" and readout_channel:
         raise ValueError(f"method={method} needs the verbalized channel (its reward scores the sampled numeral), "
                          f"not channel={channel}")
-    if method == "grpo" and readout_channel and cfg["conf_train"] != "head":
-        raise ValueError("method=grpo on a readout channel is only the auxiliary-head arm (conf_train=head); "
-                         "plain GRPO uses channel=verbalized")
-    if method == "credo" and source == "numeral":
-        raise ValueError("method=credo needs a confidence with logits (readout or digit_exp), not the parsed numeral")
+    if reads == "nothing" and readout_channel and cfg["conf_train"] != "head":
+        raise ValueError(f"method={method} on a readout channel is only the auxiliary-head arm (conf_train=head); "
+                         f"plain {method} uses channel=verbalized")
+    if reads == "model" and source == "numeral":
+        raise ValueError(f"method={method} needs a confidence with logits (readout or digit_exp), not the parsed numeral")
     if cfg["alpha"] != 0 and source == "numeral":
         raise ValueError("alpha > 0 needs a differentiable confidence: the parsed numeral has none "
                          "(use confidence=digit_exp with method=credo for regression on the verbalized slot)")
-    if cfg["alpha"] != 0 and method != "credo" and cfg["conf_train"] != "head":
+    if cfg["alpha"] != 0 and reads != "model" and cfg["conf_train"] != "head":
         raise ValueError(f"alpha > 0 with method={method} is only meaningful with conf_train=head (an auxiliary "
                          f"BCE head); {method}'s own calibration comes from its reward")
     if cfg["conf_train"] == "sampled":
-        if method != "credo" or channel != "readout":
-            raise ValueError("conf_train=sampled (readout + reward only) needs method=credo on channel=readout")
+        if reads != "model" or channel != "readout":
+            raise ValueError("conf_train=sampled (readout + reward only) needs a method that reads the model's c "
+                             "(method=credo) on channel=readout")
         if cfg["alpha"] != 0:
             raise ValueError("conf_train=sampled removes the regression: set alpha=0")
-    if cfg["conf_train"] == "head" and (method == "credo" or not readout_channel):
+    if cfg["conf_train"] == "head" and (reads == "model" or not readout_channel):
         raise ValueError("conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
                          "CREDO's readout drives its own rewards and is regressed directly")
     unknown = [name for name in reporters(cfg) if name not in REPORTERS]
@@ -281,14 +282,14 @@ class ConfidencePlan:
                    pair for F_i (conf_train=sampled)
     """
 
-    prompt: str
-    segments: str
-    source: str
-    rewards_read: str
-    weights_read: str
+    prompt: Literal["readout", "readout_noanalysis", "verbalized"]
+    segments: Literal["readout", "readout_noanalysis", "verbalized"]
+    source: Literal["readout", "digit_exp", "numeral"]
+    rewards_read: Literal["model", "numeral", "slot_token"]
+    weights_read: Literal["model", "numeral", "digit_pass"]
     teacher_digits: bool
-    cal_loss: str
-    record: str
+    cal_loss: Literal["regression", "head"]
+    record: Literal["model", "report"]
     stops_at_slot: bool
     cuts_at_slot: bool
     samples_slot_token: bool
@@ -306,8 +307,12 @@ def confidence_plan(cfg: dict) -> ConfidencePlan:
     ('numeral', True)
     """
     source, sampled = confidence_source(cfg), cfg["conf_train"] == "sampled"
-    baseline = cfg["method"] != "credo"
-    stops = reads_at_slot(cfg)
+    baseline = method_of(cfg["method"]).reads != "model"
+    # Rollouts end at the slot where c is read from the logits there: the readout channels, and
+    # a method reading the model's c on the verbalized prompt (eq:digitexp); not where the slot
+    # token itself is sampled. With thinking on they are cut there after generation instead of
+    # stopped by the string `<confidence>` (a reasoning trace may mention the tag).
+    stops = not sampled and (cfg["channel"].startswith("readout") or (not baseline and source == "digit_exp"))
     rewards = "slot_token" if sampled else "numeral" if cfg["channel"] == "verbalized" and baseline else "model"
     if baseline and source == "digit_exp":
         weights = "digit_pass"
@@ -325,7 +330,7 @@ def confidence_plan(cfg: dict) -> ConfidencePlan:
         cal_loss="head" if cfg["conf_train"] == "head" else "regression",
         record="report" if rewards != "model" and cfg["channel"] == "verbalized" else "model",
         stops_at_slot=stops,
-        cuts_at_slot=cuts_at_slot(cfg),
+        cuts_at_slot=stops and bool(cfg["enable_thinking"]),
         samples_slot_token=sampled,
     )
 
@@ -385,93 +390,6 @@ def run_dir_of(cfg: dict) -> Path:
     if cfg["resume"] and cfg["resume"] != "auto":
         return Path(cfg["resume"]).parent.parent
     return Path(cfg["out_dir"]) / (cfg["run_name"] or f"{cfg['config_name']}-s{cfg['seed']}")
-
-
-# ============================================================================================
-# The paper's tables as commands (configs/tables.yaml): `bash run.sh list`, `bash run.sh table X`.
-# ============================================================================================
-
-TABLES_FILE = CONFIG_DIR / "tables.yaml"
-
-
-def load_tables() -> dict:
-    return yaml.safe_load(TABLES_FILE.read_text())
-
-
-def _table_name(name: str, tables: dict) -> str:
-    key = name if name.startswith("tab:") else f"tab:{name}"
-    if key not in tables:
-        raise KeyError(f"no table {name!r} in {TABLES_FILE.name}; known: {', '.join(tables)}")
-    return key
-
-
-def table_runs(name: str) -> list[dict]:
-    """Every (row, domain, seed[, model]) of a table: its label, the train command (None for a
-    base model) and what eval.py gets for it (a run directory or a base model id)."""
-    tables = load_tables()
-    spec = tables[_table_name(name, tables)]
-    runs = []
-    for domain in spec["domains"]:
-        for model in spec.get("models", [None]):
-            for row in spec["rows"]:
-                label = row["label"] + (f" ({Path(model).name})" if model else "")
-                if "base" in row:
-                    base = model if row["base"] == "model" else row["base"]
-                    runs.append({"label": label, "domain": domain, "model": model, "seed": None, "train": None, "eval": base})
-                    continue
-                wanted = [f"domain={domain}", *([f"model={model}"] if model else []), *row.get("set", [])]
-                plain = load_config(row["config"], [f"domain={domain}"])
-                # an override equal to what the config already gives names the same run: leave it out
-                overrides = [o for o in wanted if o.startswith("domain=") or
-                             load_config(row["config"], [f"domain={domain}", o])[o.split("=")[0]] != plain[o.split("=")[0]]]
-                for seed in spec["seeds"]:
-                    cfg = load_config(row["config"], [*overrides, f"seed={seed}"])
-                    command = " ".join(["bash run.sh", row["config"], *overrides, f"seed={seed}"])
-                    runs.append({"label": label, "domain": domain, "model": model, "seed": seed, "eval": str(run_dir_of(cfg)),
-                                 "train": shlex.join(command.split())})
-    return runs
-
-
-def table_commands(name: str) -> str:
-    """The shell commands that regenerate a table: every training run, then one eval.py call
-    per training domain (and model size: one engine holds one architecture) over all
-    evaluation sets, in and out of domain."""
-    tables = load_tables()
-    key = _table_name(name, tables)
-    spec, runs = tables[key], table_runs(name)
-    seen, lines = set(), [f"# {key}: {spec['title']}", "# 1. training runs (each resumable with resume=<run>/ckpt/step_N)"]
-    for run in runs:
-        if run["train"] and run["train"] not in seen:
-            seen.add(run["train"])
-            lines.append(run["train"])
-    lines.append("# 2. evaluation (writes tables and figures under runs/tables/)")
-    sets = ",".join(EVAL_SETS)
-    base_seeds = ",".join(str(s) for s in spec["seeds"])
-    for domain, model in dict.fromkeys((r["domain"], r["model"]) for r in runs):
-        entries = list(dict.fromkeys(f"{r['label']}={r['eval']}" for r in runs if (r["domain"], r["model"]) == (domain, model)))
-        out = f"runs/tables/{key.split(':')[1]}/{domain}" + (f"-{Path(model).name}" if model else "")
-        lines.append(shlex.join(["python", "eval.py", "--ckpt", ",".join(entries), "--sets", sets,
-                                 "--base-seeds", base_seeds, "--config", domain, "--out", out]))
-    return "\n".join(lines)
-
-
-def list_configs() -> str:
-    """Every config with its first comment line and the table rows it trains."""
-    tables = load_tables()
-    rows_of: dict[str, list[str]] = {}
-    for key, spec in tables.items():
-        for row in spec["rows"]:
-            if "config" in row:
-                extra = f" [{' '.join(row['set'])}]" if row.get("set") else ""
-                rows_of.setdefault(row["config"], []).append(f"{key} '{row['label']}'{extra}")
-    lines = []
-    for path in (CONFIG_DIR / f"{name}.yaml" for name in config_names()):
-        first = next((l.lstrip("# ").strip() for l in path.read_text().splitlines() if l.startswith("#")), "")
-        lines.append(f"{path.stem:<18} {first}")
-        for where in rows_of.get(path.stem, []):
-            lines.append(f"{'':<18}   -> {where}")
-    lines.append(f"\ntables ({TABLES_FILE.relative_to(ROOT)}): {', '.join(tables)}; `bash run.sh table <name>` prints their commands")
-    return "\n".join(lines)
 
 
 # ============================================================================================

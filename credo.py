@@ -64,12 +64,22 @@ import parallel
 import policy as pol
 import rollout as ro
 import runlog
+import tables
 import verifier
-from checkpoint import (Preempted, PreemptionGuard, checkpoint_step, clear_run, restore_state, resume_point,
-                        save_checkpoint)
+from checkpoint import (
+    Preempted,
+    PreemptionGuard,
+    checkpoint_step,
+    clear_run,
+    restore_state,
+    resume_point,
+    save_checkpoint,
+)
 from config import ConfidencePlan
 from engine import make_engine
+from methods import ConfidenceReads, Credit, confidence_reads, credit
 from policy import Batch, Policy
+from runlog import StepStats
 
 
 @dataclass
@@ -159,50 +169,6 @@ def warmup(value: float, step: int, warmup_steps: int) -> float:
     return value * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else value
 
 
-def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: torch.Tensor, cfg: dict, kappa: float,
-           weight_conf: torch.Tensor | None = None, weight_valid: torch.Tensor | None = None) -> dict:
-    """Rewards, target, weights and group-standardised advantages for whole groups.
-
-    conf: [N] the confidence the rewards read, detached: the model's c (CREDO's readout or
-    digit expectation), or a report sampled as text (the baselines' parsed numeral q, the
-    sampled slot token of conf_train=sampled); entries outside `valid` are ignored.
-    weight_conf, weight_valid: the confidence that drives eq:sw's weights when it is not
-    `conf` (the readout under conf_train=sampled, a baseline's digit expectation).
-
-    credo  r_ans = beta F + a (or another shape), r_conf = F (1 - (t - c)^2)   (eq:rewards3)
-    grpo   r = a on every token                                                (eq:grpo)
-    rlcr   r = a - (q - a)^2 on every token                                    (eq:rewards)
-    dcpo   r_reason = a on the answer, r_conf = -|q - R_IG| on the analysis     (eq:rewards)
-    Every method's answer advantage is scaled by the discrepancy weights of eq:sw
-    (w = 1 when kappa = 0), and conf_advantage=false zeroes A^conf (the ablation).
-    """
-    group, method = cfg["group_size"], cfg["method"]
-    target = losses.hybrid_target(correct, cfg["gamma"], group)
-    q = torch.where(valid, conf.float(), float("nan"))                        # a missing report is NaN, never 0
-    if method == "credo":
-        c = torch.where(valid, conf.float(), 0.0)                             # F = 0 wherever c is missing
-        r_ans, r_conf = losses.credo_rewards(correct, fmt, c, target, cfg["beta"], cfg["answer_reward_shape"])
-    elif method == "grpo":
-        r_ans = r_conf = correct.float()
-    elif method == "rlcr":
-        r_ans = r_conf = losses.rlcr_reward(correct, q)
-    elif method == "dcpo":
-        r_ans, r_conf = losses.dcpo_rewards(correct, q, cfg["dcpo_lambda"], group)
-    else:
-        raise ValueError(f"unknown method {method!r}")
-    if weight_conf is None:
-        weight_conf, weight_valid = conf, valid
-    adv_conf = losses.group_standardize(r_conf, group)
-    return {
-        "target": target,
-        "r_ans": r_ans,
-        "r_conf": r_conf,
-        "w": losses.discrepancy_weights(correct, weight_conf, weight_valid, kappa, group, cfg["w_min"], cfg["w_max"]),
-        "adv_ans": losses.group_standardize(r_ans, group),
-        "adv_conf": adv_conf if cfg["conf_advantage"] else torch.zeros_like(adv_conf),
-    }
-
-
 # ============================================================================================
 # Step 6: the update.
 # ============================================================================================
@@ -217,17 +183,6 @@ def make_optimizer(model, cfg: dict, device_type: str) -> torch.optim.AdamW:
                              eps=cfg["adam_eps"], weight_decay=cfg["weight_decay"], **fused)
 
 
-def clip_gradients(model, max_norm: float | None) -> float:
-    """Clip the global gradient norm (no-op for None) and return the norm before clipping.
-
-    Under FSDP2 it first releases the gathered root unit (parallel.release_root: the last
-    backward of the update is done), so the norm runs over the sharded DTensor gradients
-    of every rank and is the norm of the whole, rank-averaged gradient."""
-    parallel.release_root(model)
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm if max_norm is not None else float("inf"))
-    return parallel.grad_norm(norm)
-
-
 def confidence_loss(fwd: pol.Forward, conf: torch.Tensor, target: torch.Tensor, correct: torch.Tensor, valid: torch.Tensor,
                     plan: ConfidencePlan) -> torch.Tensor:
     """The term alpha multiplies: L_cal (eq:calloss), or the auxiliary head's BCE (conf_train=head)."""
@@ -236,8 +191,46 @@ def confidence_loss(fwd: pol.Forward, conf: torch.Tensor, target: torch.Tensor, 
     return losses.calibration_loss(conf, target, valid)
 
 
+def group_credit(rows: list[int], c_model: torch.Tensor | None, out: Outcomes, reads: ConfidenceReads, cfg: dict,
+                 kappa: float) -> Credit:
+    """credit() for the whole groups `rows`; c_model: [len(rows)] their detached model c,
+    wherever `reads` leaves it to the model."""
+    if reads.rewards is not None:
+        conf, conf_valid = reads.rewards[rows], reads.rewards_valid[rows]
+    else:
+        conf, conf_valid = c_model, out.valid[rows]
+    if reads.weights is not None:
+        w_conf, w_valid = reads.weights[rows], reads.weights_valid[rows]
+    else:
+        w_conf, w_valid = c_model, out.valid[rows]
+    return credit(out.correct[rows], out.fmt[rows], conf, conf_valid, cfg, kappa, w_conf, w_valid)
+
+
+def split_group_credit(policy: Policy, batch: Batch, micro: list[list[int]], whole: list[bool], out: Outcomes,
+                       reads: ConfidenceReads, cfg: dict, plan: ConfidencePlan, kappa: float) -> Credit:
+    """Credit of every row whose micro-batch does not hold whole groups, [N] (0 elsewhere).
+
+    Credit needs every group member's confidence. A group placed whole in a micro-batch gets
+    its model c from that micro-batch's training forward; a group too long for one micro-batch
+    (its rows split over several) gets it here, from a no-grad pass over its rows first.
+    Where credit reads no model c (reports sampled as text), every row is credited here."""
+    n = len(batch)
+    if not plan.reads_model:
+        return group_credit(list(range(n)), None, out, reads, cfg, kappa)
+    c_model = torch.zeros(n)                                                          # [N]
+    with torch.no_grad():
+        for rows in (rows for rows, is_whole in zip(micro, whole) if not is_whole):
+            fwd = pol.forward(policy, batch.select(rows), packed=config.packing_enabled(cfg),
+                              detach_readout=plan.cal_loss == "head", logprobs=False)
+            c_model[rows] = pol.model_confidence(fwd).float().cpu()
+    split = sorted(row for rows, is_whole in zip(micro, whole) if not is_whole for row in rows)
+    part = group_credit(split, c_model[split], out, reads, cfg, kappa)
+    index = torch.tensor(split)
+    return Credit(*(torch.zeros(n).index_copy(0, index, value.float()) for value in part))
+
+
 def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: dict, plan: ConfidencePlan, step: int,
-                   n_total: float | None = None, n_valid_total: float | None = None) -> dict:
+                   n_total: float | None = None, n_valid_total: float | None = None) -> StepStats:
     """Forward/backward over micro-batches, one optimizer step. Returns the step's statistics.
 
     out.valid: the rollouts of L_cal; out.reported: what the rewards read instead of the
@@ -246,98 +239,70 @@ def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: 
     of J and L_cal; by default this call's N and |V|. Under data parallelism gradients are
     averaged over ranks, so a caller passes the global counts divided by the world size."""
     n, group = len(batch), cfg["group_size"]
-    correct, fmt, valid, reported = out.correct, out.fmt, out.valid, out.reported
     alpha, kappa = warmup(cfg["alpha"], step, cfg["warmup_steps"]), warmup(cfg["kappa"], step, cfg["warmup_steps"])
     n_norm = float(n_total) if n_total is not None else float(n)
     # |V| = 0 leaves L_cal a zero; a passed-in share |V|/W may be below 1 and is used as it is
-    n_valid = float(n_valid_total) if n_valid_total is not None and n_valid_total > 0 else max(float(valid.sum()), 1.0)
+    n_valid = float(n_valid_total) if n_valid_total is not None and n_valid_total > 0 else max(float(out.valid.sum()), 1.0)
     head, packed = plan.cal_loss == "head", config.packing_enabled(cfg)
-    weight_conf = {"numeral": reported, "digit_pass": out.weight_conf}.get(plan.weights_read)   # None: the model's c
-    weight_valid = None if weight_conf is None else ~torch.isnan(weight_conf)
-    reported_valid = None if reported is None else ~torch.isnan(reported)
-
-    def group_credit(rows, c_model: torch.Tensor | None) -> dict:
-        """credit() for whole groups; c_model: the detached c of these rows from a forward."""
-        if reported is not None:
-            conf, conf_valid = reported[rows], reported_valid[rows]
-        else:
-            conf, conf_valid = c_model, valid[rows]
-        if weight_conf is not None:
-            w_conf, w_valid = weight_conf[rows], weight_valid[rows]
-        else:
-            w_conf, w_valid = c_model, valid[rows]
-        return credit(correct[rows], fmt[rows], conf, conf_valid, cfg, kappa, w_conf, w_valid)
-
-    # Credit needs every group member's confidence. Reports sampled as text are known
-    # before any forward. The model's c of a group placed whole in a micro-batch comes from
-    # that micro-batch's training forward; a group too long for one micro-batch (its rows
-    # split over several) gets its c from a no-grad pass over its rows first.
-    needs_model_conf = plan.reads_model
+    reads = confidence_reads(out.reported, out.weight_conf, plan.weights_read)
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    mb_plan = pol.micro_batches(lengths, config.micro_batch_budget(cfg), group, whole_groups=needs_model_conf, packed=packed)
-    from_forward = [needs_model_conf and pol.holds_whole_groups(rows, group) for rows in mb_plan]
-    shared = {}   # [N] credit of every row whose confidences are known before its training forward
-    if not needs_model_conf:
-        shared = group_credit(list(range(n)), None)
-    elif not all(from_forward):
-        c_model = torch.zeros(n)
-        with torch.no_grad():
-            for rows in (rows for rows, whole in zip(mb_plan, from_forward) if not whole):
-                fwd = pol.forward(policy, batch.select(rows), packed=packed, detach_readout=head, logprobs=False)
-                c_model[rows] = pol.model_confidence(fwd).float().cpu()
-        split = sorted(row for rows, whole in zip(mb_plan, from_forward) if not whole for row in rows)
-        for key, value in group_credit(split, c_model[split]).items():
-            shared[key] = torch.zeros(n).index_copy(0, torch.tensor(split), value.float())
+    micro = pol.micro_batches(lengths, config.micro_batch_budget(cfg), group, whole_groups=plan.reads_model, packed=packed)
+    whole = [plan.reads_model and pol.holds_whole_groups(rows, group) for rows in micro]   # credited from their forward
+    shared = split_group_credit(policy, batch, micro, whole, out, reads, cfg, plan, kappa) if not all(whole) else None
 
-    conf_all = torch.zeros(n)
-    parts = {key: torch.zeros(n) for key in ("target", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")}
+    c_model = torch.zeros(n)                                  # [N] the model's c, detached
+    step_credit = Credit.zeros(n)                             # [N] each
     # Statistics stay on the device until the last backward: reading one back after each
     # backward would stall the GPU before every micro-batch (device: copy with .to(dev)).
     loss_terms, logp_of = [], []     # ((pg, cal), rows, |V| rows); (rows, logp [n_mb, L-1], mask, c unless credited)
     policy.model.train()
-    for rows, whole in zip(mb_plan, from_forward):
+    for rows, is_whole in zip(micro, whole):
         mb = batch.select(rows)
         fwd = pol.forward(policy, mb, packed=packed, detach_readout=head)
         conf = pol.model_confidence(fwd)                                          # [n_mb], with grad
-        if whole:   # credit needs the group's c: the one host sync of a micro-batch, between forward and backward
-            conf_all[rows] = conf.detach().float().cpu()
-            mb_credit = group_credit(rows, conf_all[rows])
+        if is_whole:   # credit needs the group's c: the one host sync of a micro-batch, between forward and backward
+            c_model[rows] = conf.detach().float().cpu()
+            mb_credit = group_credit(rows, c_model[rows], out, reads, cfg, kappa)
         else:
-            mb_credit = {key: value[rows] for key, value in shared.items()}
+            mb_credit = shared.select(rows)
         dev = fwd.logp.device
-        adv_tok = losses.token_advantages(
-            *(pol.to_device(t, dev) for t in (mb_credit["adv_ans"], mb_credit["adv_conf"], mb_credit["w"], mb.ans_mask, mb.conf_mask)))
-        completion_dev = pol.to_device(mb.completion_mask, dev)
-        pg = losses.clipped_policy_loss(fwd.logp, fwd.logp.detach(), adv_tok, completion_dev, cfg["clip_eps"])
-        cal = confidence_loss(fwd, conf, *(pol.to_device(t, dev) for t in (mb_credit["target"], correct[rows], valid[rows])), plan)
+        adv_tok = losses.token_advantages(*(pol.to_device(t, dev) for t in (
+            mb_credit.adv_ans, mb_credit.adv_conf, mb_credit.w, mb.ans_mask, mb.conf_mask)))   # [n_mb, L-1]
+        pg = losses.clipped_policy_loss(fwd.logp, fwd.logp.detach(), adv_tok, pol.to_device(mb.completion_mask, dev),
+                                        cfg["clip_eps"])
+        cal = confidence_loss(fwd, conf, *(pol.to_device(t, dev) for t in (mb_credit.target, out.correct[rows], out.valid[rows])),
+                              plan)
         # Both terms are means over the whole rollout batch (sequences for J, V for L_cal).
-        n_valid_mb = int(valid[rows].sum())
+        n_valid_mb = int(out.valid[rows].sum())
         loss = pg * len(rows) / n_norm + alpha * cal * n_valid_mb / n_valid
         loss.backward()
         loss_terms.append((torch.stack([pg.detach(), cal.detach()]), len(rows), n_valid_mb))
-        logp_of.append((rows, fwd.logp.detach(), mb.completion_mask, None if whole else conf.detach()))
-        for key in parts:
-            parts[key][rows] = mb_credit[key]
+        logp_of.append((rows, fwd.logp.detach(), mb.completion_mask, None if is_whole else conf.detach()))
+        step_credit.place(rows, mb_credit)
+
     loss_pg = loss_cal = 0.0
     for (pg, cal), (_, n_mb, n_valid_mb) in zip(torch.stack([terms for terms, _, _ in loss_terms]).tolist(), loss_terms):
-        loss_pg += pg * n_mb / n_norm
+        loss_pg += pg * n_mb / n_norm                          # the host sync of the step's losses, after every backward
         loss_cal += cal * n_valid_mb / n_valid
     completion_logp: list[torch.Tensor | None] = [None] * n   # per rollout, for the engine/trainer agreement metric
     for rows, logp, mask, conf in logp_of:
         for row, row_logp, row_mask in zip(rows, logp.cpu(), mask):
             completion_logp[row] = row_logp[row_mask]
         if conf is not None:
-            conf_all[rows] = conf.float().cpu()
+            c_model[rows] = conf.float().cpu()
 
-    grad_norm = clip_gradients(policy.model, cfg["max_grad_norm"])
+    grad_norm = parallel.clip_gradients(policy.model, cfg["max_grad_norm"])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     if plan.record == "report":   # a baseline's confidence of record: its report
-        conf_all, valid = reported.float(), reported_valid
-    return {"loss_pg": loss_pg, "loss_cal": loss_cal, "alpha": alpha, "kappa": kappa, "grad_norm": grad_norm,
-            "pad_fraction": 0.0 if packed else pol.pad_fraction(lengths, mb_plan), "micro_batches": len(mb_plan),
-            "readout_pass_rows": sum(len(rows) for rows, whole in zip(mb_plan, from_forward) if needs_model_conf and not whole),
-            "conf": conf_all, "conf_valid": valid, "completion_logp": completion_logp, **parts}
+        conf_of_record, conf_valid = out.reported.float(), reads.rewards_valid
+    else:
+        conf_of_record, conf_valid = c_model, out.valid
+    return StepStats(loss_pg=loss_pg, loss_cal=loss_cal, alpha=alpha, kappa=kappa, grad_norm=grad_norm,
+                     pad_fraction=0.0 if packed else pol.pad_fraction(lengths, micro), micro_batches=len(micro),
+                     readout_pass_rows=sum(len(rows) for rows, is_whole in zip(micro, whole)
+                                           if plan.reads_model and not is_whole),
+                     credit=step_credit, conf=conf_of_record, conf_valid=conf_valid, completion_logp=completion_logp)
 
 
 # ============================================================================================
@@ -402,7 +367,7 @@ def train(cfg: dict) -> Path:
     # It is built before any state is restored: vLLM re-seeds the global RNGs on start-up.
     # Each rank has its own (TP = 1), built from the full model before it is sharded.
     engine_dir = run_dir if not world.distributed else run_dir / "engine" / f"rank_{world.rank:05d}"
-    engine = make_engine(cfg, policy.model, policy.tokenizer, str(resume or cfg["model"]), engine_dir, policy.dtype)
+    engine = make_engine(cfg, plan, policy.model, policy.tokenizer, str(resume or cfg["model"]), engine_dir, policy.dtype)
     policy.model = parallel.shard_model(policy.model, world, policy.dtype)
     optimizer = make_optimizer(policy.model, cfg, world.device.type)
     start_step = 0
@@ -441,7 +406,7 @@ def train(cfg: dict) -> Path:
                     out.weight_conf = pol.digit_expectations(policy, rollouts, config.micro_batch_budget(cfg),
                                                              config.packing_enabled(cfg))
                 stats = train_on_batch(policy, optimizer, batch, out, cfg, plan, step, n_total=n_total, n_valid_total=n_valid_total)
-                logp_gap = runlog.engine_logprob_gap(rollouts, stats["completion_logp"], world)
+                logp_gap = runlog.engine_logprob_gap(rollouts, stats.completion_logp, world)
 
             # 7. weights into the engine
             with timed(timings, "sync"):
@@ -486,12 +451,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     try:                                    # bad input: one line naming the problem (a traceback with --debug)
         if argv[0] == "--list":
-            print(config.list_configs())
+            print(tables.list_configs())
             return
         if argv[0] == "--table":
             if len(argv) != 2:
-                raise ValueError(f"usage: credo.py --table <name>; tables: {', '.join(config.load_tables())}")
-            print(config.table_commands(argv[1]))
+                raise ValueError(f"usage: credo.py --table <name>; tables: {', '.join(tables.load_tables())}")
+            print(tables.table_commands(argv[1]))
             return
         dry_run = "--dry-run" in argv
         args = [a for a in argv if a != "--dry-run"]

@@ -12,19 +12,15 @@ the fixed seeded splits, checks every count against tab:data, and writes
 * ``<out>/manifest.json``: per set the source, requested and resolved revision, count
   beside the expected count, records excluded (by reason) and the sha256 of the file.
 
-A count that differs from tab:data is a warning naming the set and both counts (the
-sets are written); with ``--strict`` it raises ``CountMismatchError`` and nothing is
-written.  Records a converter cannot express faithfully, or cannot read at all, are
-excluded with a named reason that is counted in the manifest, never dropped silently,
-and never abort a source.  See ``docs/data.md`` for each set's source and conversion.
+A count that differs from tab:data is a warning naming both counts; with ``--strict`` it
+raises ``CountMismatchError`` and nothing is written.  A record a converter cannot express
+faithfully or read is excluded with a reason counted in the manifest, never silently and
+never aborting its source (``docs/data.md``: each set's source and conversion).
 
-Also here: ``load_rows``, the one reader of a prepared (or any normalized) JSONL file,
-or of a hub math dataset id, for training and evaluation; and ``EVAL_SETS`` /
-``SET_TITLES``, tab:data's evaluation sets.
-
-Not here: the per-dataset converters of raw records and the decoding of LiveCodeBench's
-pickled tests (``convert.py``); sampling, verifying or scoring the rows (``rollout.py``,
-``verifier.py``, ``eval.py``).
+Also here: ``load_rows``, the one reader of a normalized JSONL file or a hub math dataset
+id, for training and evaluation (tab:data's evaluation sets are named in ``evalsets.py``).
+Not here: the converters of raw records and LiveCodeBench's pickled tests (``convert.py``);
+sampling, verifying or scoring the rows (``rollout.py``, ``verifier.py``, ``eval.py``).
 """
 
 from __future__ import annotations
@@ -44,11 +40,11 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import convert
+from evalsets import EVAL_SETS, SET_TITLES  # noqa: F401 (data.EVAL_SETS: read with the sets it describes)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SEED = 1234
-DEFAULT_OUT = "data"
+DEFAULT_SEED, DEFAULT_OUT = 1234, "data"
 
 
 class CountMismatchError(ValueError):
@@ -56,7 +52,7 @@ class CountMismatchError(ValueError):
 
 
 # ---------------------------------------------------------------------------
-# Registry
+# The registry of tab:data
 # ---------------------------------------------------------------------------
 
 
@@ -91,10 +87,6 @@ class OutputSet:
     split: str | None = None
     keep: Callable[[dict], bool] | None = field(default=None, compare=False)
 
-
-# ---------------------------------------------------------------------------
-# The registry of tab:data
-# ---------------------------------------------------------------------------
 
 SOURCES: dict[str, Source] = {
     "deepscaler": Source("agentica-org/DeepScaleR-Preview-Dataset", "main", ("deepscaler.json",),
@@ -150,27 +142,6 @@ OUTPUTS: dict[str, OutputSet] = {
 
 # The normalized row of each domain: what prepare writes and load_rows reads.
 ROW_FIELDS = {"math": ("id", "problem", "answer"), "code": ("id", "problem", "tests")}
-
-# tab:data: the evaluation sets, their domain, samples drawn per problem (n) and problem count.
-EVAL_SETS = {
-    "deepscaler_test": {"domain": "math", "n": 4, "problems": 500},
-    "math500": {"domain": "math", "n": 4, "problems": 500},
-    "aime24": {"domain": "math", "n": 8, "problems": 30},
-    "aime25": {"domain": "math", "n": 8, "problems": 30},
-    "aime26": {"domain": "math", "n": 8, "problems": 30},
-    "amc23": {"domain": "math", "n": 8, "problems": 46},
-    "amc24": {"domain": "math", "n": 8, "problems": 45},
-    "deepcoder_test": {"domain": "code", "n": 4, "problems": 500},
-    "humanevalplus": {"domain": "code", "n": 4, "problems": 163},
-    "lcb_v5": {"domain": "code", "n": 4, "problems": 279},
-    "lcb_v6": {"domain": "code", "n": 4, "problems": 131},
-}
-SET_TITLES = {
-    "deepscaler_test": "DeepScaleR", "math500": "MATH-500", "aime24": "AIME-24", "aime25": "AIME-25",
-    "aime26": "AIME-26", "amc23": "AMC-23", "amc24": "AMC-24", "deepcoder_test": "DeepCoder",
-    "humanevalplus": "HumanEval+", "lcb_v5": "LCB v5", "lcb_v6": "LCB v6",
-}
-
 
 # ---------------------------------------------------------------------------
 # Reading

@@ -7,7 +7,7 @@ generation_config.json) and each ended exactly at `<confidence>` where the run r
 confidence there (rollout.close_slot); `push_weights(model)` copies the trainer's weights
 into the engine in memory; `sleep()` frees the GPU during the update.
 
-Holds: where a rollout stops (`reads_at_slot`, `stop_strings`), the sampling settings,
+Holds: the stop strings of a ConfidencePlan (config.py decides where a rollout ends), the sampling settings,
 per-rollout seeds, the engines and `make_engine`. Does not hold: prompts and segments
 (rollout.py). vLLM and transformers are imported when an engine is built.
 """
@@ -21,7 +21,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from rollout import CONF_CLOSE, CONF_OPEN, PrefixLengths, close_slot, decode, repaired_tokens, through_slot, tokens_covering
+from config import ConfidencePlan
+from rollout import (
+    CONF_CLOSE,
+    CONF_OPEN,
+    PrefixLengths,
+    close_slot,
+    decode,
+    repaired_tokens,
+    through_slot,
+    tokens_covering,
+)
 
 
 @dataclass
@@ -39,7 +49,7 @@ class Sample:
 def closed_sample(tokenizer, token_ids: list[int], logprobs: list[float], finish_reason: str,
                   stop: list[str], cut: bool = False) -> Sample:
     """An engine's sample, ended exactly at `<confidence>` (close_slot) when the engine stops
-    there, or cut right after the tag (through_slot, `cut`: cuts_at_slot). Where generation
+    there, or cut right after the tag (through_slot, `cut`: plan.cuts_at_slot). Where generation
     goes on past the tag (a sampled numeral or slot token) the text after it is the sample
     itself and is left as it is."""
     if cut:
@@ -53,42 +63,24 @@ def closed_sample(tokenizer, token_ids: list[int], logprobs: list[float], finish
     return Sample(kept, logprobs[: len(kept) - repaired], reason, repaired)
 
 
-def reads_at_slot(cfg: dict) -> bool:
-    """Whether rollouts end at the slot, where the confidence is read from the logits: the
-    readout channels, and the digit-expectation emission of `app:decompose` (`method: credo`
-    on the verbalized prompt, `confidence: digit_exp`); not when the slot token itself is
-    sampled (`conf_train: sampled`)."""
-    if cfg.get("conf_train") == "sampled":
-        return False
-    return cfg["channel"].startswith("readout") or (cfg.get("method") == "credo" and cfg.get("confidence") == "digit_exp")
+def stop_strings(plan: ConfidencePlan) -> list[str]:
+    """Where a rollout stops (besides EOS and the length budget), as the plan says:
 
-
-def cuts_at_slot(cfg: dict) -> bool:
-    """With thinking on, a rollout that ends at the slot is cut there by the engine after
-    generation (through_slot) instead of stopped by the string `<confidence>`: a reasoning
-    trace may mention the tag, and the stop string would end the rollout inside it."""
-    return reads_at_slot(cfg) and bool(cfg.get("enable_thinking"))
-
-
-def stop_strings(cfg: dict) -> list[str]:
-    """Where a rollout stops (besides EOS and the length budget).
-
-    * at `<confidence>`, kept in the output, when it ends at the slot (reads_at_slot) and
-      thinking is off (with thinking on it is cut there afterwards, cuts_at_slot);
+    * at `<confidence>`, kept in the output, when it ends at the slot (plan.stops_at_slot) and
+      is not cut there after generation (plan.cuts_at_slot: thinking on);
     * after `</confidence>` when the slot token itself is sampled and scored by the
-      reward (`conf_train: sampled`, the "readout + reward only" arm);
+      reward (plan.samples_slot_token: `conf_train: sampled`);
     * nowhere else on the verbalized channel: the numeral is sampled as text.
     """
-    if cfg.get("conf_train") == "sampled":
+    if plan.samples_slot_token:
         return [CONF_CLOSE]
-    if reads_at_slot(cfg) and not cuts_at_slot(cfg):
+    if plan.stops_at_slot and not plan.cuts_at_slot:
         return [CONF_OPEN]
     return []
 
 
-def sampling_settings(cfg: dict) -> dict:
+def sampling_settings(cfg: dict, plan: ConfidencePlan) -> dict:
     """Every sampling parameter, explicit: nothing may come from generation_config.json."""
-    stop = stop_strings(cfg)
     return {
         "temperature": float(cfg["temperature"]),
         "top_k": int(cfg["top_k"]),
@@ -98,7 +90,7 @@ def sampling_settings(cfg: dict) -> dict:
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
         "max_tokens": int(cfg["max_completion_tokens"]),
-        "stop": stop,
+        "stop": stop_strings(plan),
     }
 
 
@@ -115,7 +107,7 @@ class VLLMEngine:
     prompt of a group is computed once thanks to the prefix cache.
     """
 
-    def __init__(self, model_dir: str, tokenizer_dir: str, cfg: dict, dtype: str):
+    def __init__(self, model_dir: str, tokenizer_dir: str, cfg: dict, plan: ConfidencePlan, dtype: str):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM, SamplingParams
 
@@ -150,7 +142,7 @@ class VLLMEngine:
         self._asleep: set[str] = set()   # tags ("weights", "kv_cache") currently released
 
         self._params = SamplingParams
-        self.settings, self.cut_at_slot = sampling_settings(cfg), cuts_at_slot(cfg)
+        self.settings, self.cut_at_slot = sampling_settings(cfg, plan), plan.cuts_at_slot
         self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(dtype, dtype)
         self.llm = LLM(
             model=model_dir,
@@ -318,9 +310,9 @@ class HFEngine:
     tokens' under the processed distribution (T, top-k, top-p), as vLLM's (sample_next).
     """
 
-    def __init__(self, model, tokenizer, cfg: dict, dtype=None):
-        self.model, self.tokenizer, self.settings = model, tokenizer, sampling_settings(cfg)
-        self.cut_at_slot = cuts_at_slot(cfg)
+    def __init__(self, model, tokenizer, cfg: dict, plan: ConfidencePlan, dtype=None):
+        self.model, self.tokenizer, self.settings = model, tokenizer, sampling_settings(cfg, plan)
+        self.cut_at_slot = plan.cuts_at_slot
         self.dtype = dtype or torch.float32
         self.batch = cfg["hf_engine_batch"]
         if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1:
@@ -425,11 +417,12 @@ class HFEngine:
         pass
 
 
-def make_engine(cfg: dict, model, tokenizer, model_dir: str, run_dir, dtype) -> VLLMEngine | HFEngine:
+def make_engine(cfg: dict, plan: ConfidencePlan, model, tokenizer, model_dir: str, run_dir, dtype) -> VLLMEngine | HFEngine:
     """The configured engine, holding the trainer's current weights, computing in `dtype`
-    (a torch dtype: bf16 or fp32; the trainer's fp32 weights are cast on the push)."""
+    (a torch dtype: bf16 or fp32; the trainer's fp32 weights are cast on the push), stopping
+    where `plan` says."""
     if cfg["engine"] == "hf":
-        return HFEngine(model, tokenizer, cfg, dtype)
+        return HFEngine(model, tokenizer, cfg, plan, dtype)
     tokenizer_dir = Path(run_dir) / "tokenizer"
     tokenizer.save_pretrained(tokenizer_dir)          # the engine must see the reserved tokens
     model.config.save_pretrained(tokenizer_dir)       # vLLM reads a config.json beside the tokenizer
@@ -439,7 +432,8 @@ def make_engine(cfg: dict, model, tokenizer, model_dir: str, run_dir, dtype) -> 
         # The embedding matrix grew (no spare rows): vLLM must load a matrix of the new shape.
         source = str(Path(run_dir) / "engine_init")
         model.save_pretrained(source, safe_serialization=True)
-    engine = VLLMEngine(str(source), str(tokenizer_dir), cfg, {"torch.bfloat16": "bfloat16", "torch.float32": "float32"}[str(dtype)])
+    engine = VLLMEngine(str(source), str(tokenizer_dir), cfg, plan,
+                        {"torch.bfloat16": "bfloat16", "torch.float32": "float32"}[str(dtype)])
     engine.push_weights(model)                        # e.g. the freshly initialised reserved rows
     return engine
 

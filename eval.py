@@ -36,7 +36,7 @@ import policy as pol
 import rollout as ro
 import verifier
 from checkpoint import latest_checkpoint
-from engine import HFEngine, cuts_at_slot, make_engine, sampling_settings
+from engine import HFEngine, make_engine, sampling_settings
 from figures import make_figures
 from report import aggregate, write_tables
 
@@ -115,16 +115,17 @@ def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperatur
             cfg = {**ckpt.cfg, "temperature": temperature, "engine": engine_kind,
                    "channel": "readout" if ckpt.channel == "readout" else "verbalized",
                    "confidence": "auto", "conf_train": "regression"}
+            plan = config.confidence_plan(cfg)
             if engine is None:
-                engine = make_engine(cfg, model, tokenizer, ckpt.path, out_dir / "engine", policy.dtype)
+                engine = make_engine(cfg, plan, model, tokenizer, ckpt.path, out_dir / "engine", policy.dtype)
                 engine_vocab = tokenizer.get_vocab()
             else:   # the next checkpoint goes into the same engine by a weight push
                 if tokenizer.get_vocab() != engine_vocab:
                     raise ValueError(f"{ckpt.path} has another tokenizer than {ckpts[0].path}: evaluate it in its own run")
                 if isinstance(engine, HFEngine):
-                    engine = HFEngine(model, tokenizer, cfg, policy.dtype)
+                    engine = HFEngine(model, tokenizer, cfg, plan, policy.dtype)
                 else:
-                    engine.settings, engine.cut_at_slot = sampling_settings(cfg), cuts_at_slot(cfg)
+                    engine.settings, engine.cut_at_slot = sampling_settings(cfg, plan), plan.cuts_at_slot
                     engine.push_weights(model)
             run_seed = seed if seed is not None else (ckpt.seed if ckpt.seed is not None else 43)
             budget, packed = config.micro_batch_budget(cfg), config.packing_enabled(cfg)

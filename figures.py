@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from metrics import aurc, ece, reliability_points, selective_curve, tie_tax, value_concentration
-from report import DOMAIN_TITLES, SCOPE_TITLES, SCOPES, row_sort_key, record_scope, row_label, validate_record
+from report import DOMAIN_TITLES, SCOPE_TITLES, SCOPES, record_scope, row_label, row_sort_key, validate_record
 from rollout import DOMAINS
 
 METHOD_COLORS = {"Base": "C7", "GRPO": "C0", "RLCR": "C2", "DCPO": "C1", "CREDO": "C3"}

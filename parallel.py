@@ -63,7 +63,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -247,6 +252,17 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor of a (possibly) sharded DTensor; a collective for DTensors."""
 
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def clip_gradients(model, max_norm: float | None) -> float:
+    """Clip the global gradient norm (no-op for None) and return the norm before clipping.
+
+    Under FSDP2 it first releases the gathered root unit (parallel.release_root: the last
+    backward of the update is done), so the norm runs over the sharded DTensor gradients
+    of every rank and is the norm of the whole, rank-averaged gradient."""
+    release_root(model)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm if max_norm is not None else float("inf"))
+    return grad_norm(norm)
 
 
 def grad_norm(norm: torch.Tensor) -> float:

@@ -25,6 +25,7 @@ from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+import logprob_kernels
 import losses
 import rollout as ro
 
@@ -95,7 +96,7 @@ class Policy:
     high_id: int                 # <CONF_HIGH>
     low_id: int                  # <CONF_LOW>
     dtype: torch.dtype           # forward/backward compute (compute_dtype): fp32 weights under autocast
-    logprob_blocks: losses.LogprobBlocks | None = None   # compiled log-prob blocks (compile_update); None: eager
+    logprob_blocks: logprob_kernels.LogprobBlocks | None = None   # compiled log-prob blocks (compile_update); None: eager
     temperature: float = 1.0     # log pi_T = log_softmax(logits / T) of the sampled tokens (sampling_temperature)
 
 
@@ -144,7 +145,7 @@ class Batch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    def select(self, rows: list[int]) -> "Batch":
+    def select(self, rows: list[int]) -> Batch:
         """The given rows, trimmed to their longest sequence."""
         index = torch.tensor(rows, dtype=torch.long)
         width = int(self.attention_mask[index].sum(dim=1).max())
@@ -279,8 +280,8 @@ def pack_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rows of a batch without their padding, as one row: ids [1, S] and position ids
     [1, S] restarting at 0 for each sequence (S = sum of lengths), and each row's start [N].
 
-    >>> b = collate([ro.Rollout("q", [5, 6], [7], "", "stop", ro.Segments(1, 1, 1, None, None, False, True, False)),
-    ...              ro.Rollout("q", [8], [9, 4], "", "stop", ro.Segments(2, 2, 2, None, None, False, True, False))], 0)
+    >>> b = collate([ro.Rollout("q", [5, 6], [7], "", "stop", ro.Segments(answer_end=1, analysis_start=1, analysis_end=1, slot=None, conf_text=None, fmt=False, has_answer=True, has_analysis=False)),
+    ...              ro.Rollout("q", [8], [9, 4], "", "stop", ro.Segments(answer_end=2, analysis_start=2, analysis_end=2, slot=None, conf_text=None, fmt=False, has_answer=True, has_analysis=False))], 0)
     >>> [t.tolist() for t in pack_rows(b)]
     [[[5, 6, 7, 8, 9, 4]], [[0, 1, 2, 0, 1, 2]], [0, 3]]
     """
@@ -360,11 +361,11 @@ def compile_layers(model, backend: str = "inductor") -> None:
 
 def compile_update(policy: Policy, backend: str = "inductor") -> None:
     """What `compile_layers: true` (or auto, on CUDA) compiles for the update: the decoder
-    layers (compile_layers) and the log-prob head's blocks (losses.compile_logprob_blocks),
+    layers (compile_layers) and the log-prob head's blocks (logprob_kernels.compile_logprob_blocks),
     the two places where elementwise work between matmuls costs a GPU most. Idempotent."""
     compile_layers(policy.model, backend)
     if policy.logprob_blocks is None:
-        policy.logprob_blocks = losses.compile_logprob_blocks(backend)
+        policy.logprob_blocks = logprob_kernels.compile_logprob_blocks(backend)
 
 
 # --- The forward pass -----------------------------------------------------------------------
@@ -423,7 +424,7 @@ def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: 
             use_sequence_attention(model)
             hidden = model.model(input_ids=ids, position_ids=to_device(positions, device), attention_mask=torch.ones_like(ids),
                                  cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, use_cache=False).last_hidden_state   # [1, S, H]
-            flat_logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks,
+            flat_logp = logprob_kernels.token_logprobs(hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks,
                                                temperature=policy.temperature)                 # [1, S-1]
             logp = torch.where(completion_dev, flat_logp[0, to_device(index, device)], 0.0)
             row_starts = to_device(starts, device)
@@ -436,7 +437,7 @@ def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: 
             ids = to_device(batch.input_ids, device)
             hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
                                  use_cache=False).last_hidden_state                 # [N, L, H]
-            logp = losses.token_logprobs(hidden, lm_head, ids, score_mask=completion, blocks=policy.logprob_blocks,
+            logp = logprob_kernels.token_logprobs(hidden, lm_head, ids, score_mask=completion, blocks=policy.logprob_blocks,
                                           temperature=policy.temperature)                      # [N, L-1]
 
             def hidden_at(pos: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data import EVAL_SETS, SET_TITLES
+from evalsets import EVAL_SETS, SET_TITLES
 from metrics import METRIC_KEYS, calibration_metrics
 from rollout import DOMAINS
 

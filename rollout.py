@@ -303,12 +303,12 @@ def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_ma
 
     start = segments_start(text)
     if start is None:                                 # still thinking: nothing after the block
-        return Segments(n, n, n, None, None, False, False, False)
+        return Segments(answer_end=n, analysis_start=n, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=False, has_analysis=False)
 
     answer_stop = find_answer_end(text, channel, start)
     if answer_stop < 0:
         has_answer = answer_marker in text[start:]
-        return Segments(n, n, n, None, None, False, has_answer, False)
+        return Segments(answer_end=n, analysis_start=n, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=False)
     answer_end, _ = tokens_before(prefix, answer_stop)
     has_answer = answer_marker in text[start:answer_stop]
 
@@ -316,27 +316,27 @@ def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_ma
     if uses_analysis:
         close = text.find(ANALYSIS_CLOSE, answer_stop + len(ANALYSIS_OPEN))
         if close < 0:
-            return Segments(answer_end, answer_end, n, None, None, False, has_answer, False)
+            return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=False)
         after_analysis = close + len(ANALYSIS_CLOSE)
     else:
         after_analysis = answer_stop
 
     conf_open = text.find(CONF_OPEN, after_analysis)
     if conf_open < 0:
-        return Segments(answer_end, answer_end, n, None, None, False, has_answer, uses_analysis)
+        return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=uses_analysis)
     conf_end_char = conf_open + len(CONF_OPEN)
 
     if channel == "verbalized":
         conf_close = text.find(CONF_CLOSE, conf_end_char)
         conf_text = text[conf_end_char:conf_close] if conf_close >= 0 else None
         ok = has_answer and conf_text is not None and not math.isnan(parse_verbalized_confidence(conf_text))
-        return Segments(answer_end, answer_end, n, None, conf_text, ok, has_answer, True)
+        return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=conf_text, fmt=ok, has_answer=has_answer, has_analysis=True)
 
     slot, exact = tokens_before(prefix, conf_end_char)
     if not exact:  # the tag ends inside token `slot`: there is no clean slot position
-        return Segments(answer_end, answer_end, n, None, None, False, has_answer, uses_analysis, True, slot)
+        return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=uses_analysis, slot_misaligned=True, tag_token=slot)
     analysis_end = slot if uses_analysis else answer_end  # no-analysis variant: no confidence segment
-    return Segments(answer_end, answer_end, analysis_end, slot, None, has_answer, has_answer, uses_analysis)
+    return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=analysis_end, slot=slot, conf_text=None, fmt=has_answer, has_answer=has_answer, has_analysis=uses_analysis)
 
 
 def through_slot(tokenizer, completion_ids: list[int]) -> tuple[list[int], int]:

@@ -3,6 +3,7 @@
 #   bash run.sh setup                   create .venv (GPU or CPU stack) and the tiny local model
 #   bash run.sh test [pytest args]      the test suite (tests needing real third-party parts are skipped,
 #                                       and named, until `bash run.sh fixtures` has fetched them)
+#   bash run.sh lint [ruff args]        ruff's checks (pyproject.toml); CI runs it before the tests
 #   bash run.sh fixtures [--only a,b]   download Qwen3's tokenizer and real dataset records at pinned revisions,
 #                                       sha256-checked, into .cache/fixtures/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
@@ -90,6 +91,11 @@ case "$target" in
       export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / workers > 1 ? $(nproc) / workers : 1 ))}"
     fi
     exec "$PY" -m pytest -n "$workers" --dist loadgroup "$@"
+    ;;
+  lint)
+    shift
+    setup
+    exec "$PY" -m ruff check "$@" .          # pyproject.toml: the rules and why some are off
     ;;
   fixtures)
     shift

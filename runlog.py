@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -18,21 +19,56 @@ import torch
 import config
 import metrics
 import parallel
+from methods import Credit
+
+
+@dataclass
+class StepStats:
+    """What one update reports (runlog writes it): scalars, and per-rollout tensors [N]."""
+
+    loss_pg: float            # J of eq:grpo, as a batch mean
+    loss_cal: float           # L_cal of eq:calloss (or the auxiliary head's BCE), as a mean over V
+    alpha: float              # alpha and kappa after their warm-up
+    kappa: float
+    grad_norm: float          # before clipping
+    pad_fraction: float       # padded share of the micro-batches' token slots (0 when packed)
+    micro_batches: int
+    readout_pass_rows: int    # rows whose c came from a no-grad pass (their group was split)
+    credit: Credit            # [N] each
+    conf: torch.Tensor        # [N] the confidence of record: the model's c, or a baseline's report
+    conf_valid: torch.Tensor  # [N] bool: conf exists
+    completion_logp: list     # [N] of [completion tokens] the trainer's log-probs (None where absent)
+
+    def scalars(self) -> dict:
+        return {name: getattr(self, name) for name in ("loss_pg", "loss_cal", "alpha", "kappa", "grad_norm",
+                                                        "pad_fraction", "micro_batches", "readout_pass_rows")}
+
+    def per_rollout(self) -> dict:
+        return {"conf": self.conf, "conf_valid": self.conf_valid, **self.credit._asdict()}
+
+    def merged(self, scalars: dict, per_rollout: dict) -> StepStats:
+        """These statistics with `scalars` and `per_rollout` (as scalars() and per_rollout()
+        name them) in place of their own: the step over every rank."""
+        rows = dict(per_rollout)
+        conf, conf_valid = rows.pop("conf"), rows.pop("conf_valid")
+        return replace(self, **scalars, conf=conf, conf_valid=conf_valid, credit=Credit(**rows))
+
 
 def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, n_train_tokens: int) -> dict:
-    """valid: the readout exists; the confidence metrics use the reports the method reads."""
-    reported = stats["conf_valid"]
-    conf = stats["conf"][reported]
+    """valid: the readout exists; the confidence metrics use the confidence of record
+    (stats: credo.StepStats, over every rank)."""
+    reported = stats.conf_valid
+    conf = stats.conf[reported]
     a_valid = correct[reported]
     completion_tokens = sum(len(r.completion_ids) for r in rollouts)
     return {
-        "loss": stats["loss_pg"] + stats["alpha"] * stats["loss_cal"],
-        "loss_pg": stats["loss_pg"],
-        "loss_cal": stats["loss_cal"],
-        "alpha": stats["alpha"],
-        "kappa": stats["kappa"],
-        "reward_ans": float(stats["r_ans"].mean()),
-        "reward_conf": float(stats["r_conf"].mean()),
+        "loss": stats.loss_pg + stats.alpha * stats.loss_cal,
+        "loss_pg": stats.loss_pg,
+        "loss_cal": stats.loss_cal,
+        "alpha": stats.alpha,
+        "kappa": stats.kappa,
+        "reward_ans": float(stats.credit.r_ans.mean()),
+        "reward_conf": float(stats.credit.r_conf.mean()),
         "acc": float(correct.mean()),
         "format_rate": float(fmt.mean()),
         "readout_rate": float(valid.float().mean()),
@@ -43,11 +79,11 @@ def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, 
         "ece": metrics.ece(conf.double().numpy(), a_valid.numpy()) if len(conf) else None,
         "brier": metrics.brier(conf.double().numpy(), a_valid.numpy()) if len(conf) else None,
         "report_rate": float(reported.float().mean()),
-        "w_std": float(stats["w"][reported].std(unbiased=False)) if len(conf) else None,
-        "grad_norm": stats["grad_norm"],
-        "pad_fraction": stats["pad_fraction"],
-        "micro_batches": stats["micro_batches"],
-        "readout_pass_rows": stats["readout_pass_rows"],
+        "w_std": float(stats.credit.w[reported].std(unbiased=False)) if len(conf) else None,
+        "grad_norm": stats.grad_norm,
+        "pad_fraction": stats.pad_fraction,
+        "micro_batches": stats.micro_batches,
+        "readout_pass_rows": stats.readout_pass_rows,
         "engine_logprob_gap": logp_gap,
         "completion_len": completion_tokens / len(rollouts),
         "rollout_tok_s": completion_tokens / max(timings["rollout"], 1e-9),
@@ -80,9 +116,9 @@ def write_rollouts(path: Path, rollouts, correct, stats) -> None:
             f.write(json.dumps({
                 "question_id": r.question_id, "text": r.text, "finish_reason": r.finish_reason,
                 "slot_repaired": r.slot_repaired > 0,
-                "a": float(correct[i]), "c": float(stats["conf"][i]) if stats["conf_valid"][i] else None,
-                "format": r.segments.fmt, "r_ans": float(stats["r_ans"][i]), "r_conf": float(stats["r_conf"][i]),
-                "w": float(stats["w"][i]), "adv_ans": float(stats["adv_ans"][i]), "adv_conf": float(stats["adv_conf"][i]),
+                "a": float(correct[i]), "c": float(stats.conf[i]) if stats.conf_valid[i] else None,
+                "format": r.segments.fmt, "r_ans": float(stats.credit.r_ans[i]), "r_conf": float(stats.credit.r_conf[i]),
+                "w": float(stats.credit.w[i]), "adv_ans": float(stats.credit.adv_ans[i]), "adv_conf": float(stats.credit.adv_conf[i]),
             }) + "\n")
 
 
@@ -109,7 +145,7 @@ class RunLog:
         if self.save_rollouts:
             (run_dir / "rollouts").mkdir(exist_ok=True)
 
-    def step(self, step: int, question_ids: list[str], rollouts, out, stats: dict, logp_gap: float | None,
+    def step(self, step: int, question_ids: list[str], rollouts, out, stats, logp_gap: float | None,
              timings: dict, n_train_tokens: float) -> dict | None:
         """Reduce the step over all ranks (scalars averaged, timings maxed, per-rollout rows
         gathered on rank 0) and write it; returns the metrics line on rank 0, None elsewhere.
@@ -117,13 +153,12 @@ class RunLog:
         world = self.world
         timings = parallel.all_reduce(timings, world, "max")
         n_train_tokens = int(parallel.all_reduce({"n": n_train_tokens}, world)["n"])
-        scalars = parallel.all_reduce({k: v for k, v in stats.items() if type(v) in (int, float)}, world, "mean")
-        per_rollout = {k: v for k, v in stats.items() if isinstance(v, torch.Tensor)}
-        gathered = parallel.gather_on_main((rollouts, out.correct, out.fmt, out.valid, per_rollout), world)
+        scalars = parallel.all_reduce(stats.scalars(), world, "mean")
+        gathered = parallel.gather_on_main((rollouts, out.correct, out.fmt, out.valid, stats.per_rollout()), world)
         if not world.is_main:
             return None
         all_rollouts, all_correct, all_fmt, all_valid, all_rows = (parallel.concat_rows(part) for part in zip(*gathered))
-        all_stats = {**stats, **scalars, **all_rows}
+        all_stats = stats.merged(scalars, all_rows)
         record = {"step": step, "world_size": world.world_size, "questions": question_ids,
                   **step_metrics(all_rollouts, all_correct, all_fmt, all_valid, all_stats, logp_gap, timings, n_train_tokens)}
         with self.metrics_path.open("a") as f:
@@ -135,7 +170,7 @@ class RunLog:
             sink.log(scalars, step)
         return record
 
-    def __enter__(self) -> "RunLog":
+    def __enter__(self) -> RunLog:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -151,7 +186,7 @@ class TensorBoardSink:
 
     def __init__(self, run_dir: Path, resumed_at: int):
         try:
-            from torch.utils.tensorboard import SummaryWriter   # needs the tensorboard package: only when asked
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package: only when asked
         except ImportError as error:
             raise ValueError(f"report_to=tensorboard needs the tensorboard package (pip install tensorboard): {error}") from None
         self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resumed_at or None)
@@ -171,7 +206,7 @@ class WandbSink:
 
     def __init__(self, run_dir: Path, cfg: dict):
         try:
-            import wandb   # optional: only when asked
+            import wandb  # optional: only when asked
         except ImportError as error:
             raise ValueError(f"report_to=wandb needs the wandb package (pip install wandb): {error}") from None
         mode = cfg["wandb_mode"]

@@ -308,7 +308,7 @@ def seccomp_program(pid):
     nr = {name: numbers[column] for name, numbers in syscall_numbers().items()
           if numbers[column] is not None}
     checked = checked_calls()
-    load, jeq, jset, ja, ret, alu_and = 0x20, 0x15, 0x45, 0x05, 0x06, 0x54
+    load, jeq, jset, ret, alu_and = 0x20, 0x15, 0x45, 0x06, 0x54
     allow, errno = 0x7FFF0000, 0x00050000
     eperm = ret, 0, 0, errno | 1
 

@@ -30,7 +30,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             bar.set_postfix_str(f"{result['row']}/s{result['seed']}: acc {result['metrics']['acc']:.3f}")
             bar.update()
     aggregated = aggregate(results)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     wall = time.perf_counter() - t_start
     header = (f"Toy tables: world seed {args.world_seed} (version {world['version']}), training seeds "
               f"{', '.join(map(str, seeds))}, evaluation seed {EVAL_SEED} (Base: the training seeds), held-out split "

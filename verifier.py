@@ -83,9 +83,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import mathpool
-from rollout import answer_text
 from grading import json_normalize, parse_call_tests, parse_tests
 from mathpool import close
+from rollout import answer_text
 from sandbox import (
     SandboxError,
     SandboxLimits,

@@ -44,7 +44,7 @@ def engines_side_by_side(questions: int, repeats: int) -> dict:
     times = {"vllm": [], "hf": []}
     tokens = {"vllm": [], "hf": []}
     with tempfile.TemporaryDirectory() as tmp:
-        engines = {name: eng.make_engine({**cfg, "engine": name}, model, tokenizer, cfg["model"], Path(tmp) / name,
+        engines = {name: eng.make_engine({**cfg, "engine": name}, config.confidence_plan(cfg), model, tokenizer, cfg["model"], Path(tmp) / name,
                                         torch.float32) for name in times}
         for round_ in range(repeats + 1):
             for name, engine in engines.items():

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 import credo  # noqa: E402
 import losses  # noqa: E402
+import methods  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 from bench.results_io import report  # noqa: E402
@@ -101,7 +103,13 @@ def synthetic_rollouts(n: int, group: int, vocab: int, prompt_range, completion_
     return rollouts
 
 
-def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id) -> dict:
+class ReferenceStats(NamedTuple):
+    loss_pg: float
+    loss_cal: float
+    grad_norm: float
+
+
+def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id) -> ReferenceStats:
     """The same update written plainly: consecutive micro-batches at the full batch width,
     full fp32 logits, log_softmax + gather."""
     n, micro = len(batch), cfg["per_device_batch_size"]
@@ -118,10 +126,10 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
         at_slot = logits[torch.arange(len(rows)), slot.clamp(min=0)]                   # [n, V]
         z = torch.where(slot >= 0, at_slot[:, high_id] - at_slot[:, low_id], 0.0)
         conf = losses.readout(z, torch.zeros_like(z))
-        c = credo.credit(correct[rows], fmt[rows], conf.detach(), valid[rows], cfg, kappa)
-        adv_tok = losses.token_advantages(c["adv_ans"], c["adv_conf"], c["w"], batch.ans_mask[rows], batch.conf_mask[rows])
+        c = methods.credit(correct[rows], fmt[rows], conf.detach(), valid[rows], cfg, kappa)
+        adv_tok = losses.token_advantages(c.adv_ans, c.adv_conf, c.w, batch.ans_mask[rows], batch.conf_mask[rows])
         pg = losses.clipped_policy_loss(logp, logp.detach(), adv_tok, batch.completion_mask[rows], cfg["clip_eps"])
-        cal = losses.calibration_loss(conf, c["target"], valid[rows])
+        cal = losses.calibration_loss(conf, c.target, valid[rows])
         n_valid_mb = int(valid[rows].sum())
         (pg * len(rows) / n + alpha * cal * n_valid_mb / n_valid).backward()
         loss_pg += pg.item() * len(rows) / n
@@ -129,10 +137,10 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return {"loss_pg": loss_pg, "loss_cal": loss_cal, "grad_norm": grad_norm}
+    return ReferenceStats(loss_pg=loss_pg, loss_cal=loss_cal, grad_norm=grad_norm)
 
 
-def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> dict:
+def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> credo.StepStats:
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
     cfg = {**cfg, "pack_sequences": "true" if packed else "false"}
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # the update reads no tokenizer
@@ -151,7 +159,7 @@ def max_param_diff(a, b) -> float:
 
 
 def start_trl(saved: Path, rollouts, stats, batch, cfg, micro: int) -> subprocess.Popen:
-    adv = losses.token_advantages(stats["adv_ans"], stats["adv_conf"], stats["w"], batch.ans_mask, batch.conf_mask)
+    adv = losses.token_advantages(stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask)
     token_adv = [adv[i][batch.completion_mask[i]].tolist() for i in range(len(rollouts))]
     spec = {"model_dir": str(saved), "tokenizer_dir": str(saved), "micro": micro, "group": cfg["group_size"],
             "prompts": [r.prompt_ids for r in rollouts], "completions": [r.completion_ids for r in rollouts],
@@ -210,9 +218,9 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     for key in paths:
         if key != "credo":
             check[key] = {
-                "loss_pg_diff": abs(first[key]["loss_pg"] - first["credo"]["loss_pg"]),
-                "loss_cal_diff": abs(first[key]["loss_cal"] - first["credo"]["loss_cal"]),
-                "grad_norm_rel_diff": abs(first[key]["grad_norm"] / first["credo"]["grad_norm"] - 1),
+                "loss_pg_diff": abs(first[key].loss_pg - first["credo"].loss_pg),
+                "loss_cal_diff": abs(first[key].loss_cal - first["credo"].loss_cal),
+                "grad_norm_rel_diff": abs(first[key].grad_norm / first["credo"].grad_norm - 1),
                 "max_weight_diff_after_step": max_param_diff(models[key], models["credo"]),
             }
     trl, trl_error = None, None

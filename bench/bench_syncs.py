@@ -125,7 +125,7 @@ def main() -> int:
             finally:
                 if cuda:
                     torch.cuda.set_sync_debug_mode("default")
-        counted[name], micro_batches[name] = sync_sites(records), stats["micro_batches"]
+        counted[name], micro_batches[name] = sync_sites(records), stats.micro_batches
     extra = micro_batches["each_row"] - micro_batches["one"]
     total = {name: sum(sites.values()) for name, sites in counted.items()}
     per_mb = per_micro_batch(total["one"], total["each_row"], extra)

@@ -44,7 +44,7 @@ def tiny_run(steps: int, overrides: list[str], on_batch=None) -> dict:
             start = time.perf_counter()
             run_dir = credo.train(cfg)
             wall = time.perf_counter() - start
-            lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()][1:]
+            lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][1:]
     finally:
         credo.train_on_batch = original
     med = lambda key: statistics.median(m[key] for m in lines)

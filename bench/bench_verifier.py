@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import verifier
+import verifier  # noqa: E402
 
 
 def math_items(count: int, first: int = 2) -> list[tuple[str, str, bool]]:

@@ -57,7 +57,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -304,10 +304,10 @@ def check_smoke_torchrun(ctx: Context):
 def check_numerics(ctx: Context):
     junit = ctx.work / "numerics.xml"
     tests = ["tests/test_policy.py::test_packed_micro_batches_equal_padded_ones",
-             "tests/test_losses.py::test_chunked_logprobs_and_readout_match_naive",
-             "tests/test_losses.py::test_logprobs_score_only_the_masked_columns",
+             "tests/test_logprob_kernels.py::test_chunked_logprobs_and_readout_match_naive",
+             "tests/test_logprob_kernels.py::test_logprobs_score_only_the_masked_columns",
              *([] if ctx.quick else ["tests/test_policy.py::test_compiled_layers_change_no_output_and_no_gradient",
-                                     "tests/test_losses.py::test_compiled_logprob_blocks_match_the_eager_ones"])]
+                                     "tests/test_logprob_kernels.py::test_compiled_logprob_blocks_match_the_eager_ones"])]
     out = ctx.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
                   {"CREDO_TEST_DEVICE": ctx.device})
     if not junit.exists():
@@ -462,7 +462,7 @@ def run_checks(ctx: Context, plan: dict[str, str | None], budget: float) -> list
 
 def report(checks: list[Check], device_name: str, argv: list[str]) -> dict:
     return {"schema": SCHEMA, "command": " ".join(["python", "bench/gpucheck.py", *argv]),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "device_name": device_name,
+            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "device_name": device_name,
             "host": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus", "git_commit": git_commit(),
             "summary": summary(checks), "checks": [asdict(c) for c in checks]}
 
@@ -521,7 +521,7 @@ def child_hf_engine(device: str, quick: bool) -> dict:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     figures = {"rows": questions * group, "max_completion_tokens": cfg["max_completion_tokens"], "dtype": str(dtype)}
     for label, batch, n_questions in (("batched", cfg["hf_engine_batch"], questions), ("one_by_one", 1, 1)):
-        engine = eng.HFEngine(model, tokenizer, {**cfg, "hf_engine_batch": batch}, dtype)
+        engine = eng.HFEngine(model, tokenizer, {**cfg, "hf_engine_batch": batch}, config.confidence_plan(cfg), dtype)
         engine.generate(prompts[:1], 1, seed=0)                                   # warm-up
         rates = []
         for r in range(rounds):
@@ -553,7 +553,7 @@ def vllm_engine_checks(device: str, run_dir: str) -> dict:
     bf16 = device == "cuda"
     cfg, model, tokenizer, prompts = tiny_world(device, [f"precision={'bf16' if bf16 else 'fp32'}", "max_completion_tokens=32"])
     dtype = torch.bfloat16 if bf16 else torch.float32
-    engine = eng.make_engine(cfg, model, tokenizer, cfg["model"], run_dir, dtype)
+    engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tokenizer, cfg["model"], run_dir, dtype)
     figures, problems = {"sleep_mode": engine.sleep_mode}, []
     if bf16 and not engine.sleep_mode:
         problems.append("sleep mode is off on CUDA")
@@ -639,7 +639,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="gpucheck-") as work:
         checks = run_checks(Context(args.device, args.quick, Path(work)), plan, args.budget)
     result = report(checks, device_name, argv)
-    out = args.out or ROOT / "bench" / "results" / f"gpucheck-{datetime.now(timezone.utc):%Y-%m-%d}-{gpu_slug(device_name)}.json"
+    out = args.out or ROOT / "bench" / "results" / f"gpucheck-{datetime.now(UTC):%Y-%m-%d}-{gpu_slug(device_name)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(checks))

@@ -16,13 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+from fakehub import FakeHub
 from sandbox_cases import _mode_config, _sandbox_processes
 
 import realparts
 import sandbox
 import verifier
-
-from fakehub import FakeHub
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_DIR = ROOT / ".cache" / "tiny"

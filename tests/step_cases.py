@@ -32,7 +32,7 @@ def tiny_policy(tiny_dir, dtype: torch.dtype = torch.float32) -> pol.Policy:
 
 
 def fake_rollout(prompt_len, completion_len, answer_end, analysis_end, slot):
-    seg = Segments(answer_end, answer_end, analysis_end, slot, None, slot is not None, True, True)
+    seg = Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=analysis_end, slot=slot, conf_text=None, fmt=slot is not None, has_answer=True, has_analysis=True)
     return Rollout("q", list(range(1, prompt_len + 1)), list(range(50, 50 + completion_len)), "", "stop", seg)
 
 

@@ -51,9 +51,9 @@ def test_bench_step_paths_match_credo(setup, path):
     step = bench_step.reference_step if path == "reference" else \
         (lambda m, o, *a: bench_step.credo_step(m, o, *a, packed=False))
     theirs, their_model, their_grads = one_step(step, model, cfg, *args)
-    assert theirs["loss_pg"] == pytest.approx(ours["loss_pg"], abs=1e-6)
-    assert theirs["loss_cal"] == pytest.approx(ours["loss_cal"], abs=1e-6)
-    assert theirs["grad_norm"] == pytest.approx(ours["grad_norm"], rel=1e-4)
+    assert theirs.loss_pg == pytest.approx(ours.loss_pg, abs=1e-6)
+    assert theirs.loss_cal == pytest.approx(ours.loss_cal, abs=1e-6)
+    assert theirs.grad_norm == pytest.approx(ours.grad_norm, rel=1e-4)
     names = [n for n, _ in ours_model.named_parameters()]
     for name, p, q, g, h in zip(names, ours_model.parameters(), their_model.parameters(), our_grads, their_grads,
                                 strict=True):

@@ -167,31 +167,3 @@ def test_confidence_plan_with_thinking_on_cuts_instead_of_stopping():
     assert plan("credo_sampled").cuts_at_slot is False and plan("rlcr") == EXPECTED_PLANS["rlcr"]
 
 
-# --- the paper's tables as commands ---------------------------------------------------------------
-
-
-def test_every_table_row_is_a_runnable_config():
-    for key in config.load_tables():
-        runs = config.table_runs(key)
-        trained = [r for r in runs if r["train"]]
-        commands_of = {}
-        for r in trained:
-            words = r["train"].split()
-            assert words[:2] == ["bash", "run.sh"]
-            cfg = load_config(words[2], words[3:])          # the printed command resolves ...
-            assert str(config.run_dir_of(cfg)) == r["eval"]   # ... to the run directory eval.py reads
-            commands_of.setdefault(r["eval"], set()).add(r["train"])
-        assert all(len(c) == 1 for c in commands_of.values())    # one run directory, one training
-        text = config.table_commands(key)
-        assert all(r["train"] in text for r in trained) and text.count("python eval.py") >= 1
-    sens = {(r["label"], r["domain"]): r["eval"] for r in config.table_runs("sens")}
-    # tab:hyper's own values are the CREDO runs themselves (kappa 0.25 math, 0.5 code), not new trainings
-    assert sens[("kappa = 0.25", "math")] == sens[("alpha = 0.03", "math")] == "runs/credo-math-s43"
-    assert sens[("kappa = 0.5", "code")] == "runs/credo-code-s43" != sens[("kappa = 0.5", "math")]
-    main = config.table_runs("main")
-    assert {r["seed"] for r in main if r["train"]} == {43, 44, 45} and any(r["eval"] == "Qwen/Qwen3-8B" for r in main)
-    listing = config.list_configs()
-    for name in config.config_names():
-        assert f"\n{name} " in "\n" + listing
-    with pytest.raises(KeyError, match="known: tab:main"):
-        config.table_commands("tab:nope")

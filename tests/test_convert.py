@@ -12,11 +12,11 @@ import json
 import pickle
 
 import pytest
+from fakehub import as_answer
 
 import convert
 import data
 import verifier
-from fakehub import as_answer
 
 
 def converted(hub, name: str) -> tuple[list[dict], dict]:

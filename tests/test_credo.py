@@ -11,8 +11,8 @@ import torch
 from numerics import assert_same_gradient
 from step_cases import (
     A,
-    Q,
     GradientRecorder,
+    Q,
     copy_policy,
     fake_rollout,
     method_step,
@@ -26,10 +26,10 @@ import config
 import credo
 import engine as eng
 import losses
+import methods
 import policy as pol
 import rollout as ro
 from rollout import Rollout, Segments
-
 
 # --- the command line ------------------------------------------------------------------------
 
@@ -62,17 +62,17 @@ def test_answer_and_analysis_tokens_get_their_advantages():
     batch = pol.collate(rollouts, pad_id=0)
     correct, fmt, valid = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0]), torch.tensor([True, True])
     conf = torch.tensor([0.6, 0.4])
-    got = credo.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
+    got = methods.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
     # t = [.75, .25]; r_ans = [1.5, .5] -> A_ans = [1, -1]
     # r_conf = 1 - (t - c)^2 = [1 - .0225, 1 - .0225] -> equal -> A_conf = [0, 0]
     # s = |a - c| = [.4, .4] -> w = [1, 1]
-    torch.testing.assert_close(got["adv_ans"], torch.tensor([1.0, -1.0]))
-    torch.testing.assert_close(got["adv_conf"], torch.tensor([0.0, 0.0]))
+    torch.testing.assert_close(got.adv_ans, torch.tensor([1.0, -1.0]))
+    torch.testing.assert_close(got.adv_conf, torch.tensor([0.0, 0.0]))
     conf = torch.tensor([0.9, 0.7])   # now r_conf = [1 - .0225, 1 - .2025] and s = [.1, .7]
-    got = credo.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
-    torch.testing.assert_close(got["adv_conf"], torch.tensor([1.0, -1.0]))
-    torch.testing.assert_close(got["w"], torch.tensor([0.85, 1.15]))
-    adv_tok = losses.token_advantages(got["adv_ans"], got["adv_conf"], got["w"], batch.ans_mask, batch.conf_mask)
+    got = methods.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
+    torch.testing.assert_close(got.adv_conf, torch.tensor([1.0, -1.0]))
+    torch.testing.assert_close(got.w, torch.tensor([0.85, 1.15]))
+    adv_tok = losses.token_advantages(got.adv_ans, got.adv_conf, got.w, batch.ans_mask, batch.conf_mask)
     # columns: 0 = prompt->c0 ... row 0: answer c0,c1 (cols 1,2), analysis c2,c3 (cols 3,4)
     torch.testing.assert_close(adv_tok, torch.tensor([[0.0, 0.85, 0.85, 1.0, 1.0], [0.0, -1.15, -1.0, -1.0, -1.0]]))
 
@@ -141,13 +141,13 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
         recorder = GradientRecorder(copied.model.named_parameters())
         stats.append(credo.train_on_batch(copied, recorder, batch, out, cfg, config.confidence_plan(cfg), step=100))
         grads.append(recorder.grads)
-    assert stats[0]["micro_batches"] == 1 and stats[1]["micro_batches"] > 1
-    assert stats[0]["readout_pass_rows"] == 0 and stats[1]["readout_pass_rows"] == 4
+    assert stats[0].micro_batches == 1 and stats[1].micro_batches > 1
+    assert stats[0].readout_pass_rows == 0 and stats[1].readout_pass_rows == 4
     for name in grads[0]:
         assert_same_gradient(grads[1][name], grads[0][name], name)
     for key in ("loss_pg", "loss_cal"):
-        assert stats[0][key] == pytest.approx(stats[1][key], abs=1e-6)
-    assert stats[0]["loss_cal"] > 0
+        assert getattr(stats[0], key) == pytest.approx(getattr(stats[1], key), abs=1e-6)
+    assert stats[0].loss_cal > 0
 
 
 # --- end to end: the real engine, verifier and loop -------------------------------------------
@@ -213,14 +213,14 @@ def expected_routing(name):
 def test_baselines_route_their_advantages(name):
     cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     q = torch.tensor(Q)
-    got = credo.credit(torch.tensor(A), torch.ones(3), q, ~torch.isnan(q), cfg, kappa=cfg["kappa"])
+    got = methods.credit(torch.tensor(A), torch.ones(3), q, ~torch.isnan(q), cfg, kappa=cfg["kappa"])
     adv_ans, adv_conf, w = expected_routing(name)
-    torch.testing.assert_close(got["adv_ans"], torch.tensor(adv_ans))
-    torch.testing.assert_close(got["adv_conf"], torch.tensor(adv_conf))
-    torch.testing.assert_close(got["w"], torch.tensor(w))
+    torch.testing.assert_close(got.adv_ans, torch.tensor(adv_ans))
+    torch.testing.assert_close(got.adv_conf, torch.tensor(adv_conf))
+    torch.testing.assert_close(got.w, torch.tensor(w))
     # answer tokens (columns 1-2) get w * A_ans, analysis tokens (3-4) A_conf
     batch = pol.collate([fake_rollout(2, 4, 2, 4, None)] * 3, pad_id=0)
-    adv_tok = losses.token_advantages(got["adv_ans"], got["adv_conf"], got["w"], batch.ans_mask, batch.conf_mask)
+    adv_tok = losses.token_advantages(got.adv_ans, got.adv_conf, got.w, batch.ans_mask, batch.conf_mask)
     for i in range(3):
         expected_row = [0.0, w[i] * adv_ans[i], w[i] * adv_ans[i], adv_conf[i], adv_conf[i]]
         torch.testing.assert_close(adv_tok[i], torch.tensor(expected_row))
@@ -229,10 +229,10 @@ def test_baselines_route_their_advantages(name):
 def test_ablation_without_confidence_advantage_zeroes_the_analysis():
     cfg = config.load_config("credo_noconfadv", ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     conf, valid = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([True, True, True])
-    got = credo.credit(torch.tensor(A), torch.ones(3), conf, valid, cfg, kappa=0.25)
-    full = credo.credit(torch.tensor(A), torch.ones(3), conf, valid, {**cfg, "conf_advantage": True}, kappa=0.25)
-    assert torch.equal(got["adv_conf"], torch.zeros(3)) and full["adv_conf"].abs().sum() > 0
-    torch.testing.assert_close(got["adv_ans"], full["adv_ans"])
+    got = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, cfg, kappa=0.25)
+    full = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, {**cfg, "conf_advantage": True}, kappa=0.25)
+    assert torch.equal(got.adv_conf, torch.zeros(3)) and full.adv_conf.abs().sum() > 0
+    torch.testing.assert_close(got.adv_ans, full.adv_ans)
 
 
 METHOD_CONFIGS = [name for name in config.config_names() if name not in ("base", "math", "code", "tiny", "toy")]
@@ -244,9 +244,9 @@ def test_one_real_training_step_per_method(name, tiny_dir):
     reported = out.reported
     if cfg["channel"] == "verbalized" and cfg["method"] != "credo":
         assert reported[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(reported[2])
-    assert stats["loss_pg"] != 0 and all(torch.isfinite(g).all() for g in grads.values())
+    assert stats.loss_pg != 0 and all(torch.isfinite(g).all() for g in grads.values())
     has_c = any(r.segments.slot is not None for r in rollouts)
-    assert (stats["loss_cal"] > 0) == has_c   # L_cal (or the head's BCE) only where the model's c exists
+    assert (stats.loss_cal > 0) == has_c   # L_cal (or the head's BCE) only where the model's c exists
 
 
 # --- tab:decompose and tab:sw_baseline: what each arm changes, on the hand-built group ---------
@@ -258,16 +258,16 @@ def test_sampled_slot_token_is_scored_by_the_reward(tiny_dir):
     policy, cfg, rollouts, batch, out, _, stats = method_step("credo_sampled", tiny_dir)
     tok, reported = policy.tokenizer, out.reported
     assert reported[:2].tolist() == [1.0, 0.0] and torch.isnan(reported[2])
-    assert stats["r_conf"].tolist() == pytest.approx([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
-    assert stats["alpha"] == 0.0
+    assert stats.credit.r_conf.tolist() == pytest.approx([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
+    assert stats.alpha == 0.0
     for i in range(2):   # the slot column (predicting the sampled token) is in the confidence segment
         slot_col = int(batch.slot_pos[i])
         assert batch.conf_mask[i, slot_col] and batch.conf_mask[i, slot_col - 1] and not batch.conf_mask[i, slot_col + 1]
     plain = pol.collate(rollouts, tok.pad_token_id)
     assert not plain.conf_mask[0, int(plain.slot_pos[0])]   # without conf_train=sampled the slot gets no credit
     adv_conf = standardized([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
-    assert stats["adv_conf"].tolist() == pytest.approx(adv_conf, abs=1e-6)
-    adv_tok = losses.token_advantages(stats["adv_ans"], stats["adv_conf"], stats["w"], batch.ans_mask, batch.conf_mask)
+    assert stats.credit.adv_conf.tolist() == pytest.approx(adv_conf, abs=1e-6)
+    adv_tok = losses.token_advantages(stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask)
     for i in range(2):   # the sampled <CONF_HIGH>/<CONF_LOW> token is trained with the analysis advantage
         assert float(adv_tok[i, int(batch.slot_pos[i])]) == pytest.approx(adv_conf[i], abs=1e-6)
 
@@ -277,7 +277,7 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
     from the same forward (checked against full logits), and L_cal's gradient reaches the trunk."""
     policy, cfg, rollouts, batch, _, grads, stats = method_step("credo_digitexp", tiny_dir)
     model, tok = policy.model, policy.tokenizer
-    assert eng.stop_strings(cfg) == [ro.CONF_OPEN] and config.confidence_plan(cfg).segments == "readout"
+    assert eng.stop_strings(config.confidence_plan(cfg)) == [ro.CONF_OPEN] and config.confidence_plan(cfg).segments == "readout"
     digits, dot = pol.digit_token_ids(tok)
     for i, r in enumerate(rollouts[:2]):
         seq = r.prompt_ids + r.completion_ids + [digits[0], dot]
@@ -288,9 +288,9 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
         p_int = torch.softmax(logits[len(seq) - 3, [digits[0], digits[1]]], -1)
         q_dec = torch.softmax(logits[len(seq) - 1, digits], -1)
         expected = float(p_int[1] + p_int[0] * (q_dec * torch.arange(10)).sum() / 10)
-        assert float(stats["conf"][i]) == pytest.approx(expected, abs=1e-5)
+        assert float(stats.conf[i]) == pytest.approx(expected, abs=1e-5)
     target = losses.hybrid_target(torch.tensor(A), 0.5, 3)
-    assert stats["loss_cal"] == pytest.approx(float(((stats["conf"][:2] - target[:2]) ** 2).mean()), abs=1e-6)
+    assert stats.loss_cal == pytest.approx(float(((stats.conf[:2] - target[:2]) ** 2).mean()), abs=1e-6)
     assert grads["model.layers.0.mlp.up_proj.weight"].abs().sum() > 0
 
 
@@ -303,8 +303,8 @@ def test_auxiliary_head_trains_only_the_reserved_output_rows(tiny_dir):
     assert head[[high, low]].abs().sum() > 0
     head[[high, low]] = 0
     assert head.abs().sum() == 0 and all(g.abs().sum() == 0 for g in grads.values())
-    c = stats["conf"][:2]
-    assert stats["loss_cal"] == pytest.approx(float(-torch.log(c).mean()), abs=1e-5)   # BCE against a = 1
+    c = stats.conf[:2]
+    assert stats.loss_cal == pytest.approx(float(-torch.log(c).mean()), abs=1e-5)   # BCE against a = 1
 
 
 def test_baseline_weights_from_the_digit_expectation(tiny_dir):
@@ -313,11 +313,11 @@ def test_baseline_weights_from_the_digit_expectation(tiny_dir):
     reported, weight_conf = out.reported, out.weight_conf
     assert torch.isfinite(weight_conf[:2]).all() and torch.isnan(weight_conf[2])   # the third has no <confidence>
     correct = torch.tensor(A)
-    assert stats["r_ans"].tolist() == pytest.approx(losses.rlcr_reward(correct, reported).tolist())
-    w = losses.discrepancy_weights(correct, weight_conf, ~torch.isnan(weight_conf), stats["kappa"], 3)
-    assert stats["w"].tolist() == pytest.approx(w.tolist())
-    parsed = losses.discrepancy_weights(correct, reported, ~torch.isnan(reported), stats["kappa"], 3)
-    assert stats["w"].tolist() != pytest.approx(parsed.tolist())
+    assert stats.credit.r_ans.tolist() == pytest.approx(losses.rlcr_reward(correct, reported).tolist())
+    w = losses.discrepancy_weights(correct, weight_conf, ~torch.isnan(weight_conf), stats.kappa, 3)
+    assert stats.credit.w.tolist() == pytest.approx(w.tolist())
+    parsed = losses.discrepancy_weights(correct, reported, ~torch.isnan(reported), stats.kappa, 3)
+    assert stats.credit.w.tolist() != pytest.approx(parsed.tolist())
 
 
 # --- the code domain: rows, the sandboxed reward, and a real step -------------------------------
@@ -329,7 +329,7 @@ def test_code_rewards_come_from_the_sandbox(tiny_tokenizer):
     cfg = config.load_config("code", ["group_size=2", "per_device_batch_size=2", "grad_accum=1", "verify_workers=2"])
     answers = ["```python\nprint(2 * int(input()))\n```", "```python\nprint(int(input()) + 2)\n```"]
     rollouts = [Rollout("c1", [1], [2], text + " <analysis> ok </analysis> <confidence>", "stop",
-                        Segments(1, 1, 1, None, None, False, True, True)) for text in answers]
+                        Segments(answer_end=1, analysis_start=1, analysis_end=1, slot=None, conf_text=None, fmt=False, has_answer=True, has_analysis=True)) for text in answers]
     out = credo.outcomes(rollouts, [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}], cfg,
                          config.confidence_plan(cfg), tiny_tokenizer)
     assert out.correct.tolist() == [1.0, 0.0]   # n + 2 passes the first test (n = 2 is not in it) but not 10 -> 12

@@ -17,11 +17,11 @@ import huggingface_hub
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from fakehub import FAKE_COMMIT, as_answer
 
 import data
 import rollout as ro
 import verifier
-from fakehub import FAKE_COMMIT, as_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 # Sizes of the fixture sets (the real ones are tab:data's, checked by prepare()).

@@ -10,7 +10,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import ROOT
 
 TIMEOUT_S = 900

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from numerics import assert_same_first_adamw_step, assert_same_gradient, grad_atol  # noqa: E402
 
 import checkpoint  # noqa: E402
 import config  # noqa: E402
@@ -33,7 +34,6 @@ import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 import runlog  # noqa: E402
-from numerics import assert_same_first_adamw_step, assert_same_gradient, grad_atol  # noqa: E402
 
 # The ranks here are CPU ranks over gloo: GPUs are hidden from them, or on a GPU machine
 # init_world would take the CUDA path (two ranks on one GPU).
@@ -131,10 +131,10 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     parallel.gather_root(model)
     stats = credo.train_on_batch(policy, optimizer, batch, out, cfg, plan, step=100,
                                  n_total=n_total, n_valid_total=n_valid_total)
-    losses = parallel.all_reduce({"loss_pg": stats["loss_pg"], "loss_cal": stats["loss_cal"]}, world, "mean")
+    losses = parallel.all_reduce({"loss_pg": stats.loss_pg, "loss_cal": stats.loss_cal}, world, "mean")
     weights = {name: parallel.full_tensor(p.detach()).clone() for name, p in model.named_parameters()}
-    assert (stats["micro_batches"] > len(mine)) == split_groups
-    return {"grads": optimizer.grads, "weights": weights, "grad_norm": stats["grad_norm"], **losses}
+    assert (stats.micro_batches > len(mine)) == split_groups
+    return {"grads": optimizer.grads, "weights": weights, "grad_norm": stats.grad_norm, **losses}
 
 
 def generate_on_shards(model_dir: str) -> dict:
@@ -150,7 +150,7 @@ def generate_on_shards(model_dir: str) -> dict:
     policy.model = model = parallel.shard_model(policy.model, world, torch.float32)
     problem = ["What is 2 + 2?", "What is 31 * 7 + 12?"][world.rank]
     prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    samples = eng.HFEngine(model, tokenizer, cfg).generate([prompt], 4, seed=parallel.rank_seed(2, world))
+    samples = eng.HFEngine(model, tokenizer, cfg, config.confidence_plan(cfg)).generate([prompt], 4, seed=parallel.rank_seed(2, world))
     rollouts = [ro.Rollout(problem, prompt, s.token_ids, "", s.finish_reason, ro.parse_segments(tokenizer, s.token_ids, "readout", "\\boxed"),
                            engine_logprobs=s.logprobs, slot_repaired=s.slot_repaired) for s in samples]
     parallel.gather_root(model)

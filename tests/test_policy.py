@@ -206,7 +206,7 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
         stats = credo.train_on_batch(policy, recorder, batch, outcomes_of(rollouts, A), {**cfg, "pack_sequences": mode},
                                      plan, step=100)
         grads[mode] = recorder.grads
-        assert (stats["pad_fraction"] == 0.0) == (mode == "true")
+        assert (stats.pad_fraction == 0.0) == (mode == "true")
         policy.model.zero_grad(set_to_none=True)
     for param, g in grads["false"].items():
         assert_same_gradient(grads["true"][param], g, param)
@@ -251,8 +251,8 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     for (want, want_stats), (got, got_stats) in zip(eager, compiled):
         for param, g in want.items():
             assert_same_gradient(got[param], g, param)
-        torch.testing.assert_close(got_stats["conf"], want_stats["conf"], atol=1e-6, rtol=1e-5)
-        for a, b in zip(got_stats["completion_logp"], want_stats["completion_logp"]):
+        torch.testing.assert_close(got_stats.conf, want_stats.conf, atol=1e-6, rtol=1e-5)
+        for a, b in zip(got_stats.completion_logp, want_stats.completion_logp):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     graphs = counters["stats"]["unique_graphs"]
     assert graphs > 0                                                         # the layers did compile

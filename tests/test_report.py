@@ -15,7 +15,7 @@ import pytest
 import eval as ev
 import figures
 import report
-from data import EVAL_SETS
+from evalsets import EVAL_SETS
 from metrics import calibration_metrics, reliability_points
 
 

@@ -2,8 +2,9 @@
 
 import subprocess
 
-import tiny
 from conftest import ROOT
+
+import tiny
 
 
 def test_run_sh_and_tiny_agree_on_the_recipe_key():

@@ -84,12 +84,12 @@ def test_the_addition_check_adds_steps_until_the_model_adds_and_fails_in_one_lin
                                        ([0.6, 0.88], [(None, None), (7, world["seed"] + 1000)])):
         calls.clear()
         sequence = iter(accuracies)
-        monkeypatch.setattr(toy, "addition_accuracy", lambda *args, **kwargs: next(sequence))
+        monkeypatch.setattr(toy, "addition_accuracy", lambda *args, sequence=sequence, **kwargs: next(sequence))
         losses, checks = toy.checked_warm_start(None, None, [], world, logs.append)
         assert calls == expected_calls and checks == accuracies and len(losses) == 3 + 7 * (len(accuracies) - 1)
     assert "right 0.60 of the time" in logs[-2] and "7 more warm-start steps" in logs[-2] and "passed: one-digit sums right 0.88" in logs[-1]
     sequence = iter([0.5, 0.6, 0.7])
-    monkeypatch.setattr(toy, "addition_accuracy", lambda *args, **kwargs: next(sequence))
+    monkeypatch.setattr(toy, "addition_accuracy", lambda *args, sequence=sequence, **kwargs: next(sequence))
     with pytest.raises(RuntimeError) as failed:
         toy.checked_warm_start(None, None, [], world, logs.append)
     assert "right 0.70 of the time" in str(failed.value) and "--world-seed" in str(failed.value) and "\n" not in str(failed.value)
