@@ -24,10 +24,12 @@ import torch
 import yaml
 
 import parallel
+from config import as_dict
 from policy import Policy
+from schema import Config
 
 
-def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, data_cursor: int, cfg: dict,
+def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, data_cursor: int, cfg: Config,
                     world: parallel.World | None = None) -> Path:
     """runs/<name>/ckpt/step_XXXXXX/ after `step` completed optimizer steps.
 
@@ -57,7 +59,7 @@ def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, data_cu
         model.save_pretrained(tmp, state_dict=full_weights, safe_serialization=True)
         policy.tokenizer.save_pretrained(tmp)
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-        (tmp / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        (tmp / "config.yaml").write_text(yaml.safe_dump(as_dict(cfg), sort_keys=False))
     parallel.barrier(world)
     if world.is_main:
         if ckpt.exists():
@@ -108,21 +110,21 @@ def run_in(run_dir: Path) -> str | None:
     return f"{steps} logged steps" + (f", last checkpoint {ckpts[-1].name}" if ckpts else ", no checkpoint")
 
 
-def resume_point(cfg: dict, run_dir: Path) -> Path | None:
+def resume_point(cfg: Config, run_dir: Path) -> Path | None:
     """The checkpoint a run continues from: resume=<ckpt dir>; resume=auto, the newest complete
     checkpoint of run_dir (None: start fresh); resume=null, None, and a run already in run_dir
     is refused (FileExistsError naming the ways out) unless overwrite=true."""
-    if cfg["resume"] == "auto":
+    if cfg.resume == "auto":
         ckpts = sorted((Path(run_dir) / "ckpt").glob("step_*[0-9]"))
         return ckpts[-1] if ckpts else None
-    if cfg["resume"]:
-        ckpt = Path(cfg["resume"])
+    if cfg.resume:
+        ckpt = Path(cfg.resume)
         if not (ckpt / "trainer_state.json").exists():
             raise FileNotFoundError(f"resume={ckpt}: not a complete checkpoint (no trainer_state.json); "
                                     f"resume=auto takes the run's newest")
         return ckpt
     held = run_in(run_dir)
-    if held and not cfg["overwrite"]:
+    if held and not cfg.overwrite:
         raise FileExistsError(f"{run_dir} already holds a run ({held}): add resume=auto to continue it, "
                               f"run_name=<new name> to start another, or overwrite=true to replace it")
     return None

@@ -44,12 +44,12 @@ import config
 import engine
 import losses
 import rollout as ro
+from schema import Config
 
 ANSWER_MARKERS = {"math": "\\boxed{", "code": "```python"}
-# What a checkpoint without a saved config.yaml (a base model) gets: configs/base.yaml's values, math budgets.
-UNSAVED_DEFAULTS = {"method": "grpo", "confidence": "auto", "enable_thinking": False, "top_k": 50, "top_p": 1.0,
-                    "max_prompt_tokens": 1024, "max_completion_tokens": 8192, "seed": 43, "precision": "auto",
-                    "vllm_gpu_memory_utilization": 0.35, "vllm_cpu_kv_cache_gb": 4.0, "vllm_enforce_eager": False}
+# What a checkpoint without a saved config.yaml (a base model) gets over Config's defaults: read as
+# the paper's Base rows are (a baseline's verbalized prompt), with the math budgets in either domain.
+UNSAVED_DEFAULTS = {"method": "grpo", "max_prompt_tokens": 1024, "max_completion_tokens": 8192}
 
 
 class ClientError(Exception):
@@ -85,7 +85,7 @@ def saved_config(ckpt: Path) -> dict | None:
 
 
 def checkpoint_config(ckpt: str) -> dict:
-    """The checkpoint's saved config over UNSAVED_DEFAULTS (all of them for a base model)."""
+    """The checkpoint's saved config values over UNSAVED_DEFAULTS (only those for a base model)."""
     path = Path(ckpt)
     if not (path / "config.json").is_file():
         raise ClientError(f"{ckpt} is not a model directory (no config.json): pass a checkpoint such as "
@@ -94,30 +94,35 @@ def checkpoint_config(ckpt: str) -> dict:
 
 
 def inference_config(ckpt: str, channel: str | None = None, domain: str | None = None, max_tokens: int | None = None,
-                     temperature: float = 0.7, seed: int | None = None) -> dict:
+                     temperature: float = 0.7, seed: int | None = None) -> Config:
     """The settings one question is answered with: the checkpoint's config, the given overrides,
     and the slot always read by regression (the sampled-slot arm is read the same way)."""
-    cfg = checkpoint_config(ckpt)
+    values = checkpoint_config(ckpt)
     for key, value in (("channel", channel), ("domain", domain)):
         if value is not None:
-            cfg[key] = value
-        if key not in cfg:
+            values[key] = value
+        if key not in values:
             raise ClientError(f"{ckpt} has no saved config.yaml to take the {key} from: pass --{key} "
                               f"({' or '.join(ro.CHANNELS if key == 'channel' else ro.DOMAINS)})")
-    if cfg["channel"] not in ro.CHANNELS or cfg["domain"] not in ro.DOMAINS:
-        raise ClientError(f"channel {cfg['channel']!r} / domain {cfg['domain']!r}: expected a channel of "
+    if values["channel"] not in ro.CHANNELS or values["domain"] not in ro.DOMAINS:
+        raise ClientError(f"channel {values['channel']!r} / domain {values['domain']!r}: expected a channel of "
                           f"{ro.CHANNELS} and a domain of {ro.DOMAINS}")
     if max_tokens is not None:
-        cfg["max_completion_tokens"] = int(max_tokens)
-    cfg.update(temperature=float(temperature), conf_train="regression", seed=cfg["seed"] if seed is None else int(seed))
-    return cfg
+        values["max_completion_tokens"] = int(max_tokens)
+    values.update(temperature=float(temperature), conf_train="regression")
+    if seed is not None:
+        values["seed"] = int(seed)
+    try:
+        return config.config_from_values(values)
+    except config.INPUT_ERRORS as error:
+        raise ClientError(f"{ckpt}: {error.args[0] if error.args else error}") from error
 
 
-def engine_dtype(cfg: dict) -> str:
+def engine_dtype(cfg: Config) -> str:
     """The dtype the checkpoint's engine computed in: bf16 on GPU and fp32 on CPU (precision=auto)."""
-    if cfg["precision"] == "auto":
+    if cfg.precision == "auto":
         return "bfloat16" if torch.cuda.is_available() else "float32"
-    return {"bf16": "bfloat16", "fp32": "float32"}[cfg["precision"]]
+    return {"bf16": "bfloat16", "fp32": "float32"}[cfg.precision]
 
 
 def confidence_source(plan: config.ConfidencePlan) -> str:
@@ -207,7 +212,7 @@ class ServerTransport:
 class LocalTransport:
     """A vllm.LLM for the checkpoint in this process (engine.VLLMEngine)."""
 
-    def __init__(self, ckpt: str, cfg: dict):
+    def __init__(self, ckpt: str, cfg: Config):
         self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, config.confidence_plan(cfg), engine_dtype(cfg))
 
     def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
@@ -254,7 +259,7 @@ class SlotTokens:
     dot: int | None = None
 
 
-def slot_tokens(tokenizer, cfg: dict, ckpt: str) -> SlotTokens:
+def slot_tokens(tokenizer, cfg: Config, ckpt: str) -> SlotTokens:
     """The ids the checkpoint's confidence needs; one clear error when its tokenizer lacks them."""
     if confidence_source(config.confidence_plan(cfg)) == "readout":
         return SlotTokens(*reserved_ids(tokenizer, ckpt))
@@ -276,15 +281,15 @@ def unparsed_numeral_reason(conf_text: str | None, finish_reason: str, max_token
 class Client:
     """Answers questions with a checkpoint through a transport; `ask` is the protocol."""
 
-    def __init__(self, cfg: dict, tokenizer, tokens: SlotTokens, transport):
+    def __init__(self, cfg: Config, tokenizer, tokens: SlotTokens, transport):
         self.cfg, self.tokenizer, self.tokens, self.transport = cfg, tokenizer, tokens, transport
         self.plan = config.confidence_plan(cfg)
         self.source = confidence_source(self.plan)
         self.settings = engine.sampling_settings(cfg, self.plan)
 
     def prompt_ids(self, question: str) -> list[int]:
-        return ro.build_prompt_ids(self.tokenizer, question, self.cfg["channel"], self.cfg["domain"],
-                                   bool(self.cfg["enable_thinking"]))
+        return ro.build_prompt_ids(self.tokenizer, question, self.cfg.channel, self.cfg.domain,
+                                   bool(self.cfg.enable_thinking))
 
     def readout(self, prefix: list[int]) -> float:
         """eq:readout at the end of `prefix` (prompt + completion through <confidence>)."""
@@ -301,7 +306,7 @@ class Client:
     def ask(self, question: str, seed: int | None = None, threshold: float = 0.5) -> Answer:
         """Generate an answer and read its confidence (the module docstring's protocol)."""
         prompt = self.prompt_ids(question)
-        sampled, finish = self.transport.generate(prompt, self.settings, self.cfg["seed"] if seed is None else seed)
+        sampled, finish = self.transport.generate(prompt, self.settings, self.cfg.seed if seed is None else seed)
         return self.read(prompt, sampled, finish, threshold)
 
     def read(self, prompt: list[int], sampled: list[int], finish: str, threshold: float = 0.5) -> Answer:
@@ -310,8 +315,8 @@ class Client:
                                   self.plan.cuts_at_slot)
         ids, finish = closed.token_ids, closed.finish_reason
         text = ro.decode(self.tokenizer, ids)
-        channel = self.cfg["channel"] if self.source != "digit_exp" else "readout"   # digit_exp stops at the slot
-        seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg["domain"]])
+        channel = self.cfg.channel if self.source != "digit_exp" else "readout"   # digit_exp stops at the slot
+        seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain])
         answer = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
         max_tokens = self.settings["max_tokens"]
         c = c_digit = numeral = reason = None
@@ -351,7 +356,7 @@ def open_client(ckpt: str, server: str | None = None, timeout_s: float = 300.0, 
     if server is None:
         return Client(cfg, tokenizer, tokens, LocalTransport(ckpt, cfg))
     transport = ServerTransport(server, timeout_s)
-    probe = ro.decode(tokenizer, ro.build_prompt_ids(tokenizer, "1 + 1", cfg["channel"], cfg["domain"]))
+    probe = ro.decode(tokenizer, ro.build_prompt_ids(tokenizer, "1 + 1", cfg.channel, cfg.domain))
     probe += ro.CONF_HIGH + ro.CONF_LOW if tokens.high is not None else ""
     transport.check_tokens(probe, tokenizer.encode(probe, add_special_tokens=False), ckpt)
     return Client(cfg, tokenizer, tokens, transport)
@@ -376,17 +381,17 @@ def serve_command(ckpt: str, host: str = "127.0.0.1", port: int = 8000, extra: l
     beside the weights (reserved tokens included), max model len = prompt + completion budgets,
     sampling defaults never taken from generation_config.json, and on CPU the explicit KV-cache
     size and whole-prompt prefill of engine.VLLMEngine."""
-    cfg = checkpoint_config(ckpt)
-    max_len = int(cfg["max_prompt_tokens"] + cfg["max_completion_tokens"])
+    cfg = config.config_from_values(checkpoint_config(ckpt))
+    max_len = int(cfg.max_prompt_tokens + cfg.max_completion_tokens)
     command = server_program(str(ckpt)) + [
         "--tokenizer", str(ckpt), "--dtype", engine_dtype(cfg), "--max-model-len", str(max_len),
-        "--seed", str(cfg["seed"]), "--generation-config", "vllm", "--host", host, "--port", str(port)]
+        "--seed", str(cfg.seed), "--generation-config", "vllm", "--host", host, "--port", str(port)]
     if torch.cuda.is_available():
-        command += ["--gpu-memory-utilization", str(cfg["vllm_gpu_memory_utilization"])]
+        command += ["--gpu-memory-utilization", str(cfg.vllm_gpu_memory_utilization)]
     else:
-        command += ["--kv-cache-memory-bytes", str(int(cfg["vllm_cpu_kv_cache_gb"] * 2**30)),
+        command += ["--kv-cache-memory-bytes", str(int(cfg.vllm_cpu_kv_cache_gb * 2**30)),
                     "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_len, 8192))]
-    if cfg["vllm_enforce_eager"]:
+    if cfg.vllm_enforce_eager:
         command.append("--enforce-eager")
     return command + list(extra)
 

@@ -1,14 +1,19 @@
-"""Run configuration: the schema, `key=value` overrides, validation, the confidence plan of a
-method, run names, and the paper's tables as commands.
+"""Run configuration: a resolved `Config` (schema.py) from YAML files and `key=value`
+overrides, its validation, the confidence plan of a method, and run names.
 
     >>> cfg = load_config("tiny", ["lr=3e-5"])
-    >>> cfg["lr"], cfg["run_name"], confidence_plan(cfg).source
+    >>> cfg.lr, cfg.run_name, confidence_plan(cfg).source
     (3e-05, 'tiny-lr3e-5-s43', 'readout')
 
-Every key a run can set is declared, with its `tab:hyper` default, in configs/base.yaml; a
-file may `inherit:` another; `by_domain` values come from configs/<domain>.yaml. Anything
-else is an error naming the nearest keys. `confidence_plan` decides, once, everything that
-depends on how a method gets its confidence (the swap point of a new channel).
+Every key a run can set is a field of `schema.Config`, with its default (tab:hyper's value where the
+paper gives one), where it comes from, and a help line (`python credo.py --help-config`). A
+file in configs/ sets some of them and may `inherit:` another; `by_domain` values come from
+configs/<domain>.yaml. Anything else is an error naming the nearest keys. `load_config`
+returns a frozen `Config` with every `by_domain` key and every `auto` that the configuration
+alone decides resolved; the `auto`s that the machine decides (precision, compile_layers,
+adam_fused, activation_checkpointing, wandb_mode) are resolved by one named function each when
+the device is known. `confidence_plan` decides, once, everything that depends on how a method
+gets its confidence (the swap point of a new channel).
 
 Does not hold: reading data (data.py), the model (policy.py), or the loop (credo.py).
 """
@@ -16,10 +21,13 @@ Does not hold: reading data (data.py), the model (policy.py), or the loop (credo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import importlib.util
 import re
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,14 +36,32 @@ import yaml
 
 from methods import METHODS, method_of
 from rollout import DOMAINS
+from schema import BY_DOMAIN, Config
 
 ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = ROOT / "configs"
+DERIVED = ("config_name",)
+FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name not in DERIVED}
+HINTS = typing.get_type_hints(Config)
+
+
+def as_dict(cfg: Config) -> dict:
+    """The config as plain values (what a run saves as config.yaml)."""
+    return dataclasses.asdict(cfg)
+
+
+def help_text() -> str:
+    """Every field with its default, source and help (`python credo.py --help-config`)."""
+    lines = []
+    for name, f in FIELDS.items():
+        source = f" [{f.metadata['source']}]" if f.metadata["source"] else ""
+        lines.append(f"{name} = {yaml.safe_dump(f.default, default_flow_style=True).strip().removesuffix('...').strip()}"
+                     f"{source}\n    {f.metadata['help']}")
+    return "\n".join(lines)
 
 
 # ============================================================================================
-# Configuration: YAML files with `inherit:`, then `key=value` overrides. Every key a run can
-# set is declared in configs/base.yaml; anything else is an error naming the nearest keys.
+# Reading a config: YAML files with `inherit:`, then `key=value` overrides.
 # ============================================================================================
 
 
@@ -82,13 +108,12 @@ KEY_ALIASES = {"learning_rate": "lr", "num_generations": "group_size", "n_sample
                "model_name_or_path": "model", "dataset": "train_data", "output_dir": "out_dir", "num_train_epochs": "epochs"}
 
 
-def _check_keys(cfg: dict, schema: dict, where: str) -> None:
-    for key in cfg:
-        if key not in schema:
-            near = [KEY_ALIASES[key]] if KEY_ALIASES.get(key) in schema else []
-            near += [k for k in difflib.get_close_matches(key, schema, n=3, cutoff=0.5) if k not in near]
-            hint = f"; did you mean {' or '.join(near)}?" if near else ""
-            raise KeyError(f"unknown config key {key!r} in {where}{hint} (valid keys are listed in configs/base.yaml)")
+def _check_key(key: str, where: str) -> None:
+    if key not in FIELDS:
+        near = [KEY_ALIASES[key]] if KEY_ALIASES.get(key) in FIELDS else []
+        near += [k for k in difflib.get_close_matches(key, FIELDS, n=3, cutoff=0.5) if k not in near]
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        raise KeyError(f"unknown config key {key!r} in {where}{hint} (python credo.py --help-config lists the keys)")
 
 
 def parse_override(item: str) -> tuple[str, object]:
@@ -99,28 +124,47 @@ def parse_override(item: str) -> tuple[str, object]:
     return key.strip(), yaml.safe_load(value)
 
 
-def _coerce(key: str, value, default):
-    """Give `value` the type of the key's default. YAML 1.1 reads `3e-5` as a string
-    (it wants `3.0e-5`), so numeric strings become numbers; a real mismatch is an error."""
-    if isinstance(value, str):
+def _coerce(key: str, value):
+    """`value` as the type the field declares. YAML 1.1 reads `3e-5` as a string (it wants
+    `3.0e-5`) and `true` as a boolean: numeric strings become numbers, booleans stay booleans,
+    the strings of a `Literal` stay as they are; anything else is an error naming the key."""
+    if value == BY_DOMAIN and FIELDS[key].default == BY_DOMAIN:
+        return value
+    hint = HINTS[key]
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    choices = [c for o in options if typing.get_origin(o) is Literal for c in typing.get_args(o)]
+    kinds = [o for o in options if typing.get_origin(o) is not Literal]
+    if isinstance(value, str) and value in choices:
+        return value
+    if value is None and type(None) in kinds:
+        return None
+    if isinstance(value, bool) and bool in kinds:
+        return value
+    if isinstance(value, str) and bool in kinds and value.lower() in ("true", "false"):
+        return value.lower() == "true"                      # pack_sequences as a run saved it before it was a boolean
+    if isinstance(value, str) and str not in kinds:
         for cast in (int, float):
             try:
                 value = cast(value)
                 break
             except ValueError:
                 pass
-    if default is None or value is None or isinstance(default, str):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if float in kinds:
+            return float(value)
+        if int in kinds and float(value).is_integer():
+            return int(value)
+    if str in kinds and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if list in kinds and isinstance(value, list):
         return value
-    if isinstance(default, bool) != isinstance(value, bool):
-        raise TypeError(f"config key {key!r} expects {type(default).__name__}, got {value!r}")
-    if isinstance(default, float) and isinstance(value, (int, float)):
-        return float(value)
-    if not isinstance(value, type(default)):
-        raise TypeError(f"config key {key!r} expects {type(default).__name__}, got {value!r}")
-    return value
+    kind_names = ["null" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds]
+    if choices:
+        allowed = ", ".join([repr(c) for c in choices] + kind_names)
+        raise ValueError(f"{key}={value!r} is not supported; choose one of ({allowed})")
+    raise TypeError(f"config key {key!r} expects {' or '.join(kind_names)}, got {value!r}")
 
 
-BY_DOMAIN = "by_domain"   # a value of base.yaml filled from the domain file, configs/<domain>.yaml
 # Overrides that do not change what is trained, left out of the default run name.
 _NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
                        "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "compile_layers", "adam_fused",
@@ -135,126 +179,134 @@ def _domain_profile(domain: str) -> dict:
     return _read_config_file(_config_path(domain))
 
 
-def load_config(name_or_path: str, overrides: list[str] = ()) -> dict:
-    """Resolve a config: base.yaml schema <- file (with inherit chain) <- CLI overrides, then
-    the `by_domain` keys still unset from configs/<domain>.yaml.
-
-    Values are coerced to the type of the key's default (for a `by_domain` key, the type of
-    the math profile's value). The default run name is `<config>[-<overrides>]-s<seed>`.
+def load_config(name_or_path: str, overrides: list[str] = ()) -> Config:
+    """Resolve a config: Config's defaults <- file (with its inherit chain) <- `key=value`
+    overrides; then the `by_domain` keys from configs/<domain>.yaml and the configuration's own
+    `auto`s (micro_batch_tokens, pack_sequences). Values take the type their field declares.
+    The default run name is `<config>[-<overrides>]-s<seed>`. The result is validated and frozen.
     """
-    schema = _read_config_file(CONFIG_DIR / "base.yaml")
-    typed = {**schema, **{k: v for k, v in _domain_profile("math").items() if schema.get(k) == BY_DOMAIN}}
     path = _config_path(name_or_path)
     from_file = _read_config_file(path)
     from_file.pop("config_name", None)   # recorded in a run's resolved config.yaml; derived, not set
-    _check_keys(from_file, schema, str(path))
-    cfg = dict(schema)
-    cfg.update({key: value if value == BY_DOMAIN else _coerce(key, value, typed[key]) for key, value in from_file.items()})
+    values = {key: f.default for key, f in FIELDS.items()}
+    for key, value in from_file.items():
+        _check_key(key, str(path))
+        values[key] = _coerce(key, value)
     named = []
     for item in overrides:
         key, value = parse_override(item)
-        _check_keys({key: value}, schema, "the command line")
-        cfg[key] = value if value == BY_DOMAIN else _coerce(key, value, typed[key])
+        _check_key(key, "the command line")
+        values[key] = _coerce(key, value)
         if key not in _NAMELESS_OVERRIDES:
             named.append(f"{key}{Path(str(value)).name}" if key != "domain" else str(value))
-    if path.stem in DOMAINS and cfg["domain"] != path.stem:
-        raise ValueError(f"configs/{path.stem}.yaml fixes the {path.stem} values of tab:hyper; for domain={cfg['domain']} "
-                         f"run `bash run.sh {cfg['domain']}` or `bash run.sh credo domain={cfg['domain']}`")
-    profile = _domain_profile(cfg["domain"])
-    for key, value in cfg.items():
-        if value == BY_DOMAIN:
-            if profile.get(key, BY_DOMAIN) == BY_DOMAIN:
-                raise ValueError(f"{key} is by_domain but configs/{cfg['domain']}.yaml gives it no value")
-            cfg[key] = _coerce(key, profile[key], typed[key])
-    cfg["config_name"] = path.stem
-    if cfg["run_name"] is None and named:
-        cfg["run_name"] = "-".join([path.stem, *named, f"s{cfg['seed']}"])
+    if path.stem in DOMAINS and values["domain"] != path.stem:
+        raise ValueError(f"configs/{path.stem}.yaml fixes the {path.stem} values of tab:hyper; for domain={values['domain']} "
+                         f"run `bash run.sh {values['domain']}` or `bash run.sh credo domain={values['domain']}`")
+    values = resolve(values, config_name=path.stem)
+    if values["run_name"] is None and named:
+        values["run_name"] = "-".join([path.stem, *named, f"s{values['seed']}"])
+    cfg = Config(**values)
     validate_config(cfg)
     return cfg
 
 
-def validate_config(cfg: dict) -> None:
-    """Refuse values the loop does not implement, and combinations that mean nothing, with the reason."""
-    choices = {
-        "method": tuple(METHODS),
-        "channel": ("readout", "readout_noanalysis", "verbalized"),
-        "answer_reward_shape": ("additive", "gated", "none"),
-        "confidence": ("auto", "readout", "digit_exp", "numeral"),
-        "conf_train": ("regression", "sampled", "head"),
-        "precision": ("auto", "bf16", "fp32"),
-        "lr_schedule": ("constant",),
-        "optimizer": ("adamw",),
-        "engine": ("vllm", "hf"),
-        "domain": DOMAINS,
-    }
-    if isinstance(cfg["pack_sequences"], bool):   # YAML reads `pack_sequences=true` as a boolean
-        cfg["pack_sequences"] = str(cfg["pack_sequences"]).lower()
-    choices["pack_sequences"] = ("auto", "true", "false")
-    choices["activation_checkpointing"] = ("auto", True, False)
-    choices["compile_layers"] = ("auto", True, False)
-    choices["adam_fused"] = ("auto", True, False)
-    for key, allowed in choices.items():
-        if cfg[key] not in allowed:
-            raise ValueError(f"{key}={cfg[key]!r} is not supported; choose one of {allowed}")
-    method, channel, source = cfg["method"], cfg["channel"], confidence_source(cfg)
+def resolve(values: dict, config_name: str) -> dict:
+    """`values` with the `by_domain` keys taken from configs/<domain>.yaml and the `auto`s the
+    configuration alone decides made explicit (a new dict; the input is not changed)."""
+    profile = _domain_profile(values["domain"])
+    out = dict(values, config_name=config_name)
+    for key, value in values.items():
+        if value == BY_DOMAIN:
+            if profile.get(key, BY_DOMAIN) == BY_DOMAIN:
+                raise ValueError(f"{key} is by_domain but configs/{values['domain']}.yaml gives it no value")
+            out[key] = _coerce(key, profile[key])
+    out["pack_sequences"] = values["pack_sequences"] in ("auto", True)
+    if values["micro_batch_tokens"] == "auto":
+        out["micro_batch_tokens"] = out["per_device_batch_size"] * (out["max_prompt_tokens"] + out["max_completion_tokens"] + 2)
+    return out
+
+
+def config_from_values(values: dict, config_name: str = "") -> Config:
+    """A Config from plain values (a saved config.yaml, a client's settings): Config's defaults
+    under them, each key checked and typed, then resolved; not validated (a derived setting may
+    be one no run trains with, e.g. a checkpoint read through another channel)."""
+    merged = {key: f.default for key, f in FIELDS.items()}
+    for key, value in values.items():
+        if key in DERIVED:
+            continue
+        _check_key(key, "the saved config")
+        merged[key] = _coerce(key, value)
+    return Config(**resolve(merged, config_name or values.get("config_name", "")))
+
+
+def validate_config(cfg: Config) -> None:
+    """Refuse values the loop does not implement, and combinations that mean nothing, with the
+    reason. Reads `cfg`, never changes it. (Each Literal field's choices are checked at load.)"""
+    if cfg.method not in METHODS:
+        raise ValueError(f"method={cfg.method!r} is not supported; choose one of {tuple(METHODS)} (or register one in "
+                         f"methods.py, docs/forking.md)")
+    if cfg.domain not in DOMAINS:
+        raise ValueError(f"domain={cfg.domain!r} is not supported; choose one of {DOMAINS}")
+    method, channel, source = cfg.method, cfg.channel, confidence_source(cfg)
     reads = method_of(method).reads             # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")
     if readout_channel and source != "readout":
-        raise ValueError(f"confidence={cfg['confidence']} needs the verbalized channel; channel={channel} has a readout")
+        raise ValueError(f"confidence={cfg.confidence} needs the verbalized channel; channel={channel} has a readout")
     if not readout_channel and source == "readout":
         raise ValueError("confidence=readout needs a readout channel, not channel=verbalized")
     if reads == "report" and readout_channel:
         raise ValueError(f"method={method} needs the verbalized channel (its reward scores the sampled numeral), "
                          f"not channel={channel}")
-    if reads == "nothing" and readout_channel and cfg["conf_train"] != "head":
+    if reads == "nothing" and readout_channel and cfg.conf_train != "head":
         raise ValueError(f"method={method} on a readout channel is only the auxiliary-head arm (conf_train=head); "
                          f"plain {method} uses channel=verbalized")
     if reads == "model" and source == "numeral":
         raise ValueError(f"method={method} needs a confidence with logits (readout or digit_exp), not the parsed numeral")
-    if cfg["alpha"] != 0 and source == "numeral":
+    if cfg.alpha != 0 and source == "numeral":
         raise ValueError("alpha > 0 needs a differentiable confidence: the parsed numeral has none "
                          "(use confidence=digit_exp with method=credo for regression on the verbalized slot)")
-    if cfg["alpha"] != 0 and reads != "model" and cfg["conf_train"] != "head":
+    if cfg.alpha != 0 and reads != "model" and cfg.conf_train != "head":
         raise ValueError(f"alpha > 0 with method={method} is only meaningful with conf_train=head (an auxiliary "
                          f"BCE head); {method}'s own calibration comes from its reward")
-    if cfg["conf_train"] == "sampled":
+    if cfg.conf_train == "sampled":
         if reads != "model" or channel != "readout":
             raise ValueError("conf_train=sampled (readout + reward only) needs a method that reads the model's c "
                              "(method=credo) on channel=readout")
-        if cfg["alpha"] != 0:
+        if cfg.alpha != 0:
             raise ValueError("conf_train=sampled removes the regression: set alpha=0")
-    if cfg["conf_train"] == "head" and (reads == "model" or not readout_channel):
+    if cfg.conf_train == "head" and (reads == "model" or not readout_channel):
         raise ValueError("conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
                          "CREDO's readout drives its own rewards and is regressed directly")
     unknown = [name for name in reporters(cfg) if name not in REPORTERS]
     if unknown:
-        raise ValueError(f"report_to={cfg['report_to']!r}: unknown {unknown}; choose from {REPORTERS} (comma-separated)")
+        raise ValueError(f"report_to={cfg.report_to!r}: unknown {unknown}; choose from {REPORTERS} (comma-separated)")
     for name, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
         if name in reporters(cfg) and importlib.util.find_spec(package) is None:
             raise ValueError(f"report_to={name} needs the {package} package: pip install {package} (or drop it from report_to)")
-    if cfg["wandb_mode"] not in ("auto", "online", "offline"):
-        raise ValueError(f"wandb_mode={cfg['wandb_mode']!r} is not supported; choose one of ('auto', 'online', 'offline')")
-    if cfg["kl_coef"] != 0:
+    if cfg.kl_coef != 0:
         raise ValueError("kl_coef must be 0: the paper trains without a KL term and this loop has no reference model")
-    if cfg["train_data"] is None:
+    if cfg.train_data is None:
         raise ValueError("train_data is not set (a local JSONL file or a Hugging Face dataset id)")
-    budget, full_length = cfg["micro_batch_tokens"], cfg["max_prompt_tokens"] + cfg["max_completion_tokens"] + 2
-    if budget != "auto" and (not isinstance(budget, int) or isinstance(budget, bool) or budget < full_length):
-        raise ValueError(f"micro_batch_tokens={budget!r} must be auto or an integer of at least max_prompt_tokens + "
-                         f"max_completion_tokens + 2 = {full_length}, so that every rollout fits in a micro-batch")
-    rollouts = cfg["per_device_batch_size"] * cfg["grad_accum"]
-    if rollouts % cfg["group_size"]:
+    full_length = cfg.max_prompt_tokens + cfg.max_completion_tokens + 2
+    if cfg.micro_batch_tokens < full_length:
+        raise ValueError(f"micro_batch_tokens={cfg.micro_batch_tokens!r} must be auto or an integer of at least "
+                         f"max_prompt_tokens + max_completion_tokens + 2 = {full_length}, so that every rollout fits "
+                         f"in a micro-batch")
+    rollouts = cfg.per_device_batch_size * cfg.grad_accum
+    if rollouts % cfg.group_size:
         raise ValueError(
             f"per_device_batch_size x grad_accum = {rollouts} rollouts per step is not a multiple of "
-            f"group_size = {cfg['group_size']}: groups must not be split across optimizer steps"
+            f"group_size = {cfg.group_size}: groups must not be split across optimizer steps"
         )
 
 
-def confidence_source(cfg: dict) -> str:
+def confidence_source(cfg: Config) -> str:
     """What c is: readout (eq:readout), digit_exp (eq:digitexp) or numeral (the parsed report)."""
-    if cfg["confidence"] != "auto":
-        return cfg["confidence"]
-    return "readout" if cfg["channel"].startswith("readout") else "numeral"
+    if cfg.confidence != "auto":
+        return cfg.confidence
+    return "readout" if cfg.channel.startswith("readout") else "numeral"
+
+
 
 
 @dataclass(frozen=True)
@@ -300,20 +352,20 @@ class ConfidencePlan:
         return "model" in (self.rewards_read, self.weights_read)
 
 
-def confidence_plan(cfg: dict) -> ConfidencePlan:
+def confidence_plan(cfg: Config) -> ConfidencePlan:
     """The ConfidencePlan of a validated config.
 
     >>> confidence_plan(load_config("rlcr")).rewards_read, confidence_plan(load_config("credo_digitexp")).teacher_digits
     ('numeral', True)
     """
-    source, sampled = confidence_source(cfg), cfg["conf_train"] == "sampled"
-    baseline = method_of(cfg["method"]).reads != "model"
+    source, sampled = confidence_source(cfg), cfg.conf_train == "sampled"
+    baseline = method_of(cfg.method).reads != "model"
     # Rollouts end at the slot where c is read from the logits there: the readout channels, and
     # a method reading the model's c on the verbalized prompt (eq:digitexp); not where the slot
     # token itself is sampled. With thinking on they are cut there after generation instead of
     # stopped by the string `<confidence>` (a reasoning trace may mention the tag).
-    stops = not sampled and (cfg["channel"].startswith("readout") or (not baseline and source == "digit_exp"))
-    rewards = "slot_token" if sampled else "numeral" if cfg["channel"] == "verbalized" and baseline else "model"
+    stops = not sampled and (cfg.channel.startswith("readout") or (not baseline and source == "digit_exp"))
+    rewards = "slot_token" if sampled else "numeral" if cfg.channel == "verbalized" and baseline else "model"
     if baseline and source == "digit_exp":
         weights = "digit_pass"
     elif source == "numeral":
@@ -321,75 +373,60 @@ def confidence_plan(cfg: dict) -> ConfidencePlan:
     else:
         weights = "model"
     return ConfidencePlan(
-        prompt=cfg["channel"],
-        segments="readout" if cfg["channel"] == "verbalized" and stops else cfg["channel"],
+        prompt=cfg.channel,
+        segments="readout" if cfg.channel == "verbalized" and stops else cfg.channel,
         source=source,
         rewards_read=rewards,
         weights_read=weights,
         teacher_digits=not baseline and source == "digit_exp",
-        cal_loss="head" if cfg["conf_train"] == "head" else "regression",
-        record="report" if rewards != "model" and cfg["channel"] == "verbalized" else "model",
+        cal_loss="head" if cfg.conf_train == "head" else "regression",
+        record="report" if rewards != "model" and cfg.channel == "verbalized" else "model",
         stops_at_slot=stops,
-        cuts_at_slot=stops and bool(cfg["enable_thinking"]),
+        cuts_at_slot=stops and bool(cfg.enable_thinking),
         samples_slot_token=sampled,
     )
 
 
-def questions_per_step(cfg: dict) -> int:
+def questions_per_step(cfg: Config) -> int:
     """Questions per optimizer step, over all ranks: the step's rollouts / G."""
-    return cfg["per_device_batch_size"] * cfg["grad_accum"] // cfg["group_size"]
+    return cfg.per_device_batch_size * cfg.grad_accum // cfg.group_size
 
 
-def micro_batch_budget(cfg: dict) -> int:
-    """Tokens per micro-batch (micro_batch_tokens). auto: per_device_batch_size rollouts of full
-    length (+ the 2 tokens teacher-forced for eq:digitexp), the worst case of tab:hyper's
-    per-device batch, so short rollouts share a micro-batch without raising peak memory."""
-    if cfg["micro_batch_tokens"] == "auto":
-        return cfg["per_device_batch_size"] * (cfg["max_prompt_tokens"] + cfg["max_completion_tokens"] + 2)
-    return cfg["micro_batch_tokens"]
-
-
-def packing_enabled(cfg: dict) -> bool:
-    """pack_sequences: true/auto pack each micro-batch into one row (attended by
-    policy.sequence_attention: exact, and faster than padding, docs/performance.md); false pads it."""
-    return cfg["pack_sequences"] != "false"
-
-
-def compiles_layers(cfg: dict, device_type: str) -> bool:
+def compiles_layers(cfg: Config, device_type: str) -> bool:
     """compile_layers as set (true/false), or for `auto` on exactly on CUDA: fused decoder
     layers pay there (policy.compile_layers); on a CPU the compilation costs more than it saves.
 
-    >>> compiles_layers({"compile_layers": "auto"}, "cuda"), compiles_layers({"compile_layers": "auto"}, "cpu")
-    (True, False)
+    >>> compiles_layers(Config(), "cuda"), compiles_layers(Config(), "cpu"), compiles_layers(Config(compile_layers=True), "cpu")
+    (True, False, True)
     """
-    return device_type == "cuda" if cfg["compile_layers"] == "auto" else cfg["compile_layers"]
+    return device_type == "cuda" if cfg.compile_layers == "auto" else cfg.compile_layers
 
 
-def fuses_adam(cfg: dict, device_type: str) -> bool:
+def fuses_adam(cfg: Config, device_type: str) -> bool:
     """adam_fused as set (true/false), or for `auto` on exactly on CUDA. torch's fused AdamW
     updates each weight in one kernel pass; its default there (foreach) makes about ten passes
     over the fp32 weights and moments: about 80 bytes a parameter against 28, some 40 ms against
     14 per step for 1.7B on an H100 (estimated). The two agree to float rounding (about 1e-8);
     on a CPU the default stays, so the CPU's values do not move.
 
-    >>> fuses_adam({"adam_fused": "auto"}, "cuda"), fuses_adam({"adam_fused": "auto"}, "cpu"), fuses_adam({"adam_fused": True}, "cpu")
+    >>> fuses_adam(Config(), "cuda"), fuses_adam(Config(), "cpu"), fuses_adam(Config(adam_fused=True), "cpu")
     (True, False, True)
     """
-    return device_type == "cuda" if cfg["adam_fused"] == "auto" else cfg["adam_fused"]
+    return device_type == "cuda" if cfg.adam_fused == "auto" else cfg.adam_fused
 
 
-def reporters(cfg: dict) -> list[str]:
+def reporters(cfg: Config) -> list[str]:
     """The step loggers of report_to (`jsonl,wandb` or a YAML list); jsonl is always one."""
-    names = cfg["report_to"] if isinstance(cfg["report_to"], list) else str(cfg["report_to"] or "").split(",")
+    names = cfg.report_to if isinstance(cfg.report_to, list) else str(cfg.report_to or "").split(",")
     return list(dict.fromkeys(["jsonl", *(name.strip() for name in names if name.strip())]))
 
 
-def run_dir_of(cfg: dict) -> Path:
+def run_dir_of(cfg: Config) -> Path:
     """runs/<run_name>, by default <config name>-s<seed>; a run resumed from a checkpoint
     directory keeps that checkpoint's (resume=auto: the run's own)."""
-    if cfg["resume"] and cfg["resume"] != "auto":
-        return Path(cfg["resume"]).parent.parent
-    return Path(cfg["out_dir"]) / (cfg["run_name"] or f"{cfg['config_name']}-s{cfg['seed']}")
+    if cfg.resume and cfg.resume != "auto":
+        return Path(cfg.resume).parent.parent
+    return Path(cfg.out_dir) / (cfg.run_name or f"{cfg.config_name}-s{cfg.seed}")
 
 
 # ============================================================================================

@@ -2,6 +2,7 @@
 
     python credo.py tiny max_steps=2            # or: bash run.sh tiny max_steps=2
     python credo.py configs/math.yaml seed=44
+    python credo.py --help-config               # every key: default, source in the paper, help
 
 One step, as in section 3 of the paper (equations by their labels):
 
@@ -22,7 +23,7 @@ loop with other config values: `config.confidence_plan` decides once what each m
 confidence is and what reads it, and `credit` how each method turns outcomes and
 confidences into advantages.
 
-Where things live: config.py (schema, the confidence plan), policy.py (model, batches, THE
+Where things live: config.py (the typed Config, the confidence plan), policy.py (model, batches, THE
 forward, every confidence read), losses.py (the equations), rollout.py (prompts, segments),
 engine.py (generation), verifier.py (grading), parallel.py (torchrun, FSDP2), checkpoint.py
 (resume, preemption), runlog.py (what a step writes). This file holds the loop and the
@@ -60,6 +61,7 @@ from tqdm import tqdm
 import config
 import data
 import losses
+import memfit
 import parallel
 import policy as pol
 import rollout as ro
@@ -80,6 +82,7 @@ from engine import make_engine
 from methods import ConfidenceReads, Credit, confidence_reads, credit
 from policy import Batch, Policy
 from runlog import StepStats
+from schema import Config
 
 
 @dataclass
@@ -122,18 +125,19 @@ class Outcomes:
 # ============================================================================================
 
 
-def make_rollouts(engine, tokenizer, questions: list[dict], prompts: list[list[int]], cfg: dict, plan: ConfidencePlan,
-                  step: int) -> list[ro.Rollout]:
-    """Sample G completions per question and parse each into segments (rows q*G + i).
+def make_rollouts(engine, tokenizer, questions: list[dict], prompts: list[list[int]], cfg: Config, plan: ConfidencePlan,
+                  step: int, seed: int) -> list[ro.Rollout]:
+    """Sample G completions per question and parse each into segments (rows q*G + i); `seed`
+    is this rank's (World.rank_seed).
 
     With conf_train=sampled the slot token is generated, and F_i also needs it to be one of
     the reserved pair (anything else is a format failure, as a malformed numeral is)."""
-    samples = engine.generate(prompts, cfg["group_size"], seed=cfg["seed"] * 1_000_003 + step)
+    samples = engine.generate(prompts, cfg.group_size, seed=seed * 1_000_003 + step)
     reserved = pol.reserved_ids(tokenizer)
     rollouts = []
     for row, sample in enumerate(samples):
-        q = row // cfg["group_size"]
-        segments = ro.parse_segments(tokenizer, sample.token_ids, plan.segments, ro.ANSWER_MARKERS[cfg["domain"]])
+        q = row // cfg.group_size
+        segments = ro.parse_segments(tokenizer, sample.token_ids, plan.segments, ro.ANSWER_MARKERS[cfg.domain])
         if plan.samples_slot_token:
             slot_token = sample.token_ids[segments.slot] if segments.slot is not None and segments.slot < len(sample.token_ids) else None
             segments = replace(segments, fmt=segments.fmt and slot_token in reserved)
@@ -143,16 +147,16 @@ def make_rollouts(engine, tokenizer, questions: list[dict], prompts: list[list[i
     return rollouts
 
 
-def outcomes(rollouts: list[ro.Rollout], questions: list[dict], cfg: dict, plan: ConfidencePlan, tokenizer) -> Outcomes:
+def outcomes(rollouts: list[ro.Rollout], questions: list[dict], cfg: Config, plan: ConfidencePlan, tokenizer) -> Outcomes:
     """a_i from the verifier (math-verify in killable workers; code in the sandbox, verify_workers
     at once, verify_timeout_s per test) on each answer segment (after any thinking block, cut
     by the rule that splits the tokens); F_i and the slot from the segments; the reports
     sampled as text."""
-    group = cfg["group_size"]
-    references = [questions[i // group]["answer" if cfg["domain"] == "math" else "tests"] for i in range(len(rollouts))]
+    group = cfg.group_size
+    references = [questions[i // group]["answer" if cfg.domain == "math" else "tests"] for i in range(len(rollouts))]
     answers = [ro.answer_text(ro.after_thinking(r.text), plan.segments) for r in rollouts]    # what is graded
-    verdicts = verifier.grade(answers, references, cfg["domain"],
-                              workers=cfg["verify_workers"], timeout_s=cfg["verify_timeout_s"])
+    verdicts = verifier.grade(answers, references, cfg.domain,
+                              workers=cfg.verify_workers, timeout_s=cfg.verify_timeout_s)
     return Outcomes(correct=torch.tensor(verdicts, dtype=torch.float32),                              # [N]
                     fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),                       # [N]
                     valid=torch.tensor([r.segments.slot is not None for r in rollouts]),               # [N]
@@ -174,13 +178,13 @@ def warmup(value: float, step: int, warmup_steps: int) -> float:
 # ============================================================================================
 
 
-def make_optimizer(model, cfg: dict, device_type: str) -> torch.optim.AdamW:
+def make_optimizer(model, cfg: Config, device_type: str) -> torch.optim.AdamW:
     """AdamW with tab:hyper's settings, in torch's fused kernel where config.fuses_adam says
     (adam_fused=auto: on CUDA). Its state is the same either way, so a checkpoint of one
     resumes in the other."""
     fused = {"fused": True} if config.fuses_adam(cfg, device_type) else {}
-    return torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]),
-                             eps=cfg["adam_eps"], weight_decay=cfg["weight_decay"], **fused)
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                             eps=cfg.adam_eps, weight_decay=cfg.weight_decay, **fused)
 
 
 def confidence_loss(fwd: pol.Forward, conf: torch.Tensor, target: torch.Tensor, correct: torch.Tensor, valid: torch.Tensor,
@@ -191,7 +195,7 @@ def confidence_loss(fwd: pol.Forward, conf: torch.Tensor, target: torch.Tensor, 
     return losses.calibration_loss(conf, target, valid)
 
 
-def group_credit(rows: list[int], c_model: torch.Tensor | None, out: Outcomes, reads: ConfidenceReads, cfg: dict,
+def group_credit(rows: list[int], c_model: torch.Tensor | None, out: Outcomes, reads: ConfidenceReads, cfg: Config,
                  kappa: float) -> Credit:
     """credit() for the whole groups `rows`; c_model: [len(rows)] their detached model c,
     wherever `reads` leaves it to the model."""
@@ -207,7 +211,7 @@ def group_credit(rows: list[int], c_model: torch.Tensor | None, out: Outcomes, r
 
 
 def split_group_credit(policy: Policy, batch: Batch, micro: list[list[int]], whole: list[bool], out: Outcomes,
-                       reads: ConfidenceReads, cfg: dict, plan: ConfidencePlan, kappa: float) -> Credit:
+                       reads: ConfidenceReads, cfg: Config, plan: ConfidencePlan, kappa: float) -> Credit:
     """Credit of every row whose micro-batch does not hold whole groups, [N] (0 elsewhere).
 
     Credit needs every group member's confidence. A group placed whole in a micro-batch gets
@@ -220,7 +224,7 @@ def split_group_credit(policy: Policy, batch: Batch, micro: list[list[int]], who
     c_model = torch.zeros(n)                                                          # [N]
     with torch.no_grad():
         for rows in (rows for rows, is_whole in zip(micro, whole) if not is_whole):
-            fwd = pol.forward(policy, batch.select(rows), packed=config.packing_enabled(cfg),
+            fwd = pol.forward(policy, batch.select(rows), packed=cfg.pack_sequences,
                               detach_readout=plan.cal_loss == "head", logprobs=False)
             c_model[rows] = pol.model_confidence(fwd).float().cpu()
     split = sorted(row for rows, is_whole in zip(micro, whole) if not is_whole for row in rows)
@@ -229,7 +233,7 @@ def split_group_credit(policy: Policy, batch: Batch, micro: list[list[int]], who
     return Credit(*(torch.zeros(n).index_copy(0, index, value.float()) for value in part))
 
 
-def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: dict, plan: ConfidencePlan, step: int,
+def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: Config, plan: ConfidencePlan, step: int,
                    n_total: float | None = None, n_valid_total: float | None = None) -> StepStats:
     """Forward/backward over micro-batches, one optimizer step. Returns the step's statistics.
 
@@ -238,15 +242,15 @@ def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: 
     gave it (plan.weights_read). n_total, n_valid_total: the denominators of the batch means
     of J and L_cal; by default this call's N and |V|. Under data parallelism gradients are
     averaged over ranks, so a caller passes the global counts divided by the world size."""
-    n, group = len(batch), cfg["group_size"]
-    alpha, kappa = warmup(cfg["alpha"], step, cfg["warmup_steps"]), warmup(cfg["kappa"], step, cfg["warmup_steps"])
+    n, group = len(batch), cfg.group_size
+    alpha, kappa = warmup(cfg.alpha, step, cfg.warmup_steps), warmup(cfg.kappa, step, cfg.warmup_steps)
     n_norm = float(n_total) if n_total is not None else float(n)
     # |V| = 0 leaves L_cal a zero; a passed-in share |V|/W may be below 1 and is used as it is
     n_valid = float(n_valid_total) if n_valid_total is not None and n_valid_total > 0 else max(float(out.valid.sum()), 1.0)
-    head, packed = plan.cal_loss == "head", config.packing_enabled(cfg)
+    head, packed = plan.cal_loss == "head", cfg.pack_sequences
     reads = confidence_reads(out.reported, out.weight_conf, plan.weights_read)
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    micro = pol.micro_batches(lengths, config.micro_batch_budget(cfg), group, whole_groups=plan.reads_model, packed=packed)
+    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, group, whole_groups=plan.reads_model, packed=packed)
     whole = [plan.reads_model and pol.holds_whole_groups(rows, group) for rows in micro]   # credited from their forward
     shared = split_group_credit(policy, batch, micro, whole, out, reads, cfg, plan, kappa) if not all(whole) else None
 
@@ -269,7 +273,7 @@ def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: 
         adv_tok = losses.token_advantages(*(pol.to_device(t, dev) for t in (
             mb_credit.adv_ans, mb_credit.adv_conf, mb_credit.w, mb.ans_mask, mb.conf_mask)))   # [n_mb, L-1]
         pg = losses.clipped_policy_loss(fwd.logp, fwd.logp.detach(), adv_tok, pol.to_device(mb.completion_mask, dev),
-                                        cfg["clip_eps"])
+                                        cfg.clip_eps)
         cal = confidence_loss(fwd, conf, *(pol.to_device(t, dev) for t in (mb_credit.target, out.correct[rows], out.valid[rows])),
                               plan)
         # Both terms are means over the whole rollout batch (sequences for J, V for L_cal).
@@ -291,7 +295,7 @@ def train_on_batch(policy: Policy, optimizer, batch: Batch, out: Outcomes, cfg: 
         if conf is not None:
             c_model[rows] = conf.float().cpu()
 
-    grad_norm = parallel.clip_gradients(policy.model, cfg["max_grad_norm"])
+    grad_norm = parallel.clip_gradients(policy.model, cfg.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     if plan.record == "report":   # a baseline's confidence of record: its report
@@ -318,7 +322,7 @@ def timed(timings: dict, phase: str):
     timings[phase] = time.perf_counter() - t0
 
 
-def train(cfg: dict) -> Path:
+def train(cfg: Config) -> Path:
     """Run (or resume) a training run; returns the run directory.
 
     One process with no launcher, or one rank of a torchrun job (parallel.py): every rank
@@ -334,18 +338,18 @@ def train(cfg: dict) -> Path:
         if resume is None:
             clear_run(run_dir)                   # overwrite=true, or what resume=auto found no checkpoint of
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        data.prepare_on_first_use(cfg["train_data"])    # the paper's split, downloaded on first use
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(cfg), sort_keys=False))
+        data.prepare_on_first_use(cfg.train_data)    # the paper's split, downloaded on first use
     parallel.barrier(world)
-    random.seed(cfg["seed"])
-    np.random.seed(cfg["seed"])
-    torch.manual_seed(cfg["seed"])
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
 
     # Under torchrun the checkpoint is loaded into host memory and sharded onto the GPUs
     # after the engine has its copy (parallel.World.load_device).
-    policy = pol.load_policy(str(resume or cfg["model"]), world.load_device, pol.compute_dtype(cfg), cfg["temperature"])
+    policy = pol.load_policy(str(resume or cfg.model), world.load_device, pol.compute_dtype(cfg), cfg.temperature)
     policy.model.config.use_cache = False
-    checkpointing, why = parallel.decide_checkpointing(cfg, parallel.shape_of(policy.model.config.to_dict()),
+    checkpointing, why = memfit.decide_checkpointing(cfg, memfit.shape_of(policy.model.config.to_dict()),
                                                        world.world_size, parallel.gpu_memory_gib(world))
     if checkpointing:
         parallel.enable_activation_checkpointing(policy.model)
@@ -354,9 +358,9 @@ def train(cfg: dict) -> Path:
     if config.compiles_layers(cfg, world.device.type):
         pol.compile_update(policy)         # compiles at the first update (tens of seconds), then fused kernels
     rows, prompts = training_problems(cfg, plan, policy.tokenizer, world)
-    stream = QuestionStream(len(rows), cfg["seed"])
+    stream = QuestionStream(len(rows), cfg.seed)
     per_step = config.questions_per_step(cfg)             # the whole step's, over all ranks
-    total_steps = cfg["max_steps"] if cfg["max_steps"] is not None else cfg["epochs"] * len(rows) // per_step
+    total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * len(rows) // per_step
 
     if resume and checkpoint_step(resume) >= total_steps:             # resume=auto on a finished run
         parallel.main_print(world, f"[credo] {run_dir} is complete ({checkpoint_step(resume)} of {total_steps} steps): "
@@ -367,13 +371,12 @@ def train(cfg: dict) -> Path:
     # It is built before any state is restored: vLLM re-seeds the global RNGs on start-up.
     # Each rank has its own (TP = 1), built from the full model before it is sharded.
     engine_dir = run_dir if not world.distributed else run_dir / "engine" / f"rank_{world.rank:05d}"
-    engine = make_engine(cfg, plan, policy.model, policy.tokenizer, str(resume or cfg["model"]), engine_dir, policy.dtype)
+    engine = make_engine(cfg, plan, policy.model, policy.tokenizer, str(resume or cfg.model), engine_dir, policy.dtype)
     policy.model = parallel.shard_model(policy.model, world, policy.dtype)
     optimizer = make_optimizer(policy.model, cfg, world.device.type)
     start_step = 0
     if resume:
         start_step, stream.cursor = restore_state(resume, optimizer, policy.model, world)
-    rank_cfg = {**cfg, "seed": parallel.rank_seed(cfg["seed"], world)}   # this rank's rollout seeds
 
     bar = tqdm(range(start_step, total_steps), initial=start_step, total=total_steps, desc="credo", dynamic_ncols=True,
                disable=not world.is_main)
@@ -387,7 +390,8 @@ def train(cfg: dict) -> Path:
                 step_idx = stream.take(per_step)                                            # the same on every rank
                 q_idx = parallel.rank_slice(step_idx, world)
                 questions = [rows[i] for i in q_idx]
-                rollouts = make_rollouts(engine, policy.tokenizer, questions, [prompts[i] for i in q_idx], rank_cfg, plan, step)
+                rollouts = make_rollouts(engine, policy.tokenizer, questions, [prompts[i] for i in q_idx], cfg, plan, step,
+                                         seed=world.rank_seed(cfg.seed))
                 engine.sleep()                                                              # CUDA: free the GPU for the update
 
             # 3. outcomes: a_i, F_i, whether the slot was reached, reports sampled as text
@@ -403,8 +407,8 @@ def train(cfg: dict) -> Path:
                                           if world.distributed else (None, None))
                 parallel.gather_root(policy.model)
                 if plan.weights_read == "digit_pass":                                       # tab:sw_baseline
-                    out.weight_conf = pol.digit_expectations(policy, rollouts, config.micro_batch_budget(cfg),
-                                                             config.packing_enabled(cfg))
+                    out.weight_conf = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens,
+                                                             cfg.pack_sequences)
                 stats = train_on_batch(policy, optimizer, batch, out, cfg, plan, step, n_total=n_total, n_valid_total=n_valid_total)
                 logp_gap = runlog.engine_logprob_gap(rollouts, stats.completion_logp, world)
 
@@ -418,7 +422,7 @@ def train(cfg: dict) -> Path:
                 bar.set_postfix(reward=f"{record['reward_ans']:.2f}", acc=f"{record['acc']:.2f}",
                                 c="-" if record["mean_c"] is None else f"{record['mean_c']:.2f}")
             stop = guard.requested(world)                                    # collective: every rank agrees
-            if (step + 1) % cfg["save_every"] == 0 or step + 1 == total_steps or stop:
+            if (step + 1) % cfg.save_every == 0 or step + 1 == total_steps or stop:
                 ckpt = save_checkpoint(run_dir, step + 1, policy, optimizer, stream.cursor, cfg, world)
             if stop:
                 break
@@ -430,15 +434,15 @@ def train(cfg: dict) -> Path:
     return run_dir
 
 
-def training_problems(cfg: dict, plan: ConfidencePlan, tokenizer, world: parallel.World) -> tuple[list[dict], list[list[int]]]:
+def training_problems(cfg: Config, plan: ConfidencePlan, tokenizer, world: parallel.World) -> tuple[list[dict], list[list[int]]]:
     """The training problems and their prompt ids; problems whose prompt exceeds
     max_prompt_tokens are skipped, and counted on stderr."""
-    rows = data.load_rows(cfg["train_data"], cfg["domain"])
-    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], plan.prompt, cfg["domain"], cfg["enable_thinking"]) for r in rows]
-    keep = [i for i, p in enumerate(prompts) if len(p) <= cfg["max_prompt_tokens"]]
+    rows = data.load_rows(cfg.train_data, cfg.domain)
+    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], plan.prompt, cfg.domain, cfg.enable_thinking) for r in rows]
+    keep = [i for i, p in enumerate(prompts) if len(p) <= cfg.max_prompt_tokens]
     if len(keep) < len(rows) and world.is_main:
         print(f"[credo] {len(rows) - len(keep)} of {len(rows)} problems exceed max_prompt_tokens="
-              f"{cfg['max_prompt_tokens']} and are skipped", file=sys.stderr)
+              f"{cfg.max_prompt_tokens} and are skipped", file=sys.stderr)
     return [rows[i] for i in keep], [prompts[i] for i in keep]
 
 
@@ -450,6 +454,9 @@ def main(argv: list[str] | None = None) -> None:
         print(__doc__)
         return
     try:                                    # bad input: one line naming the problem (a traceback with --debug)
+        if argv[0] == "--help-config":
+            print(config.help_text())
+            return
         if argv[0] == "--list":
             print(tables.list_configs())
             return
@@ -462,14 +469,14 @@ def main(argv: list[str] | None = None) -> None:
         args = [a for a in argv if a != "--dry-run"]
         cfg = config.load_config(args[0], args[1:])
         resume_point(cfg, config.run_dir_of(cfg))    # a run already there: refused unless resumed or overwritten
-        if not cfg["resume"]:
-            config.check_model_source(str(cfg["model"]))
+        if not cfg.resume:
+            config.check_model_source(str(cfg.model))
     except config.INPUT_ERRORS as error:
         if debug:
             raise
         sys.exit(f"credo: {config.one_line(error)}")
     if dry_run:
-        print(yaml.safe_dump(cfg, sort_keys=False), end="")
+        print(yaml.safe_dump(config.as_dict(cfg), sort_keys=False), end="")
         print(f"# run directory: {config.run_dir_of(cfg)}")
         return
     world = parallel.init_world()

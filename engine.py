@@ -32,6 +32,7 @@ from rollout import (
     through_slot,
     tokens_covering,
 )
+from schema import Config
 
 
 @dataclass
@@ -79,17 +80,17 @@ def stop_strings(plan: ConfidencePlan) -> list[str]:
     return []
 
 
-def sampling_settings(cfg: dict, plan: ConfidencePlan) -> dict:
+def sampling_settings(cfg: Config, plan: ConfidencePlan) -> dict:
     """Every sampling parameter, explicit: nothing may come from generation_config.json."""
     return {
-        "temperature": float(cfg["temperature"]),
-        "top_k": int(cfg["top_k"]),
-        "top_p": float(cfg["top_p"]),
+        "temperature": float(cfg.temperature),
+        "top_k": int(cfg.top_k),
+        "top_p": float(cfg.top_p),
         "min_p": 0.0,
         "repetition_penalty": 1.0,
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
-        "max_tokens": int(cfg["max_completion_tokens"]),
+        "max_tokens": int(cfg.max_completion_tokens),
         "stop": stop_strings(plan),
     }
 
@@ -107,17 +108,17 @@ class VLLMEngine:
     prompt of a group is computed once thanks to the prefix cache.
     """
 
-    def __init__(self, model_dir: str, tokenizer_dir: str, cfg: dict, plan: ConfidencePlan, dtype: str):
+    def __init__(self, model_dir: str, tokenizer_dir: str, cfg: Config, plan: ConfidencePlan, dtype: str):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM, SamplingParams
 
-        max_model_len = int(cfg["max_prompt_tokens"] + cfg["max_completion_tokens"])
+        max_model_len = int(cfg.max_prompt_tokens + cfg.max_completion_tokens)
         if torch.cuda.is_available():
-            platform = {"gpu_memory_utilization": float(cfg["vllm_gpu_memory_utilization"])}
+            platform = {"gpu_memory_utilization": float(cfg.vllm_gpu_memory_utilization)}
         else:
             platform = {
                 # The KV cache must be sized explicitly (vLLM measures NUMA node 0, not the machine).
-                "kv_cache_memory_bytes": int(cfg["vllm_cpu_kv_cache_gb"] * 2**30),
+                "kv_cache_memory_bytes": int(cfg.vllm_cpu_kv_cache_gb * 2**30),
                 # A seeded request whose prompt is prefilled in chunks gets its generator rewound,
                 # which CPU generators cannot do ("CPU Generator does not use offset"): prefill
                 # whole prompts only.
@@ -148,10 +149,10 @@ class VLLMEngine:
             model=model_dir,
             tokenizer=tokenizer_dir,
             dtype=dtype,
-            seed=int(cfg["seed"]),
+            seed=int(cfg.seed),
             max_model_len=max_model_len,
             enable_prefix_caching=True,
-            enforce_eager=bool(cfg["vllm_enforce_eager"]),
+            enforce_eager=bool(cfg.vllm_enforce_eager),
             generation_config="vllm",   # explicit SamplingParams are never merged with the file's values
             # The sampled tokens' log-probs under the distribution they were drawn from (after
             # temperature, top-k, top-p), the policy the trainer's pi_T approximates; raw
@@ -310,11 +311,11 @@ class HFEngine:
     tokens' under the processed distribution (T, top-k, top-p), as vLLM's (sample_next).
     """
 
-    def __init__(self, model, tokenizer, cfg: dict, plan: ConfidencePlan, dtype=None):
+    def __init__(self, model, tokenizer, cfg: Config, plan: ConfidencePlan, dtype=None):
         self.model, self.tokenizer, self.settings = model, tokenizer, sampling_settings(cfg, plan)
         self.cut_at_slot = plan.cuts_at_slot
         self.dtype = dtype or torch.float32
-        self.batch = cfg["hf_engine_batch"]
+        self.batch = cfg.hf_engine_batch
         if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1:
             raise ValueError(f"hf_engine_batch must be a positive integer (rows generated together), got "
                              f"{self.batch!r}; set e.g. hf_engine_batch=64")
@@ -417,11 +418,11 @@ class HFEngine:
         pass
 
 
-def make_engine(cfg: dict, plan: ConfidencePlan, model, tokenizer, model_dir: str, run_dir, dtype) -> VLLMEngine | HFEngine:
+def make_engine(cfg: Config, plan: ConfidencePlan, model, tokenizer, model_dir: str, run_dir, dtype) -> VLLMEngine | HFEngine:
     """The configured engine, holding the trainer's current weights, computing in `dtype`
     (a torch dtype: bf16 or fp32; the trainer's fp32 weights are cast on the push), stopping
     where `plan` says."""
-    if cfg["engine"] == "hf":
+    if cfg.engine == "hf":
         return HFEngine(model, tokenizer, cfg, plan, dtype)
     tokenizer_dir = Path(run_dir) / "tokenizer"
     tokenizer.save_pretrained(tokenizer_dir)          # the engine must see the reserved tokens

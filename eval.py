@@ -39,6 +39,7 @@ from checkpoint import latest_checkpoint
 from engine import HFEngine, make_engine, sampling_settings
 from figures import make_figures
 from report import aggregate, write_tables
+from schema import Config
 
 ROOT = Path(__file__).resolve().parent
 DATA_DIR = ROOT / "data"
@@ -55,7 +56,7 @@ class Checkpoint:
     channel: str               # readout or verbalized
     train_domain: str | None   # None for an untrained base model
     seed: int | None
-    cfg: dict
+    cfg: Config
 
 
 
@@ -69,9 +70,9 @@ def describe_checkpoint(path: str, channel: str | None, method: str | None, base
     if config_file.exists():
         cfg = config.load_config(str(config_file))
         run = Path(path).resolve().parent.parent.name
-        return Checkpoint(path, f"{run}/{Path(path).name}", method or METHOD_LABELS.get(cfg["method"], cfg["method"]),
-                          channel or ("readout" if cfg["channel"].startswith("readout") else "verbalized"),
-                          cfg["domain"], cfg["seed"], cfg)
+        return Checkpoint(path, f"{run}/{Path(path).name}", method or METHOD_LABELS.get(cfg.method, cfg.method),
+                          channel or ("readout" if cfg.channel.startswith("readout") else "verbalized"),
+                          cfg.domain, cfg.seed, cfg)
     cfg = config.load_config(base_config, [f"model={path}"])
     return Checkpoint(path, Path(path).name, method or "Base", channel or "verbalized", None, None, cfg)
 
@@ -112,9 +113,9 @@ def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperatur
             model.eval()
             # Generation follows the evaluation channel only (training-time variants such as a
             # sampled slot token or a stop at the slot do not apply).
-            cfg = {**ckpt.cfg, "temperature": temperature, "engine": engine_kind,
-                   "channel": "readout" if ckpt.channel == "readout" else "verbalized",
-                   "confidence": "auto", "conf_train": "regression"}
+            cfg = dataclasses.replace(ckpt.cfg, temperature=temperature, engine=engine_kind,
+                                      channel="readout" if ckpt.channel == "readout" else "verbalized",
+                                      confidence="auto", conf_train="regression")
             plan = config.confidence_plan(cfg)
             if engine is None:
                 engine = make_engine(cfg, plan, model, tokenizer, ckpt.path, out_dir / "engine", policy.dtype)
@@ -128,24 +129,24 @@ def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperatur
                     engine.settings, engine.cut_at_slot = sampling_settings(cfg, plan), plan.cuts_at_slot
                     engine.push_weights(model)
             run_seed = seed if seed is not None else (ckpt.seed if ckpt.seed is not None else 43)
-            budget, packed = config.micro_batch_budget(cfg), config.packing_enabled(cfg)
+            budget, packed = cfg.micro_batch_tokens, cfg.pack_sequences
             for name, domain, _ in tqdm(specs, desc=f"eval {ckpt.label}", dynamic_ncols=True):
                 rows, per_problem = problems[name], n or data.EVAL_SETS.get(name, {}).get("n", 4)
-                prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg["channel"], domain, cfg["enable_thinking"]) for r in rows]
-                too_long = [r["id"] for r, p in zip(rows, prompts) if len(p) > cfg["max_prompt_tokens"]]
+                prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, domain, cfg.enable_thinking) for r in rows]
+                too_long = [r["id"] for r, p in zip(rows, prompts) if len(p) > cfg.max_prompt_tokens]
                 if too_long:
-                    raise ValueError(f"{len(too_long)} problems of {name} exceed max_prompt_tokens={cfg['max_prompt_tokens']} "
+                    raise ValueError(f"{len(too_long)} problems of {name} exceed max_prompt_tokens={cfg.max_prompt_tokens} "
                                      f"(first: {too_long[0]}); evaluate with a larger budget")
                 samples = engine.generate(prompts, per_problem, seed=run_seed)
                 rollouts = [ro.Rollout(rows[i // per_problem]["id"], prompts[i // per_problem], s.token_ids,
                                        ro.decode(tokenizer, s.token_ids), s.finish_reason,
-                                       ro.parse_segments(tokenizer, s.token_ids, cfg["channel"], ro.ANSWER_MARKERS[domain]),
+                                       ro.parse_segments(tokenizer, s.token_ids, cfg.channel, ro.ANSWER_MARKERS[domain]),
                                        s.logprobs, s.slot_repaired)
                             for i, s in enumerate(samples)]
-                answers = [ro.answer_text(ro.after_thinking(r.text), cfg["channel"]) for r in rollouts]
+                answers = [ro.answer_text(ro.after_thinking(r.text), cfg.channel) for r in rollouts]
                 references = [rows[i // per_problem]["answer" if domain == "math" else "tests"] for i in range(len(rollouts))]
                 correct = [int(v) for v in verifier.grade(answers, references, domain, workers=workers,
-                                                          timeout_s=cfg["verify_timeout_s"])]
+                                                          timeout_s=cfg.verify_timeout_s)]
                 # per source: c of each rollout, and whether close_slot ended its slot at the tag
                 if ckpt.channel == "readout":
                     sources = {"readout": (_or_none(pol.readouts(policy, rollouts, budget, packed)),

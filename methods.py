@@ -1,7 +1,7 @@
 """The methods, by name: how each turns a group's outcomes and confidences into rewards.
 
     @register_method("brier", reads="model")
-    def brier(g: GroupOutcomes, cfg: dict) -> Rewards:
+    def brier(g: GroupOutcomes, cfg: Config) -> Rewards:
         ...
 
 A method is one rewards function with the signature above, registered under the name a
@@ -31,6 +31,7 @@ from typing import Literal, NamedTuple
 import torch
 
 import losses
+from schema import Config
 
 Reads = Literal["model", "report", "nothing"]
 
@@ -92,31 +93,31 @@ def missing_as(conf: torch.Tensor, value: float) -> torch.Tensor:
 
 
 @register_method("credo", reads="model")
-def credo(g: GroupOutcomes, cfg: dict) -> Rewards:
+def credo(g: GroupOutcomes, cfg: Config) -> Rewards:
     """CREDO: r_ans = beta F + a (or another shape), r_conf = F (1 - (t - c)^2) (eq:rewards3)."""
     c = missing_as(g.conf, 0.0)                                    # F = 0 wherever c is missing
-    r_ans, r_conf = losses.credo_rewards(g.correct, g.fmt, c, g.target, cfg["beta"], cfg["answer_reward_shape"])
+    r_ans, r_conf = losses.credo_rewards(g.correct, g.fmt, c, g.target, cfg.beta, cfg.answer_reward_shape)
     return Rewards(r_ans, r_conf)
 
 
 @register_method("grpo", reads="nothing")
-def grpo(g: GroupOutcomes, cfg: dict) -> Rewards:
+def grpo(g: GroupOutcomes, cfg: Config) -> Rewards:
     """GRPO: r = a on every token (eq:grpo)."""
     r = g.correct.float()
     return Rewards(r, r)
 
 
 @register_method("rlcr", reads="report")
-def rlcr(g: GroupOutcomes, cfg: dict) -> Rewards:
+def rlcr(g: GroupOutcomes, cfg: Config) -> Rewards:
     """RLCR: r = a - (q - a)^2 on every token, q the sampled numeral (eq:rewards)."""
     r = losses.rlcr_reward(g.correct, g.conf)
     return Rewards(r, r)
 
 
 @register_method("dcpo", reads="report")
-def dcpo(g: GroupOutcomes, cfg: dict) -> Rewards:
+def dcpo(g: GroupOutcomes, cfg: Config) -> Rewards:
     """DCPO: r_reason = a on the answer, r_conf = -|q - R_IG| on the analysis (eq:rewards)."""
-    r_ans, r_conf = losses.dcpo_rewards(g.correct, g.conf, cfg["dcpo_lambda"], g.group_size)
+    r_ans, r_conf = losses.dcpo_rewards(g.correct, g.conf, cfg.dcpo_lambda, g.group_size)
     return Rewards(r_ans, r_conf)
 
 
@@ -148,7 +149,7 @@ class Credit(NamedTuple):
             mine[rows] = theirs
 
 
-def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: torch.Tensor, cfg: dict, kappa: float,
+def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: torch.Tensor, cfg: Config, kappa: float,
            weight_conf: torch.Tensor | None = None, weight_valid: torch.Tensor | None = None) -> Credit:
     """Rewards, target, weights and group-standardised advantages for whole groups.
 
@@ -162,11 +163,11 @@ def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: 
     method's: the target (eq:target), eq:sw's discrepancy weights on the answer advantage
     (w = 1 when kappa = 0), and conf_advantage=false zeroing A^conf (the ablation).
     """
-    group = cfg["group_size"]
-    target = losses.hybrid_target(correct, cfg["gamma"], group)
+    group = cfg.group_size
+    target = losses.hybrid_target(correct, cfg.gamma, group)
     outcomes_in = GroupOutcomes(correct=correct, fmt=fmt, target=target, group_size=group,
                                 conf=torch.where(valid, conf.float(), float("nan")))   # missing: NaN, never 0
-    r_ans, r_conf = method_of(cfg["method"]).rewards(outcomes_in, cfg)
+    r_ans, r_conf = method_of(cfg.method).rewards(outcomes_in, cfg)
     if weight_conf is None:
         weight_conf, weight_valid = conf, valid
     adv_conf = losses.group_standardize(r_conf, group)
@@ -174,9 +175,9 @@ def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: 
         target=target,
         r_ans=r_ans,
         r_conf=r_conf,
-        w=losses.discrepancy_weights(correct, weight_conf, weight_valid, kappa, group, cfg["w_min"], cfg["w_max"]),
+        w=losses.discrepancy_weights(correct, weight_conf, weight_valid, kappa, group, cfg.w_min, cfg.w_max),
         adv_ans=losses.group_standardize(r_ans, group),
-        adv_conf=adv_conf if cfg["conf_advantage"] else torch.zeros_like(adv_conf),
+        adv_conf=adv_conf if cfg.conf_advantage else torch.zeros_like(adv_conf),
     )
 
 

@@ -28,6 +28,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 import logprob_kernels
 import losses
 import rollout as ro
+from schema import Config
 
 RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
 RESERVED_INIT_WORDS = {ro.CONF_HIGH: "high", ro.CONF_LOW: "low"}
@@ -36,16 +37,16 @@ RESERVED_INIT_WORDS = {ro.CONF_HIGH: "high", ro.CONF_LOW: "low"}
 # --- The model and its reserved tokens --------------------------------------------------------
 
 
-def compute_dtype(cfg: dict) -> torch.dtype:
+def compute_dtype(cfg: Config) -> torch.dtype:
     """The dtype of forward/backward compute: bf16 on GPU and fp32 on CPU for `auto`.
 
     Weights and optimizer state always stay fp32 (bf16 runs under autocast):
     at the paper's learning rate an AdamW update is ~1e-4 of a weight, below
     bf16's resolution (~4e-3), so bf16 master weights would silently not train.
     """
-    if cfg["precision"] == "auto":
+    if cfg.precision == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg["precision"]]
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.precision]
 
 
 def add_reserved_tokens(model, tokenizer) -> tuple[int, int]:

@@ -20,6 +20,7 @@ import config
 import metrics
 import parallel
 from methods import Credit
+from schema import Config
 
 
 @dataclass
@@ -132,8 +133,8 @@ class RunLog:
     with save_rollouts rollouts/step_XXXXXX.jsonl, and the scalars to each other logger of
     report_to (TensorBoard under <run>/tensorboard, Weights & Biases under <run>/wandb)."""
 
-    def __init__(self, run_dir: Path, world: parallel.World, cfg: dict, resumed_at: int | None = None):
-        self.run_dir, self.world, self.save_rollouts = run_dir, world, cfg["save_rollouts"]
+    def __init__(self, run_dir: Path, world: parallel.World, cfg: Config, resumed_at: int | None = None):
+        self.run_dir, self.world, self.save_rollouts = run_dir, world, cfg.save_rollouts
         self.metrics_path = run_dir / "metrics.jsonl"
         self.sinks = []
         if not world.is_main:
@@ -204,17 +205,17 @@ class WandbSink:
     """Scalars to Weights & Biases, one run per run directory (resumed in place); offline
     unless asked or logged in (wandb_mode: auto), so it never needs the network."""
 
-    def __init__(self, run_dir: Path, cfg: dict):
+    def __init__(self, run_dir: Path, cfg: Config):
         try:
             import wandb  # optional: only when asked
         except ImportError as error:
             raise ValueError(f"report_to=wandb needs the wandb package (pip install wandb): {error}") from None
-        mode = cfg["wandb_mode"]
+        mode = cfg.wandb_mode
         if mode == "auto":
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
         name = run_dir.name
-        self.run = wandb.init(project=cfg["wandb_project"], name=name, id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
-                              resume="allow", dir=str(run_dir), mode=mode, config=cfg)
+        self.run = wandb.init(project=cfg.wandb_project, name=name, id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
+                              resume="allow", dir=str(run_dir), mode=mode, config=config.as_dict(cfg))
 
     def log(self, scalars: dict, step: int) -> None:
         self.run.log(scalars, step=step)
@@ -223,7 +224,7 @@ class WandbSink:
         self.run.finish()
 
 
-def open_sink(name: str, run_dir: Path, cfg: dict, resumed_at: int):
+def open_sink(name: str, run_dir: Path, cfg: Config, resumed_at: int):
     """The logger `name` of report_to (config.REPORTERS, jsonl excepted)."""
     if name == "tensorboard":
         return TensorBoardSink(run_dir, resumed_at)

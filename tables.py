@@ -49,8 +49,8 @@ def table_runs(name: str) -> list[dict]:
                 wanted = [f"domain={domain}", *([f"model={model}"] if model else []), *row.get("set", [])]
                 plain = load_config(row["config"], [f"domain={domain}"])
                 # an override equal to what the config already gives names the same run: leave it out
-                overrides = [o for o in wanted if o.startswith("domain=") or
-                             load_config(row["config"], [f"domain={domain}", o])[o.split("=")[0]] != plain[o.split("=")[0]]]
+                overrides = [o for o in wanted if o.startswith("domain=") or getattr(
+                             load_config(row["config"], [f"domain={domain}", o]), o.split("=")[0]) != getattr(plain, o.split("=")[0])]
                 for seed in spec["seeds"]:
                     cfg = load_config(row["config"], [*overrides, f"seed={seed}"])
                     command = " ".join(["bash run.sh", row["config"], *overrides, f"seed={seed}"])

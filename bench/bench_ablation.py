@@ -50,7 +50,7 @@ def variant(step_args: tuple, cfg: dict, score_mask: bool = True, row_plan: bool
             logprob_kernels.token_logprobs = lambda *a, score_mask=None, **k: full_logprobs(*a, **k)
         if row_plan:
             pol.micro_batches = lambda lengths, budget, group, whole_groups, packed: row_micro_batches(
-                lengths, cfg["per_device_batch_size"], group)
+                lengths, cfg.per_device_batch_size, group)
         try:
             return bench_step.credo_step(model, optimizer, *step_args, packed=packed)
         finally:

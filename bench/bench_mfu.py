@@ -39,15 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 import credo  # noqa: E402
+import memfit  # noqa: E402
 import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 from bench.results_io import report  # noqa: E402
+from schema import Config  # noqa: E402
 
 SHAPES = {
-    # Qwen3-1.7B (config.json of Qwen/Qwen3-1.7B): tied embeddings
-    "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "qwen3-1.7b": memfit.QWEN3_SHAPES["Qwen/Qwen3-1.7B"],      # its config.json: tied embeddings
     "small": dict(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False),
     # for the tests of the benchmarks' own logic: the figures mean nothing
@@ -136,7 +136,7 @@ def main() -> None:
         model = Qwen3ForCausalLM(model_config).float()
     if args.activation_checkpointing:
         parallel.enable_activation_checkpointing(model)
-    compiled = config.compiles_layers({"compile_layers": {"on": True, "off": False}.get(args.compile_layers, "auto")},
+    compiled = config.compiles_layers(Config(compile_layers={"on": True, "off": False}.get(args.compile_layers, "auto")),
                                       device.type)
     prompt = args.prompt or (256 if args.seq > 512 else args.seq // 4)
     cfg = config.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
@@ -179,7 +179,7 @@ def main() -> None:
     result = {
         "bench": "mfu", "command": " ".join(["python"] + sys.argv), "device": device.type, "device_name": name,
         "shape": args.shape, **{k: shape[k] for k in ("num_hidden_layers", "hidden_size", "vocab_size")},
-        "rows": args.rows, "seq": args.seq, "prompt": prompt, "tokens": args.rows * args.seq, "precision": cfg["precision"],
+        "rows": args.rows, "seq": args.seq, "prompt": prompt, "tokens": args.rows * args.seq, "precision": cfg.precision,
         "activation_checkpointing": args.activation_checkpointing, "compile_layers": compiled,
         "optimizer": args.optimizer,
         "step_s": round(seconds, 4), "step_s_all": [round(t, 4) for t in times],

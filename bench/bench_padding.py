@@ -7,7 +7,7 @@ Length sources:
 * tiny: the training batches of a real `--steps`-step run of configs/tiny.yaml
   (lengths recorded from every batch train_on_batch receives; G = 4, micro-batch 4,
   so every micro-batch is one whole group);
-* math_g8_mb2: the paper's math layout (base.yaml: G = 8, micro-batch 2, 128 rollouts a
+* math_g8_mb2: the paper's math layout (tab:hyper: G = 8, micro-batch 2, 128 rollouts a
   step) with synthetic lengths: prompts uniform in [60, 400] tokens (one per group),
   completions log-normal (median 1,500) capped at 8,192 (truncated), `--batches` steps;
 * math_g8_mb16: the same lengths with micro-batches of 16 rows (budget of 16 rows).
@@ -111,10 +111,10 @@ def main() -> None:
 
         seen: list[tuple[list[int], int, int]] = []
         tiny_run(args.steps, [], on_batch=lambda batch, cfg: seen.append(
-            (batch.attention_mask.sum(dim=1).tolist(), cfg["per_device_batch_size"], cfg["group_size"])))
+            (batch.attention_mask.sum(dim=1).tolist(), cfg.per_device_batch_size, cfg.group_size)))
         cfg = config.load_config("tiny")
         result["tiny"] = strategies([lengths for lengths, _, _ in seen], seen[0][1], seen[0][2],
-                                    cfg["max_prompt_tokens"] + cfg["max_completion_tokens"])
+                                    cfg.max_prompt_tokens + cfg.max_completion_tokens)
     result["pad_fraction"] = result["math_g8_mb2"]["credo_packed_pad_fraction"]
     result["target_pad_fraction"] = 0.10
     report(result, "padding")

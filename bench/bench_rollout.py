@@ -13,6 +13,7 @@ bench/results/rollout_<device>.json.
 """
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -37,26 +38,26 @@ def engines_side_by_side(questions: int, repeats: int) -> dict:
     import rollout as ro
 
     cfg = config.load_config("tiny")
-    policy = pol.load_policy(cfg["model"], torch.device("cpu"))
+    policy = pol.load_policy(cfg.model, torch.device("cpu"))
     model, tokenizer = policy.model, policy.tokenizer
-    rows = data.load_rows(cfg["train_data"], cfg["domain"])[:questions]
-    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg["channel"], cfg["domain"], cfg["enable_thinking"]) for r in rows]
+    rows = data.load_rows(cfg.train_data, cfg.domain)[:questions]
+    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, cfg.domain, cfg.enable_thinking) for r in rows]
     times = {"vllm": [], "hf": []}
     tokens = {"vllm": [], "hf": []}
     with tempfile.TemporaryDirectory() as tmp:
-        engines = {name: eng.make_engine({**cfg, "engine": name}, config.confidence_plan(cfg), model, tokenizer, cfg["model"], Path(tmp) / name,
+        engines = {name: eng.make_engine(dataclasses.replace(cfg, engine=name), config.confidence_plan(cfg), model, tokenizer, cfg.model, Path(tmp) / name,
                                         torch.float32) for name in times}
         for round_ in range(repeats + 1):
             for name, engine in engines.items():
                 start = time.perf_counter()
-                samples = engine.generate(prompts, cfg["group_size"], seed=round_)
+                samples = engine.generate(prompts, cfg.group_size, seed=round_)
                 elapsed = time.perf_counter() - start
                 if round_:   # round 0: warm-up
                     times[name].append(elapsed)
                     tokens[name].append(sum(len(s.token_ids) for s in samples))
     tok_s = {name: statistics.median(t / s for t, s in zip(tokens[name], times[name])) for name in times}
     return {
-        "questions": questions, "group_size": cfg["group_size"], "max_completion_tokens": cfg["max_completion_tokens"],
+        "questions": questions, "group_size": cfg.group_size, "max_completion_tokens": cfg.max_completion_tokens,
         "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1),
         **{f"{name}_tok_s": round(v, 1) for name, v in tok_s.items()},
         **{f"{name}_generated_tokens": tokens[name] for name in times},

@@ -32,6 +32,7 @@ Prints one JSON line and writes bench/results/step_<device>.json.
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import platform
@@ -112,8 +113,8 @@ class ReferenceStats(NamedTuple):
 def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id) -> ReferenceStats:
     """The same update written plainly: consecutive micro-batches at the full batch width,
     full fp32 logits, log_softmax + gather."""
-    n, micro = len(batch), cfg["per_device_batch_size"]
-    alpha, kappa = credo.warmup(cfg["alpha"], STEP, cfg["warmup_steps"]), credo.warmup(cfg["kappa"], STEP, cfg["warmup_steps"])
+    n, micro = len(batch), cfg.per_device_batch_size
+    alpha, kappa = credo.warmup(cfg.alpha, STEP, cfg.warmup_steps), credo.warmup(cfg.kappa, STEP, cfg.warmup_steps)
     n_valid = max(float(valid.sum()), 1.0)
     loss_pg = loss_cal = 0.0
     model.train()
@@ -128,7 +129,7 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
         conf = losses.readout(z, torch.zeros_like(z))
         c = methods.credit(correct[rows], fmt[rows], conf.detach(), valid[rows], cfg, kappa)
         adv_tok = losses.token_advantages(c.adv_ans, c.adv_conf, c.w, batch.ans_mask[rows], batch.conf_mask[rows])
-        pg = losses.clipped_policy_loss(logp, logp.detach(), adv_tok, batch.completion_mask[rows], cfg["clip_eps"])
+        pg = losses.clipped_policy_loss(logp, logp.detach(), adv_tok, batch.completion_mask[rows], cfg.clip_eps)
         cal = losses.calibration_loss(conf, c.target, valid[rows])
         n_valid_mb = int(valid[rows].sum())
         (pg * len(rows) / n + alpha * cal * n_valid_mb / n_valid).backward()
@@ -142,15 +143,15 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
 
 def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> credo.StepStats:
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
-    cfg = {**cfg, "pack_sequences": "true" if packed else "false"}
+    cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # the update reads no tokenizer
     out = credo.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None)
     return credo.train_on_batch(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
 
 
 def make_optimizer(model, cfg):
-    return torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]),
-                             eps=cfg["adam_eps"], weight_decay=cfg["weight_decay"])
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                             eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
 
 def max_param_diff(a, b) -> float:
@@ -161,10 +162,10 @@ def max_param_diff(a, b) -> float:
 def start_trl(saved: Path, rollouts, stats, batch, cfg, micro: int) -> subprocess.Popen:
     adv = losses.token_advantages(stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask)
     token_adv = [adv[i][batch.completion_mask[i]].tolist() for i in range(len(rollouts))]
-    spec = {"model_dir": str(saved), "tokenizer_dir": str(saved), "micro": micro, "group": cfg["group_size"],
+    spec = {"model_dir": str(saved), "tokenizer_dir": str(saved), "micro": micro, "group": cfg.group_size,
             "prompts": [r.prompt_ids for r in rollouts], "completions": [r.completion_ids for r in rollouts],
-            "token_advantages": token_adv, "lr": cfg["lr"], "betas": [cfg["adam_beta1"], cfg["adam_beta2"]],
-            "adam_eps": cfg["adam_eps"], "weight_decay": cfg["weight_decay"], "clip_eps": cfg["clip_eps"],
+            "token_advantages": token_adv, "lr": cfg.lr, "betas": [cfg.adam_beta1, cfg.adam_beta2],
+            "adam_eps": cfg.adam_eps, "weight_decay": cfg.weight_decay, "clip_eps": cfg.clip_eps,
             "threads": torch.get_num_threads()}
     path = saved / "trl_inputs.json"
     path.write_text(json.dumps(spec))
@@ -250,7 +251,7 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     result = {
         "model": name, "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
         "vocab": model.config.vocab_size, "rollouts": n, "micro_batch": micro, "tokens": tokens,
-        "micro_batch_tokens": config.micro_batch_budget(cfg),
+        "micro_batch_tokens": cfg.micro_batch_tokens,
         "credo_micro_batches": first["credo"]["micro_batches"], "reference_micro_batches": len(widths),
         "credo_pad_fraction": round(first["credo"]["pad_fraction"], 4),
         "reference_pad_fraction": round(1 - tokens / sum(widths), 4),

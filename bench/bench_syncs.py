@@ -19,6 +19,7 @@ says so and exits 2. Target: at most 3 per micro-batch (MAX_PER_MICRO_BATCH).
 
 import argparse
 import collections
+import dataclasses
 import os
 import sys
 import warnings
@@ -34,6 +35,7 @@ import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 from bench.bench_mfu import SHAPES, NoStep  # noqa: E402
 from bench.results_io import report  # noqa: E402
+from schema import Config  # noqa: E402
 
 # The method's own: credit reads the group's c between forward and backward (eq:disc needs
 # |a - c|), and transformers checks the packed row's all-ones mask once per forward.
@@ -89,7 +91,7 @@ def main() -> int:
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen3ForCausalLM(Qwen3Config(**shape, max_position_embeddings=max(4096, args.seq), pad_token_id=0)).float()
-    compiled = config.compiles_layers({"compile_layers": {"on": True, "off": False}.get(args.compile_layers, "auto")}, device.type)
+    compiled = config.compiles_layers(Config(compile_layers={"on": True, "off": False}.get(args.compile_layers, "auto")), device.type)
     prompt = args.seq // 4
     # groups of one rollout: each micro-batch holds whole groups in both layouts, so the two
     # runs do the same work (a row's c comes from its own training forward) in 1 or `rows` pieces
@@ -109,8 +111,8 @@ def main() -> int:
     if compiled:
         pol.compile_update(policy)
     plan, optimizer = config.confidence_plan(cfg), NoStep(model)
-    layouts = {"one": {**cfg, "pack_sequences": "true", "micro_batch_tokens": args.rows * args.seq},
-               "each_row": {**cfg, "pack_sequences": "true", "micro_batch_tokens": args.seq}}
+    layouts = {"one": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.rows * args.seq),
+               "each_row": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.seq)}
     counted, micro_batches = {}, {}
     for name, layout in layouts.items():
         credo.train_on_batch(policy, optimizer, batch, out, layout, plan, 1000)          # warm-up

@@ -46,6 +46,7 @@ it measures and reports.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -505,10 +506,10 @@ def child_environment(device: str, quick: bool) -> dict:
 def tiny_world(device: str, overrides: list[str]):
     """The tiny policy on `device` and its first prompts."""
     cfg = config.load_config("tiny", overrides)
-    policy = pol.load_policy(cfg["model"], torch.device(device))
+    policy = pol.load_policy(cfg.model, torch.device(device))
     model, tokenizer = policy.model, policy.tokenizer
-    rows = data.load_rows(cfg["train_data"], cfg["domain"])
-    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg["channel"], cfg["domain"]) for r in rows]
+    rows = data.load_rows(cfg.train_data, cfg.domain)
+    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, cfg.domain) for r in rows]
     return cfg, model, tokenizer, prompts
 
 
@@ -519,9 +520,9 @@ def child_hf_engine(device: str, quick: bool) -> dict:
     questions, group, rounds = (2, 2, 1) if quick else (8, 8, 3)
     cfg, model, tokenizer, prompts = tiny_world(device, ["max_completion_tokens=16" if quick else "max_completion_tokens=64"])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    figures = {"rows": questions * group, "max_completion_tokens": cfg["max_completion_tokens"], "dtype": str(dtype)}
-    for label, batch, n_questions in (("batched", cfg["hf_engine_batch"], questions), ("one_by_one", 1, 1)):
-        engine = eng.HFEngine(model, tokenizer, {**cfg, "hf_engine_batch": batch}, config.confidence_plan(cfg), dtype)
+    figures = {"rows": questions * group, "max_completion_tokens": cfg.max_completion_tokens, "dtype": str(dtype)}
+    for label, batch, n_questions in (("batched", cfg.hf_engine_batch, questions), ("one_by_one", 1, 1)):
+        engine = eng.HFEngine(model, tokenizer, dataclasses.replace(cfg, hf_engine_batch=batch), config.confidence_plan(cfg), dtype)
         engine.generate(prompts[:1], 1, seed=0)                                   # warm-up
         rates = []
         for r in range(rounds):
@@ -553,7 +554,7 @@ def vllm_engine_checks(device: str, run_dir: str) -> dict:
     bf16 = device == "cuda"
     cfg, model, tokenizer, prompts = tiny_world(device, [f"precision={'bf16' if bf16 else 'fp32'}", "max_completion_tokens=32"])
     dtype = torch.bfloat16 if bf16 else torch.float32
-    engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tokenizer, cfg["model"], run_dir, dtype)
+    engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tokenizer, cfg.model, run_dir, dtype)
     figures, problems = {"sleep_mode": engine.sleep_mode}, []
     if bf16 and not engine.sleep_mode:
         problems.append("sleep mode is off on CUDA")

@@ -78,7 +78,7 @@ def method_rollouts(cfg, tok):
     """Three hand-written rollouts of one group, shaped as this config's engine returns them."""
     prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
     channel = config.confidence_plan(cfg).segments
-    if cfg["conf_train"] == "sampled":
+    if cfg.conf_train == "sampled":
         texts = ["\\boxed{4} <analysis> ok </analysis> <confidence><CONF_HIGH></confidence>",
                  "\\boxed{5} <analysis> a </analysis> <confidence><CONF_LOW></confidence>", "\\boxed{6}"]
     elif channel == "verbalized":
@@ -92,7 +92,7 @@ def method_rollouts(cfg, tok):
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False)
         seg = ro.parse_segments(tok, ids, channel, "\\boxed")
-        if cfg["conf_train"] == "sampled":   # as make_rollouts: F needs a reserved slot token
+        if cfg.conf_train == "sampled":   # as make_rollouts: F needs a reserved slot token
             seg = dataclasses.replace(seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in pol.reserved_ids(tok))
         rollouts.append(Rollout("q", prompt, ids, text, "stop", seg))
     return rollouts
@@ -114,8 +114,8 @@ def method_step(name, tiny_dir, correct=A, extra=()):
     out = dataclasses.replace(outcomes_of(rollouts, correct),
                               reported=pol.reported_confidence(rollouts, plan.rewards_read, policy.tokenizer))
     if plan.weights_read == "digit_pass":
-        out.weight_conf = pol.digit_expectations(policy, rollouts, config.micro_batch_budget(cfg),
-                                                 config.packing_enabled(cfg))
+        out.weight_conf = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens,
+                                                 cfg.pack_sequences)
     recorder = GradientRecorder(policy.model.named_parameters())
     stats = credo.train_on_batch(policy, recorder, batch, out, cfg, plan, step=100)
     return policy, cfg, rollouts, batch, out, recorder.grads, stats

@@ -58,7 +58,7 @@ def test_bench_step_paths_match_credo(setup, path):
     for name, p, q, g, h in zip(names, ours_model.parameters(), their_model.parameters(), our_grads, their_grads,
                                 strict=True):
         assert_same_gradient(h, g, name)                         # full vs chunked logits, padded vs packed
-        assert_same_first_adamw_step(q, p, g, lr=cfg["lr"], grad_atol=grad_atol(g), name=name)
+        assert_same_first_adamw_step(q, p, g, lr=cfg.lr, grad_atol=grad_atol(g), name=name)
 
 
 def test_padding_strategies_count_slots():

@@ -68,7 +68,7 @@ def test_eval_bad_input_is_one_line(argv, names, capsys):
     (["data.py", "prepare", "--only", "nonsense"], "data: unknown set(s) ['nonsense']"),
     (["toy.py", "--methods", "nonsense"], "toy: --methods 'nonsense'"),
     (["bench/run_all.py", "--only", "nope"], "bench: --only ['nope']"),
-    (["parallel.py", "fit", "nope"], "parallel: no config named 'nope'"),
+    (["memfit.py", "nope"], "memfit: no config named 'nope'"),
     (["curves.py", "/nonexistent-run"], "curves.py: /nonexistent-run: no such run directory"),
 ])
 def test_the_other_commands_answer_bad_input_in_one_line(argv, starts):

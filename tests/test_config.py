@@ -1,12 +1,15 @@
-"""config.py: the schema and its defaults, overrides, validation, every config in configs/,
-the confidence plan of each method, and the paper's tables as commands."""
+"""config.py: the typed schema and its defaults, overrides, validation, every config in
+configs/, and the confidence plan of each method."""
 
+import dataclasses
 import doctest
 
 import pytest
+import yaml
 
 import config
-from config import ConfidencePlan, load_config
+import credo
+from config import ConfidencePlan, Config, load_config
 
 
 def test_docstring_examples_hold():
@@ -21,14 +24,81 @@ def test_paper_hyperparameters_are_the_defaults():
                 "clip_eps": 0.2, "kl_coef": 0.0, "gamma": 0.5, "alpha": 0.03, "beta": 0.5, "kappa": 0.25,
                 "w_min": 0.5, "w_max": 2.0, "warmup_steps": 30, "seed": 43, "lr_schedule": "constant",
                 "model": "Qwen/Qwen3-8B"}
-    assert {k: cfg[k] for k in expected} == expected
+    assert {k: getattr(cfg, k) for k in expected} == expected
     assert config.questions_per_step(cfg) == 16
+    tab_hyper = {name for name, f in config.FIELDS.items() if "tab:hyper" in f.metadata["source"]}
+    assert set(expected) <= tab_hyper                  # each of tab:hyper's rows names its source
+
+
+def test_the_config_is_typed_frozen_and_documented():
+    cfg = load_config("tiny")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.lr = 1.0
+    assert all(f.metadata["help"] for f in config.FIELDS.values())
+    for name, f in config.FIELDS.items():              # every default has its field's declared type
+        if f.default != config.BY_DOMAIN:
+            assert config._coerce(name, f.default) == f.default, name
+
+
+def test_help_config_lists_every_field(capsys):
+    credo.main(["--help-config"])
+    printed = capsys.readouterr().out
+    for name, f in config.FIELDS.items():
+        assert f"\n{name} = " in "\n" + printed and f.metadata["help"] in printed
+    assert "lr = 2.0e-06 [tab:hyper]\n    AdamW learning rate" in printed
+    assert "config_name" not in printed                  # derived, not settable
+
+
+def test_by_domain_and_the_configs_own_autos_are_resolved_at_load():
+    for name in config.config_names():
+        cfg = load_config(name)
+        assert config.BY_DOMAIN not in dataclasses.astuple(cfg), name
+        assert isinstance(cfg.micro_batch_tokens, int) and isinstance(cfg.pack_sequences, bool), name
+    assert load_config("tiny", ["pack_sequences=auto"]).pack_sequences is True
+    assert load_config("tiny", ["pack_sequences=false"]).pack_sequences is False
+    assert load_config("tiny", ["pack_sequences='false'"]).pack_sequences is False     # as older runs saved it
+    # the machine's autos stay for their resolvers (compiles_layers, fuses_adam, compute_dtype, ...)
+    assert (load_config("math").precision, load_config("math").compile_layers) == ("auto", "auto")
+
+
+def test_values_take_their_fields_types():
+    cases = {"lr=1e-5": ("lr", 1e-5), "kappa=1": ("kappa", 1.0), "seed=1e2": ("seed", 100), "max_steps=null": ("max_steps", None),
+             "max_grad_norm=1": ("max_grad_norm", 1.0), "run_name=2024": ("run_name", "2024"),
+             "adam_fused=true": ("adam_fused", True), "adam_fused=auto": ("adam_fused", "auto"),
+             "report_to=[jsonl]": ("report_to", ["jsonl"]), "enable_thinking=false": ("enable_thinking", False)}
+    for item, (key, value) in cases.items():
+        got = getattr(load_config("tiny", [item]), key)
+        assert got == value and type(got) is type(value), item
+    for item, error, message in (("max_steps=3.5", TypeError, "'max_steps' expects int or null, got 3.5"),
+                                 ("enable_thinking=1", TypeError, "'enable_thinking' expects bool"),
+                                 ("adam_fused=sometimes", ValueError, r"adam_fused='sometimes' is not supported; choose one of \('auto', bool\)"),
+                                 ("channel=text", ValueError, "channel='text' is not supported; choose one of"),
+                                 ("engine=sglang", ValueError, "engine='sglang' is not supported")):
+        with pytest.raises(error, match=message):
+            load_config("tiny", [item])
+
+
+def test_a_saved_config_round_trips(tmp_path):
+    cfg = load_config("toy", ["lr=3e-5", "seed=44"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config.as_dict(cfg), sort_keys=False))
+    assert load_config(str(tmp_path / "config.yaml")) == dataclasses.replace(cfg, config_name="config")
+    assert config.config_from_values(config.as_dict(cfg)) == cfg
+
+
+def test_validation_reads_and_never_changes():
+    cfg = load_config("credo")
+    before = config.as_dict(cfg)
+    config.validate_config(cfg)
+    assert config.as_dict(cfg) == before
+    with pytest.raises(ValueError, match="needs the verbalized channel"):
+        config.validate_config(dataclasses.replace(cfg, method="rlcr"))
+    assert isinstance(cfg, Config)
 
 
 def test_overrides_are_parsed_as_yaml():
     cfg = load_config("tiny", ["lr=3e-5", "max_steps=7", "resume=null", "engine=hf"])
-    assert (cfg["lr"], cfg["max_steps"], cfg["resume"], cfg["engine"]) == (3e-5, 7, None, "hf")
-    assert load_config("tiny", ["kappa=1"])["kappa"] == 1.0 and isinstance(load_config("tiny", ["kappa=1"])["kappa"], float)
+    assert (cfg.lr, cfg.max_steps, cfg.resume, cfg.engine) == (3e-5, 7, None, "hf")
+    assert load_config("tiny", ["kappa=1"]).kappa == 1.0 and isinstance(load_config("tiny", ["kappa=1"]).kappa, float)
     with pytest.raises(TypeError, match="'group_size' expects int"):
         load_config("tiny", ["group_size=0.5"])
     with pytest.raises(TypeError, match="'lr' expects float"):
@@ -58,8 +128,8 @@ def test_unsupported_values_are_refused():
 
 def test_micro_batch_budget():
     cfg = load_config("math")
-    assert config.micro_batch_budget(cfg) == 2 * (1024 + 8192 + 2)       # tab:hyper's 2 rollouts of full length
-    assert config.micro_batch_budget(load_config("math", ["micro_batch_tokens=20000"])) == 20000
+    assert cfg.micro_batch_tokens == 2 * (1024 + 8192 + 2)       # tab:hyper's 2 rollouts of full length
+    assert load_config("math", ["micro_batch_tokens=20000"]).micro_batch_tokens == 20000
     with pytest.raises(ValueError, match=r"micro_batch_tokens=9000 must be auto or an integer of at least .* = 9218"):
         load_config("math", ["micro_batch_tokens=9000"])
 
@@ -68,7 +138,7 @@ def test_micro_batch_budget():
 
 
 def test_every_config_resolves():
-    names = [name for name in config.config_names() if name != "base"]
+    names = config.config_names()
     assert {"math", "tiny", "grpo", "rlcr", "dcpo", "credo_alpha0", "credo_noanalysis", "credo_noconfadv",
             "credo_kappa0", "credo_gated", "credo_noformat", "rlcr_sw", "dcpo_sw"} <= set(names)
     for name in names:
@@ -76,12 +146,12 @@ def test_every_config_resolves():
         if name not in ("math", "code"):                  # a domain file fixes its own domain
             for domain, kappa in (("math", 0.25), ("code", 0.5)):
                 cfg = load_config(name, [f"domain={domain}"])
-                assert cfg["domain"] == domain and cfg["run_name"] == f"{name}-{domain}-s43"
+                assert cfg.domain == domain and cfg.run_name == f"{name}-{domain}-s43"
                 if name in ("credo", "rlcr_sw", "dcpo_swd"):   # by_domain kappa: CREDO's value of tab:hyper
-                    assert cfg["kappa"] == kappa
+                    assert cfg.kappa == kappa
     code = load_config("code")
-    assert (code["max_prompt_tokens"], code["max_completion_tokens"], code["kappa"]) == (2048, 6144, 0.5)
-    assert load_config("base")["train_data"] == load_config("math")["train_data"]   # filled by domain
+    assert (code.max_prompt_tokens, code.max_completion_tokens, code.kappa) == (2048, 6144, 0.5)
+    assert load_config("grpo").train_data == load_config("math").train_data   # by_domain, filled from the domain file
     with pytest.raises(ValueError, match="fixes the math values"):
         load_config("math", ["domain=code"])
     with pytest.raises(TypeError, match="kappa"):
@@ -103,7 +173,7 @@ def test_method_and_channel_must_agree():
         load_config("credo", ["conf_train=head"])
     with pytest.raises(ValueError, match="needs the verbalized channel"):
         load_config("credo", ["confidence=digit_exp"])
-    assert load_config("rlcr_swd")["confidence"] == "digit_exp"   # weights from eq:digitexp, rewards from q
+    assert load_config("rlcr_swd").confidence == "digit_exp"   # weights from eq:digitexp, rewards from q
 
 
 # --- the confidence plan of every config, written out from ConfidencePlan's docstring ---------
@@ -123,7 +193,7 @@ NUMERAL_SWD = ConfidencePlan(prompt="verbalized", segments="verbalized", source=
                              weights_read="digit_pass", teacher_digits=False, cal_loss="regression", record="report",
                              stops_at_slot=False, cuts_at_slot=False, samples_slot_token=False)
 EXPECTED_PLANS = {
-    **dict.fromkeys(("base", "code", "credo", "credo_alpha0", "credo_gated", "credo_kappa0", "credo_noconfadv",
+    **dict.fromkeys(("code", "credo", "credo_alpha0", "credo_gated", "credo_kappa0", "credo_noconfadv",
                      "credo_noformat", "math", "tiny", "toy"), READOUT),
     "credo_noanalysis": ConfidencePlan(prompt="readout_noanalysis", segments="readout_noanalysis", source="readout",
                                        rewards_read="model", weights_read="model", teacher_digits=False,

@@ -3,6 +3,7 @@ train_on_batch on hand-built groups (one real step per config and per arm of tab
 and tab:sw_baseline), outcomes, and end-to-end runs with resume."""
 
 import copy
+import dataclasses
 import json
 import sys
 
@@ -86,11 +87,11 @@ def test_the_fused_adamw_takes_the_same_steps_and_reads_the_same_checkpoint():
     models = [torch.nn.Linear(16, 8) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     default = credo.make_optimizer(models[0], cfg, "cpu")                       # auto on a CPU: not fused
-    fused = credo.make_optimizer(models[1], {**cfg, "adam_fused": True}, "cpu")
+    fused = credo.make_optimizer(models[1], dataclasses.replace(cfg, adam_fused=True), "cpu")
     assert not default.defaults["fused"] and fused.defaults["fused"]
     assert (default.defaults["lr"], default.defaults["betas"], default.defaults["eps"], default.defaults["weight_decay"]) == \
         (1e-2, (0.9, 0.999), 1e-8, 0.1)
-    assert config.fuses_adam(cfg, "cuda") and not config.fuses_adam({**cfg, "adam_fused": False}, "cuda")
+    assert config.fuses_adam(cfg, "cuda") and not config.fuses_adam(dataclasses.replace(cfg, adam_fused=False), "cuda")
 
     def steps(count: int) -> None:
         for _ in range(count):
@@ -103,7 +104,7 @@ def test_the_fused_adamw_takes_the_same_steps_and_reads_the_same_checkpoint():
     steps(3)
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-6)      # 3 steps of lr 1e-2: differences ~1e-8
-    resumed = credo.make_optimizer(models[1], {**cfg, "adam_fused": True}, "cpu")
+    resumed = credo.make_optimizer(models[1], dataclasses.replace(cfg, adam_fused=True), "cpu")
     resumed.load_state_dict(copy.deepcopy(default.state_dict()))          # a default run's checkpoint, fused
     models[1].load_state_dict(models[0].state_dict())
     fused = resumed
@@ -135,8 +136,8 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     grads, stats = [], []
     cfg = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
     longest = int(batch.attention_mask.sum(dim=1).max())
-    for budget in ("auto", longest):   # one micro-batch; the group split over several
-        cfg = {**cfg, "micro_batch_tokens": budget}
+    for budget in (cfg.micro_batch_tokens, longest):   # auto (4 full-length rollouts): one micro-batch; split
+        cfg = dataclasses.replace(cfg, micro_batch_tokens=budget)
         copied = copy_policy(policy)
         recorder = GradientRecorder(copied.model.named_parameters())
         stats.append(credo.train_on_batch(copied, recorder, batch, out, cfg, config.confidence_plan(cfg), step=100))
@@ -213,7 +214,7 @@ def expected_routing(name):
 def test_baselines_route_their_advantages(name):
     cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     q = torch.tensor(Q)
-    got = methods.credit(torch.tensor(A), torch.ones(3), q, ~torch.isnan(q), cfg, kappa=cfg["kappa"])
+    got = methods.credit(torch.tensor(A), torch.ones(3), q, ~torch.isnan(q), cfg, kappa=cfg.kappa)
     adv_ans, adv_conf, w = expected_routing(name)
     torch.testing.assert_close(got.adv_ans, torch.tensor(adv_ans))
     torch.testing.assert_close(got.adv_conf, torch.tensor(adv_conf))
@@ -230,7 +231,7 @@ def test_ablation_without_confidence_advantage_zeroes_the_analysis():
     cfg = config.load_config("credo_noconfadv", ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     conf, valid = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([True, True, True])
     got = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, cfg, kappa=0.25)
-    full = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, {**cfg, "conf_advantage": True}, kappa=0.25)
+    full = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, dataclasses.replace(cfg, conf_advantage=True), kappa=0.25)
     assert torch.equal(got.adv_conf, torch.zeros(3)) and full.adv_conf.abs().sum() > 0
     torch.testing.assert_close(got.adv_ans, full.adv_ans)
 
@@ -242,7 +243,7 @@ METHOD_CONFIGS = [name for name in config.config_names() if name not in ("base",
 def test_one_real_training_step_per_method(name, tiny_dir):
     _, cfg, rollouts, batch, out, grads, stats = method_step(name, tiny_dir)
     reported = out.reported
-    if cfg["channel"] == "verbalized" and cfg["method"] != "credo":
+    if cfg.channel == "verbalized" and cfg.method != "credo":
         assert reported[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(reported[2])
     assert stats.loss_pg != 0 and all(torch.isfinite(g).all() for g in grads.values())
     has_c = any(r.segments.slot is not None for r in rollouts)
@@ -345,7 +346,7 @@ def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
                             for i in range(4)))
     run_tiny(tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
     cfg = config.load_config(str(tmp_path / "code" / "config.yaml"))
-    assert (cfg["domain"], cfg["kappa"]) == ("code", 0.5)   # kappa from the code profile (tab:hyper)
+    assert (cfg.domain, cfg.kappa) == ("code", 0.5)   # kappa from the code profile (tab:hyper)
     (metrics,) = read_metrics(tmp_path / "code")
     assert metrics["acc"] == 0.0 and metrics["t_verify"] > 0   # the tiny model writes no programs: all fail, none crash
     rows = [json.loads(line) for line in (tmp_path / "code" / "rollouts" / "step_000000.jsonl").read_text().splitlines()]

@@ -13,12 +13,12 @@ import config
 import eval as ev
 
 
-def write_run(root, name: str, cfg: dict, steps) -> None:
+def write_run(root, name: str, cfg: config.Config, steps) -> None:
     """A run directory as training leaves it: ckpt/step_N/config.yaml for each finished step."""
     for step in steps:
         ckpt = root / name / "ckpt" / f"step_{step:06d}"
         ckpt.mkdir(parents=True)
-        (ckpt / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        (ckpt / "config.yaml").write_text(yaml.safe_dump(config.as_dict(cfg), sort_keys=False))
 
 
 def test_describe_checkpoint_reads_the_runs_config(tmp_path):
@@ -30,7 +30,7 @@ def test_describe_checkpoint_reads_the_runs_config(tmp_path):
     assert ckpt.path == str(tmp_path / "credo-s44" / "ckpt" / "step_000002")
     assert (ckpt.label, ckpt.method, ckpt.channel, ckpt.train_domain, ckpt.seed) == \
         ("credo-s44/step_000002", "CREDO", "readout", "math", 44)
-    assert ckpt.cfg["channel"] == "readout_noanalysis"
+    assert ckpt.cfg.channel == "readout_noanalysis"
     write_run(tmp_path, "rlcr-s43", config.load_config("rlcr", ["domain=code"]), (5,))
     rlcr = ev.describe_checkpoint(str(tmp_path / "rlcr-s43" / "ckpt" / "step_000005"), None, None)
     assert (rlcr.method, rlcr.channel, rlcr.train_domain, rlcr.seed) == ("RLCR", "verbalized", "code", 43)
@@ -44,7 +44,7 @@ def test_describe_checkpoint_of_a_base_model():
     base = ev.describe_checkpoint("Qwen/Qwen3-8B", None, None, "tiny")
     assert (base.path, base.label, base.method, base.channel, base.train_domain, base.seed) == \
         ("Qwen/Qwen3-8B", "Qwen3-8B", "Base", "verbalized", None, None)
-    assert base.cfg["model"] == "Qwen/Qwen3-8B" and base.cfg["max_completion_tokens"] == config.load_config("tiny")["max_completion_tokens"]
+    assert base.cfg.model == "Qwen/Qwen3-8B" and base.cfg.max_completion_tokens == config.load_config("tiny").max_completion_tokens
 
 
 def test_a_run_without_a_finished_checkpoint_is_refused(tmp_path):

@@ -53,7 +53,7 @@ def test_the_example_rewards_by_hand(brier):
 
 def test_the_example_config_is_a_credo_run_with_the_new_rewards(brier_config):
     cfg = config.load_config(str(brier_config))
-    assert cfg["method"] == "brier" and cfg["channel"] == "readout"
+    assert cfg.method == "brier" and cfg.channel == "readout"
     # the same confidence plan as CREDO's: derived from `reads`, nothing else was edited
     assert config.confidence_plan(cfg) == config.confidence_plan(config.load_config("credo"))
     with pytest.raises(ValueError, match="method=brier needs a confidence with logits"):
@@ -73,7 +73,7 @@ def test_the_example_trains_one_tiny_step(tiny_dir, brier_config, tmp_path):
     (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics["step"] == 0 and metrics["loss"] == metrics["loss"]            # one step, a finite loss
     rows = [json.loads(line) for line in (run_dir / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
-    assert len(rows) == cfg["per_device_batch_size"] * cfg["grad_accum"]
+    assert len(rows) == cfg.per_device_batch_size * cfg.grad_accum
     for row in rows:
         assert row["r_ans"] == row["a"]
         expected = -1.0 if row["c"] is None else -((row["c"] - row["a"]) ** 2)

@@ -3,6 +3,7 @@ run checkpoints and resumes (resume=auto) to the same steps as a straight run; a
 in the directory is never overwritten silently; report_to writes TensorBoard events and an
 offline Weights & Biases run across the resume. Real tiny runs."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -116,16 +117,16 @@ def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
     (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
     assert checkpoint.resume_point(cfg, run_dir) is None
     with pytest.raises(FileExistsError, match="already holds a run .1 logged steps, no checkpoint."):
-        checkpoint.resume_point({**cfg, "resume": None}, run_dir)
+        checkpoint.resume_point(dataclasses.replace(cfg, resume=None), run_dir)
     (run_dir / "ckpt" / "step_000004").mkdir(parents=True)
     (run_dir / "ckpt" / "step_000008.tmp").mkdir()                   # unfinished: never resumed from
     assert checkpoint.resume_point(cfg, run_dir) == run_dir / "ckpt" / "step_000004"
     # an explicit checkpoint must be complete; overwrite=true clears the old run for a fresh one
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
-        checkpoint.resume_point({**cfg, "resume": str(run_dir / "ckpt" / "step_000004")}, run_dir)
+        checkpoint.resume_point(dataclasses.replace(cfg, resume=str(run_dir / "ckpt" / "step_000004")), run_dir)
     (run_dir / "ckpt" / "step_000004" / "trainer_state.json").write_text('{"step": 4, "data_cursor": 8}')
-    assert checkpoint.resume_point({**cfg, "resume": str(run_dir / "ckpt" / "step_000004")}, run_dir).name == "step_000004"
-    assert checkpoint.resume_point({**cfg, "resume": None, "overwrite": True}, run_dir) is None
+    assert checkpoint.resume_point(dataclasses.replace(cfg, resume=str(run_dir / "ckpt" / "step_000004")), run_dir).name == "step_000004"
+    assert checkpoint.resume_point(dataclasses.replace(cfg, resume=None, overwrite=True), run_dir) is None
     (run_dir / "rollouts").mkdir()
     checkpoint.clear_run(run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == [] and checkpoint.run_in(run_dir) is None

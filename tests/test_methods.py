@@ -6,6 +6,7 @@ import torch
 
 import losses
 import methods
+from schema import Config
 
 NAN = float("nan")
 
@@ -24,7 +25,7 @@ def test_the_paper_s_methods_are_registered_with_what_they_read():
 
 
 def test_each_method_s_rewards_by_hand():
-    cfg = {"beta": 0.5, "answer_reward_shape": "additive", "dcpo_lambda": 0.5}
+    cfg = Config(beta=0.5, answer_reward_shape="additive", dcpo_lambda=0.5)
     credo = methods.METHODS["credo"].rewards(group([0.8, 0.4]), cfg)           # r_ans = beta F + a, F (1 - (t - c)^2)
     assert credo.answer.tolist() == [1.5, 0.5]
     assert credo.confidence.tolist() == pytest.approx([1 - 0.05 ** 2, 1 - 0.15 ** 2])
@@ -38,14 +39,14 @@ def test_each_method_s_rewards_by_hand():
 
 
 def test_a_missing_model_c_gives_credo_no_confidence_reward():
-    cfg = {"beta": 0.5, "answer_reward_shape": "additive"}
+    cfg = Config(beta=0.5, answer_reward_shape="additive")
     g = methods.GroupOutcomes(correct=torch.tensor([1.0, 0.0]), fmt=torch.tensor([1.0, 0.0]),
                               conf=torch.tensor([0.8, NAN]), target=torch.tensor([0.75, 0.25]), group_size=2)
     assert methods.METHODS["credo"].rewards(g, cfg).confidence.tolist() == pytest.approx([0.9975, 0.0])
 
 
 def test_credit_standardises_the_rewards_of_the_named_method():
-    cfg = {"group_size": 2, "gamma": 0.5, "method": "rlcr", "w_min": 0.5, "w_max": 2.0, "conf_advantage": True}
+    cfg = Config(group_size=2, gamma=0.5, method="rlcr", w_min=0.5, w_max=2.0, conf_advantage=True)
     got = methods.credit(torch.tensor([1.0, 0.0]), torch.ones(2), torch.tensor([0.8, 0.3]),
                          torch.tensor([True, False]), cfg, kappa=0.0)
     assert got.target.tolist() == [0.75, 0.25]

@@ -12,6 +12,7 @@ Run as a script by torchrun (see test_two_ranks_give_the_one_process_loss_and_gr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -127,7 +128,7 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     plan = config.confidence_plan(cfg)
     batch = pol.training_batch(rollouts, tokenizer, plan.teacher_digits, plan.samples_slot_token)
     if split_groups:
-        cfg = {**cfg, "micro_batch_tokens": int(batch.attention_mask.sum(dim=1).max())}
+        cfg = dataclasses.replace(cfg, micro_batch_tokens=int(batch.attention_mask.sum(dim=1).max()))
     parallel.gather_root(model)
     stats = credo.train_on_batch(policy, optimizer, batch, out, cfg, plan, step=100,
                                  n_total=n_total, n_valid_total=n_valid_total)
@@ -150,7 +151,7 @@ def generate_on_shards(model_dir: str) -> dict:
     policy.model = model = parallel.shard_model(policy.model, world, torch.float32)
     problem = ["What is 2 + 2?", "What is 31 * 7 + 12?"][world.rank]
     prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    samples = eng.HFEngine(model, tokenizer, cfg, config.confidence_plan(cfg)).generate([prompt], 4, seed=parallel.rank_seed(2, world))
+    samples = eng.HFEngine(model, tokenizer, cfg, config.confidence_plan(cfg)).generate([prompt], 4, seed=world.rank_seed(2))
     rollouts = [ro.Rollout(problem, prompt, s.token_ids, "", s.finish_reason, ro.parse_segments(tokenizer, s.token_ids, "readout", "\\boxed"),
                            engine_logprobs=s.logprobs, slot_repaired=s.slot_repaired) for s in samples]
     parallel.gather_root(model)
@@ -285,27 +286,12 @@ def test_rank_slices_cover_the_step_and_rank_zero_samples_like_one_process():
     step = list(range(8))
     worlds = [parallel.World(r, 4, r, torch.device("cpu")) for r in range(4)]
     assert [parallel.rank_slice(step, w) for w in worlds] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert [parallel.rank_seed(43, w) for w in worlds] == [43, 43 + 7919, 43 + 2 * 7919, 43 + 3 * 7919]
+    assert [w.rank_seed(43) for w in worlds] == [43, 43 + 7919, 43 + 2 * 7919, 43 + 3 * 7919]
 
 
 def test_run_sh_refuses_a_bad_nproc():
     result = subprocess.run(["bash", "run.sh", "tiny"], cwd=ROOT, env={**ENV, "NPROC": "two"}, capture_output=True, text=True)
     assert result.returncode == 2 and "NPROC must be a positive integer, got 'two'" in result.stderr
-
-
-def test_parameter_count_of_the_memory_estimate(tiny_dir):
-    """parallel.fit counts parameters from config.json: exact for the tiny model, and the
-    published sizes of Qwen3 (0.6 B, 8.2 B)."""
-    model = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu")).model
-    counted, _ = parallel.parameter_counts(parallel.model_shape(str(tiny_dir / "model")))
-    assert counted == sum(p.numel() for p in model.parameters())
-    assert parallel.parameter_counts(parallel.QWEN3_SHAPES["Qwen/Qwen3-0.6B"])[0] == pytest.approx(0.596e9, rel=0.01)
-    assert parallel.parameter_counts(parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"])[0] == pytest.approx(8.19e9, rel=0.01)
-    cfg = config.load_config("math")
-    one_gpu = parallel.estimate_memory(cfg, parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"], 1, 80.0, checkpointing=True)
-    eight = parallel.estimate_memory(cfg, parallel.QWEN3_SHAPES["Qwen/Qwen3-8B"], 8, 80.0, checkpointing=True)
-    assert not one_gpu["fits"] and one_gpu["update_gib"] > 16 * 8.19e9 / 2**30    # AdamW in fp32 alone: 122 GiB
-    assert eight["fits"]
 
 
 if __name__ == "__main__":

@@ -201,15 +201,15 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
     assert confidence_only.logp is None
     torch.testing.assert_close(confidence_only.z_diff, packed.z_diff, atol=1e-6, rtol=0)
     grads = {}
-    for mode in ("false", "true"):
+    for packed_mode in (False, True):
         recorder = GradientRecorder(policy.model.named_parameters())
-        stats = credo.train_on_batch(policy, recorder, batch, outcomes_of(rollouts, A), {**cfg, "pack_sequences": mode},
+        stats = credo.train_on_batch(policy, recorder, batch, outcomes_of(rollouts, A), dataclasses.replace(cfg, pack_sequences=packed_mode),
                                      plan, step=100)
-        grads[mode] = recorder.grads
-        assert (stats.pad_fraction == 0.0) == (mode == "true")
+        grads[packed_mode] = recorder.grads
+        assert (stats.pad_fraction == 0.0) == packed_mode
         policy.model.zero_grad(set_to_none=True)
-    for param, g in grads["false"].items():
-        assert_same_gradient(grads["true"][param], g, param)
+    for param, g in grads[False].items():
+        assert_same_gradient(grads[True][param], g, param)
 
 
 # On a CPU, checkpointing around compiled layers is checked by test_parallel's two-rank
@@ -233,15 +233,15 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
 
-    def run(mode: str, rows: list[int]) -> tuple[dict, dict]:
+    def run(packed: bool, rows: list[int]) -> tuple[dict, dict]:
         recorder = GradientRecorder(policy.model.named_parameters())
         sub = [rollouts[i] for i in rows]
         stats = credo.train_on_batch(policy, recorder, batch.select(rows), outcomes_of(sub, A[: len(rows)]),
-                                     {**cfg, "pack_sequences": mode, "group_size": len(rows)}, plan, step=100)
+                                     dataclasses.replace(cfg, pack_sequences=packed, group_size=len(rows)), plan, step=100)
         policy.model.zero_grad(set_to_none=True)
         return recorder.grads, stats
 
-    cases = [("false", [0, 1, 2]), ("true", [0, 1, 2])]
+    cases = [(False, [0, 1, 2]), (True, [0, 1, 2])]
     eager = [run(mode, rows) for mode, rows in cases]
     pol.compile_update(policy, backend="inductor" if device.type == "cuda" else "aot_eager")
     blocks = policy.logprob_blocks
@@ -256,7 +256,7 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     graphs = counters["stats"]["unique_graphs"]
     assert graphs > 0                                                         # the layers did compile
-    run("true", [1, 2]), run("false", [0, 2])                                 # new lengths, new row counts
+    run(True, [1, 2]), run(False, [0, 2])                                 # new lengths, new row counts
     policy.model.eval()
     with torch.no_grad():
         pol.forward(policy, batch, packed=True)

@@ -2,6 +2,7 @@
 own tokenizer (a real part, found by realparts.py), whose merges cross the tags."""
 
 import copy
+import dataclasses
 import math
 import re
 
@@ -398,7 +399,7 @@ def vllm_engine(policy, tmp_path_factory):
     import torch
 
     cfg, model, tok, *_ = policy
-    engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tok, cfg["model"], tmp_path_factory.mktemp("run"), torch.float32)
+    engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tok, cfg.model, tmp_path_factory.mktemp("run"), torch.float32)
     yield engine
     engine.close()
 
@@ -416,7 +417,7 @@ def trainer_logprobs(policy, samples, prompts, group, temperature=None):
     import torch
 
     with torch.no_grad():
-        logp = pol.forward(pol.Policy(model, tok, high, low, torch.float32, temperature=temperature or cfg["temperature"]), batch).logp
+        logp = pol.forward(pol.Policy(model, tok, high, low, torch.float32, temperature=temperature or cfg.temperature), batch).logp
     out = []
     for i, r in enumerate(rollouts):
         p, c = len(r.prompt_ids), r.sampled_len
@@ -487,7 +488,7 @@ def test_vllm_top_k_gap_is_the_mass_it_cuts(policy, vllm_engine):
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()   # [N, L, V]
     for i, (s, r, t) in enumerate(zip(samples, rollouts, trainer)):
         p = len(r.prompt_ids)
-        scaled = logits[i, p - 1 : p - 1 + r.sampled_len] / cfg["temperature"]                          # [c, V]
+        scaled = logits[i, p - 1 : p - 1 + r.sampled_len] / cfg.temperature                          # [c, V]
         kept_mass = scaled.softmax(-1).topk(k, dim=-1).values.sum(-1)                                  # [c]
         torch.testing.assert_close(torch.tensor(s.logprobs) - t, -kept_mass.log(), atol=1e-4, rtol=0)
 
@@ -506,7 +507,7 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
                          fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
                          valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    credo.train_on_batch(pol.Policy(model, tok, high, low, torch.float32, temperature=cfg["temperature"]), optimizer, batch, out, cfg,
+    credo.train_on_batch(pol.Policy(model, tok, high, low, torch.float32, temperature=cfg.temperature), optimizer, batch, out, cfg,
                          config.confidence_plan(cfg), step=100)
     _, _, after = trainer_logprobs(policy, samples, prompts, 3)
     assert max(float((a - b).abs().max()) for a, b in zip(after, before)) > 1e-2   # the step changed the policy
@@ -548,7 +549,7 @@ def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))   # as warm-started
     model, tok = loaded.model, loaded.tokenizer
     policy = (cfg, model, tok, loaded.high_id, loaded.low_id, None, prompts)
-    thinking = {**cfg, "enable_thinking": True}
+    thinking = dataclasses.replace(cfg, enable_thinking=True)
     engine = eng.HFEngine(model, tok, thinking, config.confidence_plan(thinking))
     assert engine.settings["stop"] == [] and engine.cut_at_slot
     samples = engine.generate(prompts, group_size=3, seed=3)
@@ -602,7 +603,7 @@ def test_sample_next_filters_like_vllm_and_draws_per_row():
 def engine_samples(policy, prompts, batch, seed=3, **settings):
     """HF engine samples of 2 prompts x 3, `batch` rows at a time, with sampling settings overridden."""
     cfg, model, tok, *_ = policy
-    engine = eng.HFEngine(model, tok, {**cfg, "hf_engine_batch": batch}, config.confidence_plan(cfg))
+    engine = eng.HFEngine(model, tok, dataclasses.replace(cfg, hf_engine_batch=batch), config.confidence_plan(cfg))
     engine.settings = {**engine.settings, **settings}
     return engine.generate(prompts, 3, seed=seed)
 
@@ -669,7 +670,7 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
         row[at % 6] = with_e[at]
     cycles[3][3], cycles[4][5] = eos_id, eos_id
     successor = {token: row[(k + 1) % 6] for row in cycles for k, token in enumerate(row)}
-    max_tokens = cfg["max_completion_tokens"]
+    max_tokens = cfg.max_completion_tokens
     expected = []                                           # what each row writes unstopped, by construction
     for row in cycles:
         ids = [successor[row[0]]]
@@ -682,7 +683,7 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
 
     rows = [prompts[0] + [row[0]] for row in cycles]
     chained = chain_model(model, successor)
-    engine = eng.HFEngine(chained, tok, {**cfg, "hf_engine_batch": 6}, config.confidence_plan(cfg))
+    engine = eng.HFEngine(chained, tok, dataclasses.replace(cfg, hf_engine_batch=6), config.confidence_plan(cfg))
     engine.settings = {**engine.settings, "stop": []}
     free = engine.generate(rows, 1, seed=3)
     assert [s.token_ids for s in free] == expected and {s.finish_reason for s in free} == {"length"}
@@ -693,7 +694,7 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
     eos_tok = copy.deepcopy(tok)                            # EOS per row: a token of rows 3 and 4 becomes EOS
     eos_tok.eos_token = tok.convert_ids_to_tokens(eos_id)
     assert eos_tok.eos_token_id == eos_id
-    engine = eng.HFEngine(chained, eos_tok, {**cfg, "hf_engine_batch": 6}, config.confidence_plan(cfg))
+    engine = eng.HFEngine(chained, eos_tok, dataclasses.replace(cfg, hf_engine_batch=6), config.confidence_plan(cfg))
     engine.settings = {**engine.settings, "stop": []}
     stopped = engine.generate(rows, 1, seed=3)
     assert [(s.token_ids, s.finish_reason) for s in stopped] == [
@@ -703,4 +704,4 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
 def test_hf_engine_batch_must_be_a_positive_integer(policy):
     cfg, model, tok, *_ = policy
     with pytest.raises(ValueError, match="hf_engine_batch must be a positive integer"):
-        eng.HFEngine(model, tok, {**cfg, "hf_engine_batch": 0}, config.confidence_plan(cfg))
+        eng.HFEngine(model, tok, dataclasses.replace(cfg, hf_engine_batch=0), config.confidence_plan(cfg))

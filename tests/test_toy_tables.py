@@ -22,7 +22,7 @@ def test_doctests():
 def test_every_row_is_a_valid_configuration():
     for name, row in toy_tables.ROWS.items():
         cfg = config.load_config("configs/toy.yaml", row.overrides)
-        assert row.table in ("main", "ablation") and row.channel == ("readout" if cfg["channel"].startswith("readout") else "verbalized"), name
+        assert row.table in ("main", "ablation") and row.channel == ("readout" if cfg.channel.startswith("readout") else "verbalized"), name
     assert [name for name, row in toy_tables.ROWS.items() if row.table == "main"] == ["grpo", "rlcr", "dcpo", "credo"]
 
 
