@@ -32,6 +32,7 @@ import logprob_kernels  # noqa: E402
 import policy as pol  # noqa: E402
 from bench import bench_step  # noqa: E402
 from bench.results_io import report  # noqa: E402
+from schema import Config  # noqa: E402
 
 
 def row_micro_batches(lengths: list[int], rows: int, group: int) -> list[list[int]]:
@@ -41,7 +42,7 @@ def row_micro_batches(lengths: list[int], rows: int, group: int) -> list[list[in
     return [[q * group + i for q in groups[k:k + per] for i in range(group)] for k in range(0, len(groups), per)]
 
 
-def variant(step_args: tuple, cfg: dict, score_mask: bool = True, row_plan: bool = False, packed: bool = True):
+def variant(step_args: tuple, cfg: Config, score_mask: bool = True, row_plan: bool = False, packed: bool = True):
     """credo's step with the given changes taken back (module functions swapped for the call:
     policy.forward calls logprob_kernels.token_logprobs, credo.train_on_batch calls pol.micro_batches)."""
     def step(model, optimizer):

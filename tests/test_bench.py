@@ -169,3 +169,24 @@ def test_sync_counting_runs_its_two_layouts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["bench_syncs.py"])
     assert bench_syncs.main() == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_the_step_bench_runs_to_its_report(tmp_path):
+    """bench_step end to end on the tiny model (one repeat, no TRL): it reports the speedups
+    and the equal-work check of each path against credo's step (a record of the step's
+    statistics, not a dict, since issue 26)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from bench import bench_step
+
+    env = {**os.environ, "CREDO_BENCH_RESULTS": str(tmp_path)}
+    result = subprocess.run([sys.executable, "bench/bench_step.py", "--models", "tiny", "--repeats", "1", "--no-trl"],
+                            cwd=bench_step.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tiny = json.loads((tmp_path / "step_cpu.json").read_text())["by_model"]["tiny"]
+    assert tiny["credo_micro_batches"] >= 1 and tiny["credo_pad_fraction"] == 0.0 and tiny["speedup_vs_reference"] > 0
+    for path in ("reference", "padded"):
+        assert tiny["equal_work_check"][path]["max_weight_diff_after_step"] < 1e-5, path
