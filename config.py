@@ -36,13 +36,12 @@ import yaml
 
 from methods import METHODS, method_of
 from rollout import DOMAINS
-from schema import BY_DOMAIN, Config
+from schema import BY_DOMAIN, Config, hints
 
 ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = ROOT / "configs"
 DERIVED = ("config_name",)
 FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name not in DERIVED}
-HINTS = typing.get_type_hints(Config)
 
 
 def as_dict(cfg: Config) -> dict:
@@ -130,7 +129,7 @@ def _coerce(key: str, value):
     the strings of a `Literal` stay as they are; anything else is an error naming the key."""
     if value == BY_DOMAIN and FIELDS[key].default == BY_DOMAIN:
         return value
-    hint = HINTS[key]
+    hint = hints()[key]
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     choices = [c for o in options if typing.get_origin(o) is Literal for c in typing.get_args(o)]
     kinds = [o for o in options if typing.get_origin(o) is not Literal]

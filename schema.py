@@ -134,8 +134,8 @@ class Config:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not (value == BY_DOMAIN and f.default == BY_DOMAIN) and not has_type(value, _hints()[f.name]):
-                declared = str(_hints()[f.name]).replace("typing.", "")
+            if not (value == BY_DOMAIN and f.default == BY_DOMAIN) and not has_type(value, hints()[f.name]):
+                declared = str(hints()[f.name]).replace("typing.", "")
                 raise TypeError(f"config key {f.name!r} is {value!r}, not of its declared type {declared}")
 
 
@@ -143,7 +143,8 @@ FIELD_HELP = {f.name: f.metadata["help"] for f in dataclasses.fields(Config)}
 
 
 @functools.cache
-def _hints() -> dict:
+def hints() -> dict:
+    """Each field's declared type (the annotations, evaluated once)."""
     return typing.get_type_hints(Config)
 
 
