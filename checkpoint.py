@@ -29,8 +29,15 @@ from policy import Policy
 from schema import Config
 
 
-def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, data_cursor: int, cfg: Config,
-                    world: parallel.World | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    policy: Policy,
+    optimizer,
+    data_cursor: int,
+    cfg: Config,
+    world: parallel.World | None = None,
+) -> Path:
     """runs/<name>/ckpt/step_XXXXXX/ after `step` completed optimizer steps.
 
     Always: HF safetensors weights + tokenizer (what eval.py loads), trainer_state.json
@@ -47,7 +54,7 @@ def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, data_cu
     state = {"step": step, "data_cursor": data_cursor}
     if world.distributed:
         parallel.save_sharded(tmp / "sharded", model, optimizer)
-        full_weights = parallel.full_state_dict_on_main(model, world)        # {} on ranks > 0
+        full_weights = parallel.full_state_dict_on_main(model, world)  # {} on ranks > 0
         parallel.rng_file(tmp, world).parent.mkdir(exist_ok=True)
         torch.save(parallel.rng_state(), parallel.rng_file(tmp, world))
         state["world_size"] = world.world_size
@@ -64,7 +71,7 @@ def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, data_cu
     if world.is_main:
         if ckpt.exists():
             shutil.rmtree(ckpt)
-        tmp.rename(ckpt)   # a checkpoint directory exists only once it is complete
+        tmp.rename(ckpt)  # a checkpoint directory exists only once it is complete
     parallel.barrier(world)
     return ckpt
 
@@ -76,9 +83,11 @@ def restore_state(ckpt: Path, optimizer, model=None, world: parallel.World | Non
     state = json.loads((ckpt / "trainer_state.json").read_text())
     written_by = state.get("world_size", 1)
     if written_by != world.world_size:
-        raise ValueError(f"{ckpt} was written by {written_by} process(es) and this run has {world.world_size}: an exact "
-                         f"resume needs the same world size (per-rank RNG streams and rollout seeds); "
-                         f"launch with NPROC x NNODES = {written_by}")
+        raise ValueError(
+            f"{ckpt} was written by {written_by} process(es) and this run has {world.world_size}: an exact "
+            f"resume needs the same world size (per-rank RNG streams and rollout seeds); "
+            f"launch with NPROC x NNODES = {written_by}"
+        )
     if world.distributed:
         parallel.load_sharded(ckpt / "sharded", model, optimizer)
         parallel.set_rng_state(torch.load(parallel.rng_file(ckpt, world), weights_only=False))
@@ -86,6 +95,7 @@ def restore_state(ckpt: Path, optimizer, model=None, world: parallel.World | Non
         optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
         parallel.set_rng_state(torch.load(ckpt / "rng.pt", weights_only=False))
     return state["step"], state["data_cursor"]
+
 
 def latest_checkpoint(run_dir: Path) -> Path:
     """The checkpoint of a run directory with the most optimizer steps."""
@@ -120,13 +130,16 @@ def resume_point(cfg: Config, run_dir: Path) -> Path | None:
     if cfg.resume:
         ckpt = Path(cfg.resume)
         if not (ckpt / "trainer_state.json").exists():
-            raise FileNotFoundError(f"resume={ckpt}: not a complete checkpoint (no trainer_state.json); "
-                                    f"resume=auto takes the run's newest")
+            raise FileNotFoundError(
+                f"resume={ckpt}: not a complete checkpoint (no trainer_state.json); resume=auto takes the run's newest"
+            )
         return ckpt
     held = run_in(run_dir)
     if held and not cfg.overwrite:
-        raise FileExistsError(f"{run_dir} already holds a run ({held}): add resume=auto to continue it, "
-                              f"run_name=<new name> to start another, or overwrite=true to replace it")
+        raise FileExistsError(
+            f"{run_dir} already holds a run ({held}): add resume=auto to continue it, "
+            f"run_name=<new name> to start another, or overwrite=true to replace it"
+        )
     return None
 
 

@@ -60,15 +60,16 @@ class ClientError(Exception):
 class Answer:
     """One answer and its confidence."""
 
-    text: str                  # the completion as generated (special tokens kept)
-    answer: str                # the answer segment (before <analysis>): what a verifier grades
-    c: float | None            # the checkpoint's confidence: the readout, or on the verbalized channel the
-                               #   numeral (eq:digitexp for a CREDO digit-expectation checkpoint); None: see reason
-    c_digit: float | None      # eq:digitexp (verbalized channel only)
-    numeral: float | None      # the verbalized numeral, parsed (verbalized channel only)
-    abstain: bool | None       # c < threshold; None when there is no c
-    reason: str | None         # why c is None
-    finish_reason: str         # "stop" or "length"
+    text: str  # the completion as generated (special tokens kept)
+    answer: str  # the answer segment (before <analysis>): what a verifier grades
+    # the checkpoint's confidence: the readout, or on the verbalized channel the numeral
+    # (eq:digitexp for a CREDO digit-expectation checkpoint); None: see reason
+    c: float | None
+    c_digit: float | None  # eq:digitexp (verbalized channel only)
+    numeral: float | None  # the verbalized numeral, parsed (verbalized channel only)
+    abstain: bool | None  # c < threshold; None when there is no c
+    reason: str | None  # why c is None
+    finish_reason: str  # "stop" or "length"
     completion_ids: list[int]  # the completion's token ids, closed at the slot
 
 
@@ -88,13 +89,20 @@ def checkpoint_config(ckpt: str) -> dict:
     """The checkpoint's saved config values over UNSAVED_DEFAULTS (only those for a base model)."""
     path = Path(ckpt)
     if not (path / "config.json").is_file():
-        raise ClientError(f"{ckpt} is not a model directory (no config.json): pass a checkpoint such as "
-                          f"runs/<name>/ckpt/step_000100")
+        raise ClientError(
+            f"{ckpt} is not a model directory (no config.json): pass a checkpoint such as runs/<name>/ckpt/step_000100"
+        )
     return {**UNSAVED_DEFAULTS, **(saved_config(path) or {})}
 
 
-def inference_config(ckpt: str, channel: str | None = None, domain: str | None = None, max_tokens: int | None = None,
-                     temperature: float = 0.7, seed: int | None = None) -> Config:
+def inference_config(
+    ckpt: str,
+    channel: str | None = None,
+    domain: str | None = None,
+    max_tokens: int | None = None,
+    temperature: float = 0.7,
+    seed: int | None = None,
+) -> Config:
     """The settings one question is answered with: the checkpoint's config, the given overrides,
     and the slot always read by regression (the sampled-slot arm is read the same way)."""
     values = checkpoint_config(ckpt)
@@ -102,11 +110,15 @@ def inference_config(ckpt: str, channel: str | None = None, domain: str | None =
         if value is not None:
             values[key] = value
         if key not in values:
-            raise ClientError(f"{ckpt} has no saved config.yaml to take the {key} from: pass --{key} "
-                              f"({' or '.join(ro.CHANNELS if key == 'channel' else ro.DOMAINS)})")
+            raise ClientError(
+                f"{ckpt} has no saved config.yaml to take the {key} from: pass --{key} "
+                f"({' or '.join(ro.CHANNELS if key == 'channel' else ro.DOMAINS)})"
+            )
     if values["channel"] not in ro.CHANNELS or values["domain"] not in ro.DOMAINS:
-        raise ClientError(f"channel {values['channel']!r} / domain {values['domain']!r}: expected a channel of "
-                          f"{ro.CHANNELS} and a domain of {ro.DOMAINS}")
+        raise ClientError(
+            f"channel {values['channel']!r} / domain {values['domain']!r}: expected a channel of "
+            f"{ro.CHANNELS} and a domain of {ro.DOMAINS}"
+        )
     if max_tokens is not None:
         values["max_completion_tokens"] = int(max_tokens)
     values.update(temperature=float(temperature), conf_train="regression")
@@ -137,8 +149,10 @@ def reserved_ids(tokenizer, ckpt: str) -> tuple[int, int]:
     vocab = tokenizer.get_vocab()
     missing = [t for t in (ro.CONF_HIGH, ro.CONF_LOW) if t not in vocab]
     if missing:
-        raise ClientError(f"{ckpt} has no {' / '.join(missing)} token: it is not a checkpoint trained by credo.py, "
-                          f"so it has no readout; pass a CREDO checkpoint, or --channel verbalized to read its numeral")
+        raise ClientError(
+            f"{ckpt} has no {' / '.join(missing)} token: it is not a checkpoint trained by credo.py, "
+            f"so it has no readout; pass a CREDO checkpoint, or --channel verbalized to read its numeral"
+        )
     return vocab[ro.CONF_HIGH], vocab[ro.CONF_LOW]
 
 
@@ -162,7 +176,9 @@ class ServerTransport:
     def post(self, path: str, body: dict) -> dict:
         """One JSON request; every way it can fail becomes one ClientError naming the fix."""
         url = self.base_url + path
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return json.loads(response.read())
@@ -175,8 +191,10 @@ class ServerTransport:
             raise ClientError(f"{url} answered HTTP {err.code}: {detail[:500]}") from err
         except urllib.error.URLError as err:
             if isinstance(err.reason, ConnectionRefusedError):
-                raise ClientError(f"nothing listens at {self.base_url} (connection refused): start the server with "
-                                  f"`bash run.sh serve <ckpt> --port N`, or pass its address to --server") from err
+                raise ClientError(
+                    f"nothing listens at {self.base_url} (connection refused): start the server with "
+                    f"`bash run.sh serve <ckpt> --port N`, or pass its address to --server"
+                ) from err
             if isinstance(err.reason, (TimeoutError, socket.timeout)):
                 raise self.timeout_error() from err
             raise ClientError(f"cannot reach {self.base_url}: {err.reason}; check --server") from err
@@ -184,21 +202,32 @@ class ServerTransport:
             raise self.timeout_error() from err
 
     def timeout_error(self) -> ClientError:
-        return ClientError(f"{self.base_url} did not answer within {self.timeout_s:g} s: is it a vLLM server that has "
-                           f"finished loading (GET {self.base_url}/health)? Raise --timeout for long generations")
+        return ClientError(
+            f"{self.base_url} did not answer within {self.timeout_s:g} s: is it a vLLM server that has "
+            f"finished loading (GET {self.base_url}/health)? Raise --timeout for long generations"
+        )
 
     def check_tokens(self, text: str, ids: list[int], ckpt: str) -> None:
         """The server must tokenize `text` as the checkpoint does: it serves that checkpoint."""
         served = self.post("/tokenize", {"prompt": text, "add_special_tokens": False}).get("tokens")
         if served != ids:
-            raise ClientError(f"the server at {self.base_url} tokenizes {text!r} as {served}, the checkpoint {ckpt} as "
-                              f"{ids}: it serves another model; start it with `bash run.sh serve {ckpt}`")
+            raise ClientError(
+                f"the server at {self.base_url} tokenizes {text!r} as {served}, the checkpoint {ckpt} as "
+                f"{ids}: it serves another model; start it with `bash run.sh serve {ckpt}`"
+            )
 
     def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
         """One sampled completion's token ids and finish reason ("stop" or "length")."""
-        body = {**settings, "prompt": list(prompt_ids), "seed": engine.rollout_seed(seed, 0), "n": 1,
-                "include_stop_str_in_output": True, "skip_special_tokens": False,
-                "spaces_between_special_tokens": False, "return_token_ids": True}
+        body = {
+            **settings,
+            "prompt": list(prompt_ids),
+            "seed": engine.rollout_seed(seed, 0),
+            "n": 1,
+            "include_stop_str_in_output": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "return_token_ids": True,
+        }
         choice = self.post("/v1/completions", body)["choices"][0]
         return list(choice["token_ids"]), "length" if choice["finish_reason"] == "length" else "stop"
 
@@ -216,7 +245,7 @@ class LocalTransport:
         self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, config.confidence_plan(cfg), engine_dtype(cfg))
 
     def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
-        sample = self.engine.generate([list(prompt_ids)], 1, seed)[0]     # its settings are `settings`
+        sample = self.engine.generate([list(prompt_ids)], 1, seed)[0]  # its settings are `settings`
         return sample.token_ids, sample.finish_reason
 
     def last_logprobs(self, sequences: list[list[int]]) -> list[float]:
@@ -269,8 +298,10 @@ def slot_tokens(tokenizer, cfg: Config, ckpt: str) -> SlotTokens:
 def unparsed_numeral_reason(conf_text: str | None, finish_reason: str, max_tokens: int) -> str:
     """Why a verbalized completion that reached <confidence> has no numeral.
 
-    >>> unparsed_numeral_reason("high", "stop", 64), unparsed_numeral_reason(None, "length", 64)
-    ("the verbalized confidence 'high' is not a number in [0, 1]", 'no </confidence> closes the verbalized confidence: it reached the 64-token limit first (raise --max-tokens)')
+    >>> unparsed_numeral_reason("high", "stop", 64)
+    "the verbalized confidence 'high' is not a number in [0, 1]"
+    >>> print(unparsed_numeral_reason(None, "length", 64))
+    no </confidence> closes the verbalized confidence: it reached the 64-token limit first (raise --max-tokens)
     """
     if conf_text is not None:
         return f"the verbalized confidence {conf_text!r} is not a number in [0, 1]"
@@ -288,8 +319,9 @@ class Client:
         self.settings = engine.sampling_settings(cfg, self.plan)
 
     def prompt_ids(self, question: str) -> list[int]:
-        return ro.build_prompt_ids(self.tokenizer, question, self.cfg.channel, self.cfg.domain,
-                                   bool(self.cfg.enable_thinking))
+        return ro.build_prompt_ids(
+            self.tokenizer, question, self.cfg.channel, self.cfg.domain, bool(self.cfg.enable_thinking)
+        )
 
     def readout(self, prefix: list[int]) -> float:
         """eq:readout at the end of `prefix` (prompt + completion through <confidence>)."""
@@ -300,7 +332,7 @@ class Client:
         """eq:digitexp at the end of `prefix`: "0"/"1" there, each digit after a teacher-forced "0."."""
         digits, dot = self.tokens.digits, self.tokens.dot
         sequences = [prefix + [digits[0]], prefix + [digits[1]]] + [prefix + [digits[0], dot, d] for d in digits]
-        logp = torch.tensor(self.transport.last_logprobs(sequences))                 # [12] = 2 integer + 10 decimal
+        logp = torch.tensor(self.transport.last_logprobs(sequences))  # [12] = 2 integer + 10 decimal
         return float(losses.digit_expectation(logp[None, :2], logp[None, 2:])[0])
 
     def ask(self, question: str, seed: int | None = None, threshold: float = 0.5) -> Answer:
@@ -311,11 +343,12 @@ class Client:
 
     def read(self, prompt: list[int], sampled: list[int], finish: str, threshold: float = 0.5) -> Answer:
         """Steps 2-3 of the protocol on a completion (sampled, or any text to read)."""
-        closed = engine.closed_sample(self.tokenizer, sampled, [0.0] * len(sampled), finish, self.settings["stop"],
-                                  self.plan.cuts_at_slot)
+        closed = engine.closed_sample(
+            self.tokenizer, sampled, [0.0] * len(sampled), finish, self.settings["stop"], self.plan.cuts_at_slot
+        )
         ids, finish = closed.token_ids, closed.finish_reason
         text = ro.decode(self.tokenizer, ids)
-        channel = self.cfg.channel if self.source != "digit_exp" else "readout"   # digit_exp stops at the slot
+        channel = self.cfg.channel if self.source != "digit_exp" else "readout"  # digit_exp stops at the slot
         seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain])
         answer = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
         max_tokens = self.settings["max_tokens"]
@@ -328,8 +361,11 @@ class Client:
             c_digit = None if slot is None else self.digit_expectation(prompt + at_slot[:slot])
             c = numeral
             if numeral is None:
-                reason = (missing_slot_reason(text, finish, max_tokens, channel) if slot is None
-                          else unparsed_numeral_reason(seg.conf_text, finish, max_tokens))
+                reason = (
+                    missing_slot_reason(text, finish, max_tokens, channel)
+                    if slot is None
+                    else unparsed_numeral_reason(seg.conf_text, finish, max_tokens)
+                )
         elif seg.slot is None:
             reason = missing_slot_reason(text, finish, max_tokens, channel)
         elif self.source == "readout":
@@ -384,13 +420,31 @@ def serve_command(ckpt: str, host: str = "127.0.0.1", port: int = 8000, extra: l
     cfg = config.config_from_values(checkpoint_config(ckpt))
     max_len = int(cfg.max_prompt_tokens + cfg.max_completion_tokens)
     command = server_program(str(ckpt)) + [
-        "--tokenizer", str(ckpt), "--dtype", engine_dtype(cfg), "--max-model-len", str(max_len),
-        "--seed", str(cfg.seed), "--generation-config", "vllm", "--host", host, "--port", str(port)]
+        "--tokenizer",
+        str(ckpt),
+        "--dtype",
+        engine_dtype(cfg),
+        "--max-model-len",
+        str(max_len),
+        "--seed",
+        str(cfg.seed),
+        "--generation-config",
+        "vllm",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     if torch.cuda.is_available():
         command += ["--gpu-memory-utilization", str(cfg.vllm_gpu_memory_utilization)]
     else:
-        command += ["--kv-cache-memory-bytes", str(int(cfg.vllm_cpu_kv_cache_gb * 2**30)),
-                    "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_len, 8192))]
+        command += [
+            "--kv-cache-memory-bytes",
+            str(int(cfg.vllm_cpu_kv_cache_gb * 2**30)),
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            str(max(max_len, 8192)),
+        ]
     if cfg.vllm_enforce_eager:
         command.append("--enforce-eager")
     return command + list(extra)
@@ -407,7 +461,9 @@ def print_answer(result: Answer, as_json: bool) -> None:
     if result.c is None:
         print(f"c: none ({result.reason})\nabstain: undecided, there is no confidence")
     else:
-        extra = f" (numeral {result.numeral}, digit expectation {result.c_digit:.4f})" if result.c_digit is not None else ""
+        extra = (
+            f" (numeral {result.numeral}, digit expectation {result.c_digit:.4f})" if result.c_digit is not None else ""
+        )
         print(f"c: {result.c:.4f}{extra}\nabstain: {'yes' if result.abstain else 'no'}")
 
 
@@ -438,8 +494,16 @@ def main(argv: list[str] | None = None) -> None:
             os.execv(sys.executable, serve_command(args.ckpt, args.host, args.port, extra))
         if extra:
             raise ClientError(f"unknown arguments {extra}; see `python client.py ask --help`")
-        client = open_client(args.ckpt, args.server, args.timeout, channel=args.channel, domain=args.domain,
-                             max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+        client = open_client(
+            args.ckpt,
+            args.server,
+            args.timeout,
+            channel=args.channel,
+            domain=args.domain,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+        )
         try:
             print_answer(client.ask(args.question, args.seed, args.threshold), args.json)
         finally:

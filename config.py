@@ -54,8 +54,10 @@ def help_text() -> str:
     lines = []
     for name, f in FIELDS.items():
         source = f" [{f.metadata['source']}]" if f.metadata["source"] else ""
-        lines.append(f"{name} = {yaml.safe_dump(f.default, default_flow_style=True).strip().removesuffix('...').strip()}"
-                     f"{source}\n    {f.metadata['help']}")
+        lines.append(
+            f"{name} = {yaml.safe_dump(f.default, default_flow_style=True).strip().removesuffix('...').strip()}"
+            f"{source}\n    {f.metadata['help']}"
+        )
     return "\n".join(lines)
 
 
@@ -89,7 +91,7 @@ def config_names() -> list[str]:
 
 def _read_config_file(path: Path) -> dict:
     """A config file with its `inherit:` chain resolved (parents first)."""
-    data = copy.deepcopy(_parse_yaml(str(path), path.stat().st_mtime_ns))   # parsed once per version of the file
+    data = copy.deepcopy(_parse_yaml(str(path), path.stat().st_mtime_ns))  # parsed once per version of the file
     parent = data.pop("inherit", None)
     if parent is None:
         return data
@@ -99,12 +101,26 @@ def _read_config_file(path: Path) -> dict:
 
 
 # What other trainers call some keys (TRL, verl, OpenRLHF): named in the error, never accepted.
-KEY_ALIASES = {"learning_rate": "lr", "num_generations": "group_size", "n_samples_per_prompt": "group_size",
-               "rollout_n": "group_size", "batch_size": "per_device_batch_size", "train_batch_size": "per_device_batch_size",
-               "gradient_accumulation_steps": "grad_accum", "max_grad_norm_clip": "max_grad_norm", "epsilon": "clip_eps",
-               "beta_kl": "kl_coef", "kl_beta": "kl_coef", "max_new_tokens": "max_completion_tokens",
-               "max_prompt_length": "max_prompt_tokens", "max_completion_length": "max_completion_tokens",
-               "model_name_or_path": "model", "dataset": "train_data", "output_dir": "out_dir", "num_train_epochs": "epochs"}
+KEY_ALIASES = {
+    "learning_rate": "lr",
+    "num_generations": "group_size",
+    "n_samples_per_prompt": "group_size",
+    "rollout_n": "group_size",
+    "batch_size": "per_device_batch_size",
+    "train_batch_size": "per_device_batch_size",
+    "gradient_accumulation_steps": "grad_accum",
+    "max_grad_norm_clip": "max_grad_norm",
+    "epsilon": "clip_eps",
+    "beta_kl": "kl_coef",
+    "kl_beta": "kl_coef",
+    "max_new_tokens": "max_completion_tokens",
+    "max_prompt_length": "max_prompt_tokens",
+    "max_completion_length": "max_completion_tokens",
+    "model_name_or_path": "model",
+    "dataset": "train_data",
+    "output_dir": "out_dir",
+    "num_train_epochs": "epochs",
+}
 
 
 def _check_key(key: str, where: str) -> None:
@@ -118,7 +134,9 @@ def _check_key(key: str, where: str) -> None:
 def parse_override(item: str) -> tuple[str, object]:
     """`key=value` with the value parsed as YAML (`lr=1e-5`, `resume=null`, `engine=hf`)."""
     if "=" not in item:
-        raise ValueError(f"override {item!r} is not of the form key=value (e.g. lr=1e-5; `bash run.sh list` shows the configs)")
+        raise ValueError(
+            f"override {item!r} is not of the form key=value (e.g. lr=1e-5; `bash run.sh list` shows the configs)"
+        )
     key, value = item.split("=", 1)
     return key.strip(), yaml.safe_load(value)
 
@@ -140,7 +158,7 @@ def _coerce(key: str, value):
     if isinstance(value, bool) and bool in kinds:
         return value
     if isinstance(value, str) and bool in kinds and value.lower() in ("true", "false"):
-        return value.lower() == "true"                      # pack_sequences as a run saved it before it was a boolean
+        return value.lower() == "true"  # pack_sequences as a run saved it before it was a boolean
     if isinstance(value, str) and str not in kinds:
         for cast in (int, float):
             try:
@@ -165,9 +183,24 @@ def _coerce(key: str, value):
 
 
 # Overrides that do not change what is trained, left out of the default run name.
-_NAMELESS_OVERRIDES = ("seed", "run_name", "out_dir", "resume", "save_every", "save_rollouts", "verify_workers",
-                       "pack_sequences", "micro_batch_tokens", "activation_checkpointing", "compile_layers", "adam_fused",
-                       "overwrite", "report_to", "wandb_project", "wandb_mode")
+_NAMELESS_OVERRIDES = (
+    "seed",
+    "run_name",
+    "out_dir",
+    "resume",
+    "save_every",
+    "save_rollouts",
+    "verify_workers",
+    "pack_sequences",
+    "micro_batch_tokens",
+    "activation_checkpointing",
+    "compile_layers",
+    "adam_fused",
+    "overwrite",
+    "report_to",
+    "wandb_project",
+    "wandb_mode",
+)
 REPORTERS = ("jsonl", "tensorboard", "wandb")
 
 
@@ -186,7 +219,7 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> Config:
     """
     path = _config_path(name_or_path)
     from_file = _read_config_file(path)
-    from_file.pop("config_name", None)   # recorded in a run's resolved config.yaml; derived, not set
+    from_file.pop("config_name", None)  # recorded in a run's resolved config.yaml; derived, not set
     values = {key: f.default for key, f in FIELDS.items()}
     for key, value in from_file.items():
         _check_key(key, str(path))
@@ -199,8 +232,10 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> Config:
         if key not in _NAMELESS_OVERRIDES:
             named.append(f"{key}{Path(str(value)).name}" if key != "domain" else str(value))
     if path.stem in DOMAINS and values["domain"] != path.stem:
-        raise ValueError(f"configs/{path.stem}.yaml fixes the {path.stem} values of tab:hyper; for domain={values['domain']} "
-                         f"run `bash run.sh {values['domain']}` or `bash run.sh credo domain={values['domain']}`")
+        raise ValueError(
+            f"configs/{path.stem}.yaml fixes the {path.stem} values of tab:hyper; for domain={values['domain']} "
+            f"run `bash run.sh {values['domain']}` or `bash run.sh credo domain={values['domain']}`"
+        )
     values = resolve(values, config_name=path.stem)
     if values["run_name"] is None and named:
         values["run_name"] = "-".join([path.stem, *named, f"s{values['seed']}"])
@@ -221,7 +256,9 @@ def resolve(values: dict, config_name: str) -> dict:
             out[key] = _coerce(key, profile[key])
     out["pack_sequences"] = values["pack_sequences"] in ("auto", True)
     if values["micro_batch_tokens"] == "auto":
-        out["micro_batch_tokens"] = out["per_device_batch_size"] * (out["max_prompt_tokens"] + out["max_completion_tokens"] + 2)
+        out["micro_batch_tokens"] = out["per_device_batch_size"] * (
+            out["max_prompt_tokens"] + out["max_completion_tokens"] + 2
+        )
     return out
 
 
@@ -242,55 +279,75 @@ def validate_config(cfg: Config) -> None:
     """Refuse values the loop does not implement, and combinations that mean nothing, with the
     reason. Reads `cfg`, never changes it. (Each Literal field's choices are checked at load.)"""
     if cfg.method not in METHODS:
-        raise ValueError(f"method={cfg.method!r} is not supported; choose one of {tuple(METHODS)} (or register one in "
-                         f"methods.py, docs/forking.md)")
+        raise ValueError(
+            f"method={cfg.method!r} is not supported; choose one of {tuple(METHODS)} (or register one in "
+            f"methods.py, docs/forking.md)"
+        )
     if cfg.domain not in DOMAINS:
         raise ValueError(f"domain={cfg.domain!r} is not supported; choose one of {DOMAINS}")
     method, channel, source = cfg.method, cfg.channel, confidence_source(cfg)
-    reads = method_of(method).reads             # what the method's rewards score (methods.py)
+    reads = method_of(method).reads  # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")
     if readout_channel and source != "readout":
         raise ValueError(f"confidence={cfg.confidence} needs the verbalized channel; channel={channel} has a readout")
     if not readout_channel and source == "readout":
         raise ValueError("confidence=readout needs a readout channel, not channel=verbalized")
     if reads == "report" and readout_channel:
-        raise ValueError(f"method={method} needs the verbalized channel (its reward scores the sampled numeral), "
-                         f"not channel={channel}")
+        raise ValueError(
+            f"method={method} needs the verbalized channel (its reward scores the sampled numeral), "
+            f"not channel={channel}"
+        )
     if reads == "nothing" and readout_channel and cfg.conf_train != "head":
-        raise ValueError(f"method={method} on a readout channel is only the auxiliary-head arm (conf_train=head); "
-                         f"plain {method} uses channel=verbalized")
+        raise ValueError(
+            f"method={method} on a readout channel is only the auxiliary-head arm (conf_train=head); "
+            f"plain {method} uses channel=verbalized"
+        )
     if reads == "model" and source == "numeral":
-        raise ValueError(f"method={method} needs a confidence with logits (readout or digit_exp), not the parsed numeral")
+        raise ValueError(
+            f"method={method} needs a confidence with logits (readout or digit_exp), not the parsed numeral"
+        )
     if cfg.alpha != 0 and source == "numeral":
-        raise ValueError("alpha > 0 needs a differentiable confidence: the parsed numeral has none "
-                         "(use confidence=digit_exp with method=credo for regression on the verbalized slot)")
+        raise ValueError(
+            "alpha > 0 needs a differentiable confidence: the parsed numeral has none "
+            "(use confidence=digit_exp with method=credo for regression on the verbalized slot)"
+        )
     if cfg.alpha != 0 and reads != "model" and cfg.conf_train != "head":
-        raise ValueError(f"alpha > 0 with method={method} is only meaningful with conf_train=head (an auxiliary "
-                         f"BCE head); {method}'s own calibration comes from its reward")
+        raise ValueError(
+            f"alpha > 0 with method={method} is only meaningful with conf_train=head (an auxiliary "
+            f"BCE head); {method}'s own calibration comes from its reward"
+        )
     if cfg.conf_train == "sampled":
         if reads != "model" or channel != "readout":
-            raise ValueError("conf_train=sampled (readout + reward only) needs a method that reads the model's c "
-                             "(method=credo) on channel=readout")
+            raise ValueError(
+                "conf_train=sampled (readout + reward only) needs a method that reads the model's c "
+                "(method=credo) on channel=readout"
+            )
         if cfg.alpha != 0:
             raise ValueError("conf_train=sampled removes the regression: set alpha=0")
     if cfg.conf_train == "head" and (reads == "model" or not readout_channel):
-        raise ValueError("conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
-                         "CREDO's readout drives its own rewards and is regressed directly")
+        raise ValueError(
+            "conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
+            "CREDO's readout drives its own rewards and is regressed directly"
+        )
     unknown = [name for name in reporters(cfg) if name not in REPORTERS]
     if unknown:
         raise ValueError(f"report_to={cfg.report_to!r}: unknown {unknown}; choose from {REPORTERS} (comma-separated)")
     for name, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
         if name in reporters(cfg) and importlib.util.find_spec(package) is None:
-            raise ValueError(f"report_to={name} needs the {package} package: pip install {package} (or drop it from report_to)")
+            raise ValueError(
+                f"report_to={name} needs the {package} package: pip install {package} (or drop it from report_to)"
+            )
     if cfg.kl_coef != 0:
         raise ValueError("kl_coef must be 0: the paper trains without a KL term and this loop has no reference model")
     if cfg.train_data is None:
         raise ValueError("train_data is not set (a local JSONL file or a Hugging Face dataset id)")
     full_length = cfg.max_prompt_tokens + cfg.max_completion_tokens + 2
     if cfg.micro_batch_tokens < full_length:
-        raise ValueError(f"micro_batch_tokens={cfg.micro_batch_tokens!r} must be auto or an integer of at least "
-                         f"max_prompt_tokens + max_completion_tokens + 2 = {full_length}, so that every rollout fits "
-                         f"in a micro-batch")
+        raise ValueError(
+            f"micro_batch_tokens={cfg.micro_batch_tokens!r} must be auto or an integer of at least "
+            f"max_prompt_tokens + max_completion_tokens + 2 = {full_length}, so that every rollout fits "
+            f"in a micro-batch"
+        )
     rollouts = cfg.per_device_batch_size * cfg.grad_accum
     if rollouts % cfg.group_size:
         raise ValueError(
@@ -304,8 +361,6 @@ def confidence_source(cfg: Config) -> str:
     if cfg.confidence != "auto":
         return cfg.confidence
     return "readout" if cfg.channel.startswith("readout") else "numeral"
-
-
 
 
 @dataclass(frozen=True)
@@ -395,8 +450,10 @@ def compiles_layers(cfg: Config, device_type: str) -> bool:
     """compile_layers as set (true/false), or for `auto` on exactly on CUDA: fused decoder
     layers pay there (policy.compile_layers); on a CPU the compilation costs more than it saves.
 
-    >>> compiles_layers(Config(), "cuda"), compiles_layers(Config(), "cpu"), compiles_layers(Config(compile_layers=True), "cpu")
-    (True, False, True)
+    >>> compiles_layers(Config(), "cuda"), compiles_layers(Config(), "cpu")
+    (True, False)
+    >>> compiles_layers(Config(compile_layers=True), "cpu")
+    True
     """
     return device_type == "cuda" if cfg.compile_layers == "auto" else cfg.compile_layers
 
@@ -451,7 +508,9 @@ def check_model_source(model: str, key: str = "model") -> None:
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"{key}={model}: the directory has no config.json (not a saved model or checkpoint)")
+            raise FileNotFoundError(
+                f"{key}={model}: the directory has no config.json (not a saved model or checkpoint)"
+            )
         return
     if model.startswith(("/", ".", "~")) or not _HUB_ID.fullmatch(model):
         raise FileNotFoundError(f"{key}={model}: no such directory, and not a hub id (org/name)")

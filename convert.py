@@ -12,9 +12,11 @@ inputs a converter dropped (``dropped``, counted in the manifest).  A record tha
 be expressed faithfully raises ``Excluded`` with a counted reason; one that cannot be read
 raises ``ValueError`` naming ``where``.
 
-Not here: the registry of sources and sets, downloading, reading snapshot files,
-splitting, counting and writing (all in ``data.py``), and reading rows for training
-or evaluation (``data.load_rows``).
+Also here: reading a snapshot's raw files (``.json``, ``.jsonl``, ``.parquet``) and converting
+every record of a source (``convert_snapshot``), each refusal counted as a reason.
+
+Not here: the registry of sources and sets, downloading, splitting, counting and writing
+(all in ``data.py``), and reading rows for training or evaluation (``data.load_rows``).
 
 Untrusted input: LiveCodeBench stores private tests as base64(zlib(pickle(str))).
 They are decoded by reading the pickle opcodes with ``pickletools.genops`` (which
@@ -28,15 +30,21 @@ from __future__ import annotations
 import ast
 import base64
 import json
+import logging
+import os
 import pickletools
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from fnmatch import fnmatch
 from pathlib import Path
 
 import verifier
 from grading import parse_python
+
+logger = logging.getLogger(__name__)
 
 # HumanEval+ expected outputs computed at prepare time larger than this (JSON bytes)
 # are dropped: evalplus leaves six tasks without results because some run to 12 MB
@@ -92,23 +100,32 @@ def convert_deepscaler(record: dict, where: str) -> dict:
     """DeepScaleR ``deepscaler.json`` item ``{"problem", "answer", "solution"}``; the id is
     the item's index in the file (``where`` ends with ``#<index>``)."""
     index = where.rsplit("#", 1)[1]
-    return {"id": f"deepscaler-{int(index):05d}", "problem": _text(record, "problem", where),
-            "answer": _answer_text(record.get("answer"), where)}
+    return {
+        "id": f"deepscaler-{int(index):05d}",
+        "problem": _text(record, "problem", where),
+        "answer": _answer_text(record.get("answer"), where),
+    }
 
 
 def convert_math500(record: dict, where: str) -> dict:
     """MATH-500 ``test.jsonl`` line ``{"problem", "solution", "answer", "subject", "level",
     "unique_id"}``; ``unique_id`` (e.g. ``test/algebra/1.json``) is the id."""
-    return {"id": _text(record, "unique_id", where), "problem": _text(record, "problem", where),
-            "answer": _answer_text(record.get("answer"), where)}
+    return {
+        "id": _text(record, "unique_id", where),
+        "problem": _text(record, "problem", where),
+        "answer": _answer_text(record.get("answer"), where),
+    }
 
 
 def convert_h4_aime(record: dict, where: str) -> dict:
     """HuggingFaceH4/aime_2024 row ``{"id", "problem", "solution", "answer", "url", "year"}``."""
     if not isinstance(record.get("id"), int):
         raise ValueError(f"{where}: field 'id' must be an int, got {record.get('id')!r}")
-    return {"id": f"aime24-{record['id']}", "problem": _text(record, "problem", where),
-            "answer": _answer_text(record.get("answer"), where)}
+    return {
+        "id": f"aime24-{record['id']}",
+        "problem": _text(record, "problem", where),
+        "answer": _answer_text(record.get("answer"), where),
+    }
 
 
 def matharena_converter(prefix: str) -> Callable[[dict, str], dict]:
@@ -118,8 +135,11 @@ def matharena_converter(prefix: str) -> Callable[[dict, str], dict]:
         index = record.get("problem_idx")
         if not isinstance(index, int):
             raise ValueError(f"{where}: field 'problem_idx' must be an int, got {index!r}")
-        return {"id": f"{prefix}-{index}", "problem": _text(record, "problem", where),
-                "answer": _answer_text(record.get("answer"), where)}
+        return {
+            "id": f"{prefix}-{index}",
+            "problem": _text(record, "problem", where),
+            "answer": _answer_text(record.get("answer"), where),
+        }
 
     convert.__doc__ = f"MathArena row -> ``{{'id': '{prefix}-<problem_idx>', ...}}``."
     return convert
@@ -132,8 +152,12 @@ def convert_aimo_amc(record: dict, where: str) -> dict:
     year = next((y for y in ("2022", "2023", "2024") if f"/{y}_AMC" in url), None)
     if year is None:
         raise ValueError(f"{where}: cannot read the contest year from url {url!r}")
-    return {"id": f"amc-{record.get('id')}", "problem": _text(record, "problem", where),
-            "answer": _answer_text(record.get("answer"), where), "year": year}
+    return {
+        "id": f"amc-{record.get('id')}",
+        "problem": _text(record, "problem", where),
+        "answer": _answer_text(record.get("answer"), where),
+        "year": year,
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -159,8 +183,10 @@ def unpickle_string(payload: bytes, where: str) -> str:
         if opcode.name in _PICKLE_STRING_OPS:
             strings.append(arg)
         elif opcode.name not in _PICKLE_FRAMING_OPS:
-            raise ValueError(f"{where}: pickle stream uses opcode {opcode.name}; only a plain "
-                             "string is accepted (nothing is unpickled)")
+            raise ValueError(
+                f"{where}: pickle stream uses opcode {opcode.name}; only a plain "
+                "string is accepted (nothing is unpickled)"
+            )
     if len(strings) != 1:
         raise ValueError(f"{where}: pickle stream builds {len(strings)} strings, expected 1")
     return strings[0]
@@ -191,8 +217,11 @@ def lcb_case_tests(cases: list[dict], fn_name: str | None, where: str) -> dict:
     if not cases:
         raise Excluded("no test cases")
     if kinds == {"stdin"}:
-        return {"kind": "stdio", "inputs": [_case_str(c, "input", where) for c in cases],
-                "outputs": [_case_str(c, "output", where) for c in cases]}
+        return {
+            "kind": "stdio",
+            "inputs": [_case_str(c, "input", where) for c in cases],
+            "outputs": [_case_str(c, "output", where) for c in cases],
+        }
     if kinds == {"functional"}:
         if not fn_name:
             raise ValueError(f"{where}: functional tests without a function name")
@@ -232,9 +261,12 @@ def convert_lcb(record: dict, where: str) -> dict:
         cases += decode_lcb_tests(private, where + " private_test_cases")
     tests = lcb_case_tests(cases, metadata.get("func_name"), where)
     date = datetime.fromisoformat(_text(record, "contest_date", where)).date().isoformat()
-    return {"id": _text(record, "question_id", where),
-            "problem": _with_starter(_text(record, "question_content", where), record.get("starter_code")),
-            "tests": tests, "date": date}
+    return {
+        "id": _text(record, "question_id", where),
+        "problem": _with_starter(_text(record, "question_content", where), record.get("starter_code")),
+        "tests": tests,
+        "date": date,
+    }
 
 
 def convert_deepcoder(record: dict, where: str) -> dict:
@@ -260,9 +292,11 @@ def convert_deepcoder(record: dict, where: str) -> dict:
         raise ValueError(f"{where}: unknown DeepCoder subset {subset!r}")
     index = where.rsplit("#", 1)[1]
     file_stem = Path(where.rsplit("#", 1)[0]).stem
-    return {"id": f"deepcoder-{subset}-{file_stem}-{int(index):05d}",
-            "problem": _with_starter(_text(record, "problem", where), record.get("starter_code")),
-            "tests": tests}
+    return {
+        "id": f"deepcoder-{subset}-{file_stem}-{int(index):05d}",
+        "problem": _with_starter(_text(record, "problem", where), record.get("starter_code")),
+        "tests": tests,
+    }
 
 
 def _lcbv5_func_name(record: dict, cases: list, where: str) -> str | None:
@@ -279,8 +313,9 @@ def _lcbv5_func_name(record: dict, cases: list, where: str) -> str | None:
         raise ValueError(f"{where}: field 'metadata' must be an object, got {type(metadata).__name__}")
     if not isinstance(cases, list):
         raise ValueError(f"{where}: lcbv5 tests must be a JSON list")
-    names = {metadata.get("func_name")} | {c["metadata"].get("func_name") for c in cases
-                                           if isinstance(c, dict) and isinstance(c.get("metadata"), dict)}
+    names = {metadata.get("func_name")} | {
+        c["metadata"].get("func_name") for c in cases if isinstance(c, dict) and isinstance(c.get("metadata"), dict)
+    }
     names.discard(None)
     if len(names) > 1:
         raise ValueError(f"{where}: record and test metadata name different functions {sorted(map(str, names))}")
@@ -294,8 +329,11 @@ def _primeintellect_tests(cases: list, where: str) -> dict:
     types = {case.get("type") for case in cases}
     if types != {"stdin_stdout"}:
         raise Excluded(f"primeintellect test types {sorted(map(str, types))} (only stdin_stdout is converted)")
-    return {"kind": "stdio", "inputs": [_case_str(c, "input", where) for c in cases],
-            "outputs": [_case_str(c, "output", where) for c in cases]}
+    return {
+        "kind": "stdio",
+        "inputs": [_case_str(c, "input", where) for c in cases],
+        "outputs": [_case_str(c, "output", where) for c in cases],
+    }
 
 
 def _taco_tests(tests: dict, where: str) -> dict:
@@ -336,8 +374,12 @@ def convert_humanevalplus(record: dict, where: str) -> dict:
     inputs, dropped = [list(args) for args in literals["inputs"]], Counter()
     atol = _polynomial_root_tolerance(check)
     if atol is not None:
-        tests = {"kind": "call", "fn_name": fn_name, "inputs": inputs,
-                 "property": {"name": "polynomial_root", "atol": atol}}
+        tests = {
+            "kind": "call",
+            "fn_name": fn_name,
+            "inputs": inputs,
+            "property": {"name": "polynomial_root", "atol": atol},
+        }
     elif "results" in literals:
         if len(inputs) != len(literals["results"]):
             raise ValueError(f"{where}: {len(inputs)} inputs but {len(literals['results'])} results")
@@ -350,8 +392,12 @@ def convert_humanevalplus(record: dict, where: str) -> dict:
         tests = json.loads(json.dumps(tests, allow_nan=False))
     except (TypeError, ValueError):
         raise Excluded("humanevalplus inputs/results are not JSON values") from None
-    return {"id": _text(record, "task_id", where), "problem": _text(record, "prompt", where),
-            "tests": tests, "dropped": dropped}
+    return {
+        "id": _text(record, "task_id", where),
+        "problem": _text(record, "prompt", where),
+        "tests": tests,
+        "dropped": dropped,
+    }
 
 
 def reference_outputs(program: str, fn_name: str, inputs: list[list]) -> tuple[list, list, Counter]:
@@ -372,8 +418,7 @@ def reference_outputs(program: str, fn_name: str, inputs: list[list]) -> tuple[l
                 outputs.append(value)
         start += len(values)
         if start < len(inputs):
-            dropped["canonical solution failed or its value cannot be sent, e.g. an int over "
-                    "4300 digits (inputs)"] += 1
+            dropped["canonical solution failed or its value cannot be sent, e.g. an int over 4300 digits (inputs)"] += 1
             start += 1
     return kept_inputs, outputs, dropped
 
@@ -393,7 +438,7 @@ def _check_function(test: str, where: str) -> ast.FunctionDef:
 def _check_literals(check: ast.FunctionDef, where: str) -> dict:
     """The ``inputs``/``results`` literal assignments inside ``def check``."""
     found = {}
-    for node in check.body:       # evalplus puts the literals inside check()
+    for node in check.body:  # evalplus puts the literals inside check()
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name in ("inputs", "results"):
@@ -409,9 +454,118 @@ def _check_literals(check: ast.FunctionDef, where: str) -> dict:
 def _polynomial_root_tolerance(check: ast.FunctionDef) -> float | None:
     """``atol`` of an ``assert _poly(...) <= atol`` in ``check`` (HumanEval/32), else None."""
     for node in ast.walk(check):
-        if (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)
-                and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.LtE)
-                and any(isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_poly"
-                        for call in ast.walk(node.test.left))):
+        if (
+            isinstance(node, ast.Assert)
+            and isinstance(node.test, ast.Compare)
+            and len(node.test.ops) == 1
+            and isinstance(node.test.ops[0], ast.LtE)
+            and any(
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_poly"
+                for call in ast.walk(node.test.left)
+            )
+        ):
             return float(ast.literal_eval(node.test.comparators[0]))
     return None
+
+
+# ---------------------------------------------------------------------------
+# A snapshot's raw files, every record converted
+# ---------------------------------------------------------------------------
+
+
+def snapshot_files(root: Path, patterns: tuple[str, ...]) -> list[Path]:
+    """Files under ``root`` matching ``patterns``, sorted; each pattern must match."""
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    chosen = []
+    for pattern in patterns:
+        matched = [p for p in files if fnmatch(p.relative_to(root).as_posix(), pattern)]
+        if not matched:
+            raise FileNotFoundError(f"{root}: no file matches {pattern!r}")
+        chosen += matched
+    return chosen
+
+
+def read_records(path: Path) -> Iterator[dict]:
+    """Raw records of a ``.json`` (list), ``.jsonl`` or ``.parquet`` file."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq  # third-party, on use: only the hub's parquet files need it
+
+        yield from pq.read_table(path).to_pylist()
+    elif path.suffix == ".jsonl":
+        yield from (record for _, record in jsonl_lines(path))
+    elif path.suffix == ".json":
+        items = json.loads(path.read_text())
+        if not isinstance(items, list):
+            raise ValueError(f"{path}: expected a JSON list of records")
+        yield from items
+    else:
+        raise ValueError(f"{path}: unsupported file type {path.suffix!r}")
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, object]]:
+    """``(line number, value)`` of each non-blank line of a JSONL file; bad JSON names the line."""
+    with path.open() as f:
+        for line_no, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield line_no, json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+
+
+def convert_snapshot(
+    root: Path, patterns: tuple[str, ...], converter: Callable[[dict, str], dict]
+) -> tuple[list[dict], Counter]:
+    """Every record of a snapshot converted; returns the rows and the exclusion reasons.
+
+    A record the converter refuses is excluded (its reason counted, the first one
+    logged with its file and index); one bad record never aborts the source.  Test
+    inputs a converter drops (``row["dropped"]``) are counted the same way.  Records
+    are converted by ``os.cpu_count()`` threads: HumanEval+'s converter runs
+    reference programs in sandbox processes, which then run side by side.
+    """
+    rows, excluded, malformed = [], Counter(), []
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for path in snapshot_files(root, patterns):
+            relative = path.relative_to(root).as_posix()
+            items = [(f"{relative}#{index}", record) for index, record in enumerate(read_records(path))]
+            for where, outcome in zip(
+                (w for w, _ in items), pool.map(lambda item: _convert_one(converter, *item), items)
+            ):
+                if isinstance(outcome, dict):
+                    excluded.update(outcome.pop("dropped", {}))
+                    rows.append(outcome)
+                elif isinstance(outcome, Excluded):
+                    excluded[outcome.reason] += 1
+                else:
+                    excluded[_malformed_reason(outcome, where)] += 1
+                    malformed.append(f"{where}: {_without_location(outcome, where)}")
+    if malformed:
+        logger.warning("%s: %d malformed record(s) excluded, first: %s", root, len(malformed), malformed[0])
+    return rows, excluded
+
+
+def _convert_one(converter: Callable[[dict, str], dict], where: str, record: object) -> dict | Exception:
+    """A record's row, or the exception that excludes it (``Excluded``: a counted
+    reason; any other: a malformed record)."""
+    if not isinstance(record, dict):
+        return ValueError(f"{where}: record is not an object")
+    try:
+        return converter(record, where)
+    except (Excluded, ValueError, TypeError, KeyError, AttributeError) as e:
+        return e
+
+
+def _without_location(error: Exception, where: str) -> str:
+    """An error's message without the ``<file>#<index>`` it starts with."""
+    message = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+    return message.removeprefix(where).lstrip(": ")
+
+
+def _malformed_reason(error: Exception, where: str) -> str:
+    """The counted exclusion reason of a record a converter refused (at most 160 characters).
+
+    >>> _malformed_reason(ValueError("a.jsonl#3: field 'id' must be an int, got None"), "a.jsonl#3")
+    "malformed record: field 'id' must be an int, got None"
+    """
+    return ("malformed record: " + _without_location(error, where))[:160]

@@ -41,7 +41,7 @@ METRIC_PANELS = (
     ("brier", "batch Brier"),
     ("loss_cal", "calibration loss"),
 )
-PHASES = ("rollout", "verify", "train", "sync")      # a step's seconds, key t_<phase>
+PHASES = ("rollout", "verify", "train", "sync")  # a step's seconds, key t_<phase>
 PHASE_COLORS = ("C0", "C1", "C2", "C3")
 NCOLS = 4
 
@@ -53,12 +53,12 @@ class CurvesError(ValueError):
 def moving_average(values, window: int) -> np.ndarray:
     """Centred moving average of a 1-D curve, the window clipped at its ends (module docstring)."""
     check_window(window)
-    values = np.asarray(values, dtype=np.float64)                       # [n]
+    values = np.asarray(values, dtype=np.float64)  # [n]
     n = len(values)
-    cumsum = np.concatenate([[0.0], np.cumsum(values)])                 # [n + 1]
+    cumsum = np.concatenate([[0.0], np.cumsum(values)])  # [n + 1]
     idx = np.arange(n)
-    lo = np.clip(idx - (window - 1) // 2, 0, n)                         # [n] first point of each window
-    hi = np.clip(idx + window // 2 + 1, 0, n)                           # [n] one past its last point
+    lo = np.clip(idx - (window - 1) // 2, 0, n)  # [n] first point of each window
+    hi = np.clip(idx + window // 2 + 1, 0, n)  # [n] one past its last point
     return (cumsum[hi] - cumsum[lo]) / (hi - lo)
 
 
@@ -93,8 +93,10 @@ def read_metrics(run_dir) -> list[dict]:
         if not isinstance(record, dict) or type(record.get("step")) is not int:
             raise CurvesError(f"{where}: not a step record (a JSON object with an integer 'step')")
         if records and record["step"] <= records[-1]["step"]:
-            raise CurvesError(f"{where}: step {record['step']} follows step {records[-1]['step']}; "
-                              "the file must hold one line per step in order (two runs appended into one?)")
+            raise CurvesError(
+                f"{where}: step {record['step']} follows step {records[-1]['step']}; "
+                "the file must hold one line per step in order (two runs appended into one?)"
+            )
         records.append(record)
     return records
 
@@ -128,8 +130,17 @@ def step_axes(ax, title: str) -> None:
 
 def note(ax, text: str) -> None:
     """What a panel does not show, in its top left corner over the curves."""
-    ax.text(0.03, 0.97, text, transform=ax.transAxes, ha="left", va="top", fontsize=7, color="0.25",
-            bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.85})
+    ax.text(
+        0.03,
+        0.97,
+        text,
+        transform=ax.transAxes,
+        ha="left",
+        va="top",
+        fontsize=7,
+        color="0.25",
+        bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.85},
+    )
 
 
 def draw_metric(ax, key: str, title: str, runs: list[tuple[str, list[dict], Path]], window: int) -> None:
@@ -137,7 +148,7 @@ def draw_metric(ax, key: str, title: str, runs: list[tuple[str, list[dict], Path
     lacking, gaps = [], []
     for color, (label, records, path) in enumerate(runs):
         steps, values = series(records, key, path)
-        finite = np.isfinite(values)                                    # a NaN loss is a gap, said on the panel
+        finite = np.isfinite(values)  # a NaN loss is a gap, said on the panel
         if not finite.any():
             lacking.append(label)
             continue
@@ -159,7 +170,7 @@ def draw_time_split(ax, label: str, records: list[dict], path, window: int) -> N
     if any(len(s) != len(records) for s, _ in columns):
         note(ax, "no complete step time split (" + ", ".join(f"t_{p}" for p in PHASES) + ") in this run")
     else:
-        seconds = np.stack([moving_average(v, window) for _, v in columns])   # [4, n]
+        seconds = np.stack([moving_average(v, window) for _, v in columns])  # [4, n]
         ax.stackplot(steps, seconds, colors=PHASE_COLORS, alpha=0.8)
     step_axes(ax, f"step time: {label}")
     ax.set_ylabel("seconds")
@@ -168,11 +179,22 @@ def draw_time_split(ax, label: str, records: list[dict], path, window: int) -> N
 def draw_legends(plt, ax, labels: list[str]) -> None:
     """The panel that names the runs (line colours) and the phases of the step time (area colours)."""
     ax.axis("off")
-    runs = ax.legend([plt.Line2D([], [], color=f"C{i}", lw=2) for i in range(len(labels))], labels,
-                     loc="upper center", fontsize=8, title="runs")
+    runs = ax.legend(
+        [plt.Line2D([], [], color=f"C{i}", lw=2) for i in range(len(labels))],
+        labels,
+        loc="upper center",
+        fontsize=8,
+        title="runs",
+    )
     ax.add_artist(runs)
-    ax.legend([plt.Rectangle((0, 0), 1, 1, color=c, alpha=0.8) for c in PHASE_COLORS], PHASES,
-              loc="lower center", fontsize=8, title="step time", ncols=2)
+    ax.legend(
+        [plt.Rectangle((0, 0), 1, 1, color=c, alpha=0.8) for c in PHASE_COLORS],
+        PHASES,
+        loc="lower center",
+        fontsize=8,
+        title="step time",
+        ncols=2,
+    )
 
 
 def draw_panels(plt, axes: list, runs: list[tuple[str, list[dict], Path]], window: int) -> None:
@@ -180,10 +202,10 @@ def draw_panels(plt, axes: list, runs: list[tuple[str, list[dict], Path]], windo
     for ax, (key, title) in zip(axes, METRIC_PANELS):
         draw_metric(ax, key, title, runs, window)
     draw_legends(plt, axes[len(METRIC_PANELS)], [label for label, _, _ in runs])
-    time_axes = axes[len(METRIC_PANELS) + 1:]
+    time_axes = axes[len(METRIC_PANELS) + 1 :]
     for ax, (label, records, path) in zip(time_axes, runs):
         draw_time_split(ax, label, records, path, window)
-    for ax in time_axes[len(runs):]:
+    for ax in time_axes[len(runs) :]:
         ax.set_visible(False)
 
 
@@ -194,14 +216,16 @@ def plot_curves(run_dirs, out_dir=None, window: int | None = None) -> list[Path]
     run_dirs = [Path(d) for d in run_dirs]
     runs = [(label, read_metrics(d), d / "metrics.jsonl") for label, d in zip(run_labels(run_dirs), run_dirs)]
     window = default_window(max(len(r) for _, r, _ in runs)) if window is None else window
-    check_window(window)                                                 # before anything is drawn
+    check_window(window)  # before anything is drawn
     out_dir = Path(out_dir) if out_dir is not None else run_dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
 
     plt = pyplot()
-    n_slots = len(METRIC_PANELS) + 1 + len(runs)                         # metrics, the legend, one time panel a run
+    n_slots = len(METRIC_PANELS) + 1 + len(runs)  # metrics, the legend, one time panel a run
     nrows = math.ceil(n_slots / NCOLS)
-    fig, axes = plt.subplots(nrows, NCOLS, figsize=(3.2 * NCOLS, 2.8 * nrows + 0.4), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        nrows, NCOLS, figsize=(3.2 * NCOLS, 2.8 * nrows + 0.4), squeeze=False, layout="constrained"
+    )
     try:
         draw_panels(plt, list(axes.flat), runs, window)
         fig.suptitle(f"Training curves (moving average over {window} step{'s' * (window > 1)}, raw values faint)")
@@ -226,8 +250,12 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description="Training curves of one or more runs (see the module docstring).")
     parser.add_argument("runs", nargs="+", help="run directories, each holding the metrics.jsonl credo.py wrote")
     parser.add_argument("--out", default=None, help="folder for curves.png and curves.pdf (default: the first run's)")
-    parser.add_argument("--smooth", type=int, default=None,
-                        help="moving-average window in steps (1: no smoothing; default: 1/25 of the longest run, odd)")
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=None,
+        help="moving-average window in steps (1: no smoothing; default: 1/25 of the longest run, odd)",
+    )
     parser.add_argument("--debug", action="store_true", help="a traceback instead of the one-line error")
     args = parser.parse_args(argv)
     try:

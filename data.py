@@ -29,14 +29,11 @@ import argparse
 import hashlib
 import json
 import logging
-import os
 import random
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from fnmatch import fnmatch
 from pathlib import Path
 
 import convert
@@ -89,27 +86,63 @@ class OutputSet:
 
 
 SOURCES: dict[str, Source] = {
-    "deepscaler": Source("agentica-org/DeepScaleR-Preview-Dataset", "main", ("deepscaler.json",),
-                         convert.convert_deepscaler, "revision not pinned (no commit found offline)"),
-    "math500": Source("HuggingFaceH4/MATH-500", "main", ("test.jsonl",), convert.convert_math500,
-                      "revision not pinned"),
-    "aime24": Source("HuggingFaceH4/aime_2024", "main", ("data/train-*.parquet",), convert.convert_h4_aime,
-                     "revision not pinned"),
-    "aime25": Source("MathArena/aime_2025", "main", ("data/train-*.parquet",), convert.matharena_converter("aime25"),
-                     "revision not pinned"),
-    "aime26": Source("MathArena/aime_2026", "main", ("data/train-*.parquet",), convert.matharena_converter("aime26"),
-                     "revision not pinned"),
-    "amc": Source("AI-MO/aimo-validation-amc", "main", ("data/train-*.parquet",), convert.convert_aimo_amc,
-                  "AMC 12 2022-2023 with integer answers; revision not pinned"),
-    "amc24": Source(None, "", (), None,
-                    "no public hub dataset of AMC 2024 (45 problems) could be identified; pass --local"),
-    "deepcoder": Source("agentica-org/DeepCoder-Preview-Dataset", "main",
-                        ("primeintellect/train-*.parquet", "taco/train-*.parquet", "lcbv5/train-*.parquet"),
-                        convert.convert_deepcoder, "revision not pinned"),
-    "humanevalplus": Source("evalplus/humanevalplus", "d32357cf319e50e9c8d8dab5ea876c72b0fd321b",
-                            ("data/test-*.parquet",), convert.convert_humanevalplus),
-    "lcb": Source("livecodebench/code_generation_lite", "main", ("test4.jsonl", "test5.jsonl", "test6.jsonl"),
-                  convert.convert_lcb, "release files covering 2024-07 .. 2025-04; revision not pinned"),
+    "deepscaler": Source(
+        "agentica-org/DeepScaleR-Preview-Dataset",
+        "main",
+        ("deepscaler.json",),
+        convert.convert_deepscaler,
+        "revision not pinned (no commit found offline)",
+    ),
+    "math500": Source(
+        "HuggingFaceH4/MATH-500", "main", ("test.jsonl",), convert.convert_math500, "revision not pinned"
+    ),
+    "aime24": Source(
+        "HuggingFaceH4/aime_2024", "main", ("data/train-*.parquet",), convert.convert_h4_aime, "revision not pinned"
+    ),
+    "aime25": Source(
+        "MathArena/aime_2025",
+        "main",
+        ("data/train-*.parquet",),
+        convert.matharena_converter("aime25"),
+        "revision not pinned",
+    ),
+    "aime26": Source(
+        "MathArena/aime_2026",
+        "main",
+        ("data/train-*.parquet",),
+        convert.matharena_converter("aime26"),
+        "revision not pinned",
+    ),
+    "amc": Source(
+        "AI-MO/aimo-validation-amc",
+        "main",
+        ("data/train-*.parquet",),
+        convert.convert_aimo_amc,
+        "AMC 12 2022-2023 with integer answers; revision not pinned",
+    ),
+    "amc24": Source(
+        None, "", (), None, "no public hub dataset of AMC 2024 (45 problems) could be identified; pass --local"
+    ),
+    "deepcoder": Source(
+        "agentica-org/DeepCoder-Preview-Dataset",
+        "main",
+        ("primeintellect/train-*.parquet", "taco/train-*.parquet", "lcbv5/train-*.parquet"),
+        convert.convert_deepcoder,
+        "revision not pinned",
+    ),
+    "humanevalplus": Source(
+        "evalplus/humanevalplus",
+        "d32357cf319e50e9c8d8dab5ea876c72b0fd321b",
+        ("data/test-*.parquet",),
+        convert.convert_humanevalplus,
+    ),
+    "lcb": Source(
+        "livecodebench/code_generation_lite",
+        "main",
+        ("test4.jsonl", "test5.jsonl", "test6.jsonl"),
+        convert.convert_lcb,
+        "release files covering 2024-07 .. 2025-04; revision not pinned",
+    ),
 }
 
 
@@ -153,108 +186,21 @@ def download(source: Source) -> Path:
     import huggingface_hub  # third-party, on use: only a download needs it, not training or evaluation
 
     try:
-        return Path(huggingface_hub.snapshot_download(
-            repo_id=source.repo_id, repo_type="dataset", revision=source.revision,
-            allow_patterns=list(source.patterns)))
+        return Path(
+            huggingface_hub.snapshot_download(
+                repo_id=source.repo_id,
+                repo_type="dataset",
+                revision=source.revision,
+                allow_patterns=list(source.patterns),
+            )
+        )
     except Exception as error:
         name = next(key for key, value in SOURCES.items() if value is source)
-        raise RuntimeError(f"could not download the dataset {source.repo_id!r} from the Hugging Face hub "
-                           f"({type(error).__name__}: {' '.join(str(error).split())}); with a copy of its files laid out as on the hub, "
-                           f"run `bash run.sh prepare --snapshot {name}=DIR`") from error
-
-
-def snapshot_files(root: Path, patterns: tuple[str, ...]) -> list[Path]:
-    """Files under ``root`` matching ``patterns``, sorted; each pattern must match."""
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    chosen = []
-    for pattern in patterns:
-        matched = [p for p in files if fnmatch(p.relative_to(root).as_posix(), pattern)]
-        if not matched:
-            raise FileNotFoundError(f"{root}: no file matches {pattern!r}")
-        chosen += matched
-    return chosen
-
-
-def read_records(path: Path) -> Iterator[dict]:
-    """Raw records of a ``.json`` (list), ``.jsonl`` or ``.parquet`` file."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq  # third-party, on use: only the hub's parquet files need it
-
-        yield from pq.read_table(path).to_pylist()
-    elif path.suffix == ".jsonl":
-        yield from (record for _, record in jsonl_lines(path))
-    elif path.suffix == ".json":
-        items = json.loads(path.read_text())
-        if not isinstance(items, list):
-            raise ValueError(f"{path}: expected a JSON list of records")
-        yield from items
-    else:
-        raise ValueError(f"{path}: unsupported file type {path.suffix!r}")
-
-
-def jsonl_lines(path: Path) -> Iterator[tuple[int, object]]:
-    """``(line number, value)`` of each non-blank line of a JSONL file; bad JSON names the line."""
-    with path.open() as f:
-        for line_no, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield line_no, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-
-
-def convert_snapshot(root: Path, source: Source) -> tuple[list[dict], Counter]:
-    """Every record of a snapshot converted; returns the rows and the exclusion reasons.
-
-    A record the converter refuses is excluded (its reason counted, the first one
-    logged with its file and index); one bad record never aborts the source.  Test
-    inputs a converter drops (``row["dropped"]``) are counted the same way.  Records
-    are converted by ``os.cpu_count()`` threads: HumanEval+'s converter runs
-    reference programs in sandbox processes, which then run side by side.
-    """
-    rows, excluded, malformed = [], Counter(), []
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for path in snapshot_files(root, source.patterns):
-            relative = path.relative_to(root).as_posix()
-            items = [(f"{relative}#{index}", record) for index, record in enumerate(read_records(path))]
-            for where, outcome in zip((w for w, _ in items), pool.map(lambda item: _convert_one(source, *item), items)):
-                if isinstance(outcome, dict):
-                    excluded.update(outcome.pop("dropped", {}))
-                    rows.append(outcome)
-                elif isinstance(outcome, convert.Excluded):
-                    excluded[outcome.reason] += 1
-                else:
-                    excluded[_malformed_reason(outcome, where)] += 1
-                    malformed.append(f"{where}: {_without_location(outcome, where)}")
-    if malformed:
-        logger.warning("%s: %d malformed record(s) excluded, first: %s", root, len(malformed), malformed[0])
-    return rows, excluded
-
-
-def _convert_one(source: Source, where: str, record: object) -> dict | Exception:
-    """A record's row, or the exception that excludes it (``Excluded``: a counted
-    reason; any other: a malformed record)."""
-    if not isinstance(record, dict):
-        return ValueError(f"{where}: record is not an object")
-    try:
-        return source.convert(record, where)
-    except (convert.Excluded, ValueError, TypeError, KeyError, AttributeError) as e:
-        return e
-
-
-def _without_location(error: Exception, where: str) -> str:
-    """An error's message without the ``<file>#<index>`` it starts with."""
-    message = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
-    return message.removeprefix(where).lstrip(": ")
-
-
-def _malformed_reason(error: Exception, where: str) -> str:
-    """The counted exclusion reason of a record a converter refused (at most 160 characters).
-
-    >>> _malformed_reason(ValueError("a.jsonl#3: field 'id' must be an int, got None"), "a.jsonl#3")
-    "malformed record: field 'id' must be an int, got None"
-    """
-    return ("malformed record: " + _without_location(error, where))[:160]
+        raise RuntimeError(
+            f"could not download the dataset {source.repo_id!r} from the Hugging Face hub "
+            f"({type(error).__name__}: {' '.join(str(error).split())}); "
+            f"with a copy of its files laid out as on the hub, run `bash run.sh prepare --snapshot {name}=DIR`"
+        ) from error
 
 
 def resolved_revision(snapshot: Path) -> str:
@@ -277,11 +223,15 @@ def load_rows(source: str, domain: str) -> list[dict]:
     if path.exists():
         return read_row_file(path, domain)
     if source.count("/") != 1 or source.startswith((".", "/")):
-        raise FileNotFoundError(f"train_data {source!r} is neither an existing file nor a Hugging Face dataset id "
-                                f"(`bash run.sh prepare` writes the paper's sets under data/)")
+        raise FileNotFoundError(
+            f"train_data {source!r} is neither an existing file nor a Hugging Face dataset id "
+            f"(`bash run.sh prepare` writes the paper's sets under data/)"
+        )
     if domain == "code":
-        raise ValueError(f"train_data {source!r}: code problems are read from the JSONL that `bash run.sh prepare` "
-                         f"writes (their tests need converting to verifier.py's schema), not from a hub id")
+        raise ValueError(
+            f"train_data {source!r}: code problems are read from the JSONL that `bash run.sh prepare` "
+            f"writes (their tests need converting to verifier.py's schema), not from a hub id"
+        )
     return _load_hub_math_rows(source)
 
 
@@ -289,7 +239,7 @@ def read_row_file(path: Path, domain: str) -> list[dict]:
     """The rows of a JSONL file in the normalized schema of ``domain``, only the schema's fields
     (id, problem and a math answer as strings); a missing or empty field names file and line."""
     fields, rows = ROW_FIELDS[domain], []
-    for line_no, row in jsonl_lines(path):
+    for line_no, row in convert.jsonl_lines(path):
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{line_no}: not a JSON object ({domain} rows are objects with {fields})")
         for key in fields:
@@ -297,8 +247,10 @@ def read_row_file(path: Path, domain: str) -> list[dict]:
                 raise ValueError(f"{path}:{line_no}: missing field {key!r} ({domain} rows need {fields})")
         if domain == "code":
             if not isinstance(row["tests"], dict) or "kind" not in row["tests"]:
-                raise ValueError(f"{path}:{line_no}: field 'tests' must be a dict with a 'kind' "
-                                 f"(verifier.verify_code's schema), got {str(row['tests'])[:80]!r}")
+                raise ValueError(
+                    f"{path}:{line_no}: field 'tests' must be a dict with a 'kind' "
+                    f"(verifier.verify_code's schema), got {str(row['tests'])[:80]!r}"
+                )
             rows.append({"id": str(row["id"]), "problem": str(row["problem"]), "tests": row["tests"]})
         else:
             rows.append({k: str(row[k]) for k in fields})
@@ -313,17 +265,23 @@ def _load_hub_math_rows(repo_id: str) -> list[dict]:
     import huggingface_hub  # third-party, on use: only a download needs it, not reading a prepared file
 
     try:
-        local = Path(huggingface_hub.snapshot_download(repo_id, repo_type="dataset", allow_patterns=["*.json", "*.jsonl"]))
+        local = Path(
+            huggingface_hub.snapshot_download(repo_id, repo_type="dataset", allow_patterns=["*.json", "*.jsonl"])
+        )
     except Exception as e:
-        raise RuntimeError(f"could not fetch the dataset {repo_id!r} from the Hugging Face hub "
-                           f"(pass train_data=<local JSONL> to train offline): {e}") from e
+        raise RuntimeError(
+            f"could not fetch the dataset {repo_id!r} from the Hugging Face hub "
+            f"(pass train_data=<local JSONL> to train offline): {e}"
+        ) from e
     rows = []
     for file in sorted(local.rglob("*.json*")):
-        for i, rec in enumerate(read_records(file)):
+        for i, rec in enumerate(convert.read_records(file)):
             for key in ("problem", "answer"):
                 if rec.get(key) in (None, ""):
                     raise ValueError(f"{repo_id}/{file.name} record {i}: missing field {key!r}")
-            rows.append({"id": str(rec.get("id", f"{file.stem}-{i}")), "problem": rec["problem"], "answer": str(rec["answer"])})
+            rows.append(
+                {"id": str(rec.get("id", f"{file.stem}-{i}")), "problem": rec["problem"], "answer": str(rec["answer"])}
+            )
     if not rows:
         raise ValueError(f"dataset {repo_id} has no json/jsonl rows")
     return rows
@@ -370,8 +328,11 @@ def count_mismatches(sets: dict[str, list[dict]], expected: dict[str, int]) -> l
     >>> count_mismatches({"aime24": [{}]}, {"aime24": 30})
     ['aime24: expected 30 problems (tab:data), got 1']
     """
-    return [f"{name}: expected {expected[name]} problems (tab:data), got {len(rows)}"
-            for name, rows in sets.items() if len(rows) != expected[name]]
+    return [
+        f"{name}: expected {expected[name]} problems (tab:data), got {len(rows)}"
+        for name, rows in sets.items()
+        if len(rows) != expected[name]
+    ]
 
 
 def normalized(row: dict, domain: str) -> dict:
@@ -408,35 +369,42 @@ def _select_names(only: list[str] | str | None) -> list[str]:
     return names
 
 
-def load_source(name: str, domain: str, local: dict[str, str],
-                snapshots: dict[str, str]) -> tuple[list[dict], dict]:
+def load_source(name: str, domain: str, local: dict[str, str], snapshots: dict[str, str]) -> tuple[list[dict], dict]:
     """Converted rows of one source and its provenance (from ``local``, a local
     snapshot folder in ``snapshots``, or the hub)."""
     if name in local:
         if not Path(local[name]).is_file():
             raise FileNotFoundError(f"--local {name}={local[name]}: no such file (a JSONL file of normalized rows)")
-        return load_rows(local[name], domain), {"source": str(local[name]), "revision": "local",
-                                                 "resolved_revision": "local", "excluded": {}}
+        return load_rows(local[name], domain), {
+            "source": str(local[name]),
+            "revision": "local",
+            "resolved_revision": "local",
+            "excluded": {},
+        }
     source = SOURCES[name]
     if source.repo_id is None:
-        raise ValueError(f"source {name!r} has no hub dataset ({source.note}): "
-                         f"pass --local {name}=path.jsonl")
+        raise ValueError(f"source {name!r} has no hub dataset ({source.note}): pass --local {name}=path.jsonl")
     if name in snapshots:
         snapshot, revision = Path(snapshots[name]), "local snapshot"
         if not snapshot.is_dir():
             raise ValueError(f"--snapshot {name}={snapshot}: not a directory")
     else:
         snapshot, revision = download(source), source.revision
-    rows, excluded = convert_snapshot(snapshot, source)
-    provenance = {"source": source.repo_id, "revision": revision,
-                  "resolved_revision": resolved_revision(snapshot), "excluded": dict(excluded)}
+    rows, excluded = convert.convert_snapshot(snapshot, source.patterns, source.convert)
+    provenance = {
+        "source": source.repo_id,
+        "revision": revision,
+        "resolved_revision": resolved_revision(snapshot),
+        "excluded": dict(excluded),
+    }
     if name in snapshots:
         provenance["snapshot"] = str(snapshot)
     return rows, provenance
 
 
-def build_sets(names: list[str], seed: int, local: dict[str, str], expected: dict[str, int],
-               snapshots: dict[str, str]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+def build_sets(
+    names: list[str], seed: int, local: dict[str, str], expected: dict[str, int], snapshots: dict[str, str]
+) -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """Rows and provenance of each requested output set (splits and selections applied)."""
     unknown = sorted(set(snapshots) - set(SOURCES))
     if unknown:
@@ -446,8 +414,10 @@ def build_sets(names: list[str], seed: int, local: dict[str, str], expected: dic
         spec = OUTPUTS[name]
         local_name = name if name in local else spec.source
         if spec.keep is not None and local_name in local and local_name == spec.source:
-            raise ValueError(f"--local {local_name}: set {name!r} selects rows of source {local_name!r} by year or "
-                             f"date, which normalized rows do not carry; pass --local {name}=path.jsonl instead")
+            raise ValueError(
+                f"--local {local_name}: set {name!r} selects rows of source {local_name!r} by year or "
+                f"date, which normalized rows do not carry; pass --local {name}=path.jsonl instead"
+            )
         if local_name not in cache:
             cache[local_name] = load_source(local_name, spec.domain, local, snapshots)
         rows, provenance = cache[local_name]
@@ -465,9 +435,15 @@ def build_sets(names: list[str], seed: int, local: dict[str, str], expected: dic
     return sets, info
 
 
-def prepare(out_dir: str | Path = DEFAULT_OUT, only: list[str] | str | None = None, seed: int = DEFAULT_SEED,
-            local: dict[str, str] | None = None, expected: dict[str, int] | None = None,
-            snapshots: dict[str, str] | None = None, strict: bool = False) -> dict:
+def prepare(
+    out_dir: str | Path = DEFAULT_OUT,
+    only: list[str] | str | None = None,
+    seed: int = DEFAULT_SEED,
+    local: dict[str, str] | None = None,
+    expected: dict[str, int] | None = None,
+    snapshots: dict[str, str] | None = None,
+    strict: bool = False,
+) -> dict:
     """Download, convert, split, check and write the sets of tab:data; return the manifest.
 
     The manifest on disk is merged with an existing one (entries of sets not prepared
@@ -496,9 +472,15 @@ def prepare(out_dir: str | Path = DEFAULT_OUT, only: list[str] | str | None = No
         spec = OUTPUTS[name]
         path = out_dir / spec.domain / f"{name}.jsonl"
         digest = write_jsonl(path, rows)
-        manifest["sets"][name] = {**info[name], "domain": spec.domain, "seed": seed,
-                                  "path": path.relative_to(out_dir).as_posix(),
-                                  "count": len(rows), "expected": expected[name], "sha256": digest}
+        manifest["sets"][name] = {
+            **info[name],
+            "domain": spec.domain,
+            "seed": seed,
+            "path": path.relative_to(out_dir).as_posix(),
+            "count": len(rows),
+            "expected": expected[name],
+            "sha256": digest,
+        }
     manifest_path = out_dir / "manifest.json"
     previous = json.loads(manifest_path.read_text())["sets"] if manifest_path.exists() else {}
     manifest["sets"] = {**previous, **manifest["sets"]}
@@ -529,11 +511,16 @@ def prepare_on_first_use(path: str | Path, snapshots: dict[str, str] | None = No
     out_dir = Path(path).parent.parent
     source = SOURCES[OUTPUTS[name].source]
     origin = (snapshots or {}).get(OUTPUTS[name].source) or source.repo_id or "--local only"
-    print(f"[data] {path} does not exist yet: preparing {name} from {origin} into {out_dir}/ "
-          f"(first use only; `bash run.sh prepare` writes every set of tab:data)", flush=True)
+    print(
+        f"[data] {path} does not exist yet: preparing {name} from {origin} into {out_dir}/ "
+        f"(first use only; `bash run.sh prepare` writes every set of tab:data)",
+        flush=True,
+    )
     entry = prepare(out_dir, only=[name], snapshots=snapshots)["sets"][name]
-    print(f"[data] wrote {entry['count']} problems to {path} (sha256 {entry['sha256'][:12]}, "
-          f"{out_dir}/manifest.json)", flush=True)
+    print(
+        f"[data] wrote {entry['count']} problems to {path} (sha256 {entry['sha256'][:12]}, {out_dir}/manifest.json)",
+        flush=True,
+    )
     return True
 
 
@@ -558,15 +545,25 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--out", default=DEFAULT_OUT)
     prep.add_argument("--seed", type=int, default=DEFAULT_SEED)
     prep.add_argument("--local", action="append", default=[], help="name=path.jsonl (normalized rows)")
-    prep.add_argument("--snapshot", action="append", default=[],
-                      help=f"source=dir: raw records in the hub's layout instead of a download ({', '.join(SOURCES)})")
+    prep.add_argument(
+        "--snapshot",
+        action="append",
+        default=[],
+        help=f"source=dir: raw records in the hub's layout instead of a download ({', '.join(SOURCES)})",
+    )
     prep.add_argument("--strict", action="store_true", help="a count that differs from tab:data is fatal")
     prep.add_argument("--debug", action="store_true", help="a traceback instead of one line for an error")
     args = parser.parse_args(argv)
     try:
-        manifest = prepare(args.out, args.only, args.seed, _parse_pairs(args.local, "--local"),
-                           snapshots=_parse_pairs(args.snapshot, "--snapshot"), strict=args.strict)
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:   # bad input, or no hub: one line
+        manifest = prepare(
+            args.out,
+            args.only,
+            args.seed,
+            _parse_pairs(args.local, "--local"),
+            snapshots=_parse_pairs(args.snapshot, "--snapshot"),
+            strict=args.strict,
+        )
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:  # bad input, or no hub: one line
         if args.debug:
             raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)

@@ -40,15 +40,16 @@ class Sample:
     """One generated completion as an engine returns it."""
 
     token_ids: list[int]
-    logprobs: list[float]          # log-prob of each sampled token under the distribution it was drawn
-                                   # from (logits / T, then top-k / top-p, renormalised: vLLM's
-                                   # "processed_logprobs"); the slot_repaired last ones have none
-    finish_reason: str             # "stop" or "length"
-    slot_repaired: int = 0         # trailing tokens close_slot wrote in place of the last sampled one
+    # log-prob of each sampled token under the distribution it was drawn from (logits / T, then
+    # top-k / top-p, renormalised: vLLM's "processed_logprobs"); the slot_repaired last ones have none
+    logprobs: list[float]
+    finish_reason: str  # "stop" or "length"
+    slot_repaired: int = 0  # trailing tokens close_slot wrote in place of the last sampled one
 
 
-def closed_sample(tokenizer, token_ids: list[int], logprobs: list[float], finish_reason: str,
-                  stop: list[str], cut: bool = False) -> Sample:
+def closed_sample(
+    tokenizer, token_ids: list[int], logprobs: list[float], finish_reason: str, stop: list[str], cut: bool = False
+) -> Sample:
     """An engine's sample, ended exactly at `<confidence>` (close_slot) when the engine stops
     there, or cut right after the tag (through_slot, `cut`: plan.cuts_at_slot). Where generation
     goes on past the tag (a sampled numeral or slot token) the text after it is the sample
@@ -129,8 +130,11 @@ class VLLMEngine:
         # Colocated with the trainer: under torchrun every rank runs its own engine (TP = 1) on
         # its own GPU. vLLM then joins the job's process group instead of creating one
         # ("external_launcher": each rank is a TP group of one, on cuda:LOCAL_RANK).
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() \
+        distributed = (
+            torch.distributed.is_available()
+            and torch.distributed.is_initialized()
             and torch.distributed.get_world_size() > 1
+        )
         if distributed:
             platform["distributed_executor_backend"] = "external_launcher"
             platform["tensor_parallel_size"] = 1
@@ -140,7 +144,7 @@ class VLLMEngine:
         self.sleep_mode = torch.cuda.is_available()
         if self.sleep_mode:
             platform["enable_sleep_mode"] = True
-        self._asleep: set[str] = set()   # tags ("weights", "kv_cache") currently released
+        self._asleep: set[str] = set()  # tags ("weights", "kv_cache") currently released
 
         self._params = SamplingParams
         self.settings, self.cut_at_slot = sampling_settings(cfg, plan), plan.cuts_at_slot
@@ -153,7 +157,7 @@ class VLLMEngine:
             max_model_len=max_model_len,
             enable_prefix_caching=True,
             enforce_eager=bool(cfg.vllm_enforce_eager),
-            generation_config="vllm",   # explicit SamplingParams are never merged with the file's values
+            generation_config="vllm",  # explicit SamplingParams are never merged with the file's values
             # The sampled tokens' log-probs under the distribution they were drawn from (after
             # temperature, top-k, top-p), the policy the trainer's pi_T approximates; raw
             # (T = 1) ones would differ from pi_T by the temperature alone. Prompt log-probs
@@ -162,12 +166,19 @@ class VLLMEngine:
             disable_log_stats=True,
             **platform,
         )
-        self.tokenizer = self.llm.get_tokenizer()     # the one that decodes its samples, reserved tokens included
+        self.tokenizer = self.llm.get_tokenizer()  # the one that decodes its samples, reserved tokens included
 
     def _sampling(self, seed: int, **extra):
         return self._params(
-            n=1, seed=seed, logprobs=0, skip_special_tokens=False, spaces_between_special_tokens=False,
-            include_stop_str_in_output=True, ignore_eos=False, min_tokens=0, detokenize=True,
+            n=1,
+            seed=seed,
+            logprobs=0,
+            skip_special_tokens=False,
+            spaces_between_special_tokens=False,
+            include_stop_str_in_output=True,
+            ignore_eos=False,
+            min_tokens=0,
+            detokenize=True,
             **{**self.settings, **extra},
         )
 
@@ -184,15 +195,22 @@ class VLLMEngine:
             ids = list(gen.token_ids)
             logprobs = [entry[tok].logprob for tok, entry in zip(ids, gen.logprobs)]
             reason = "length" if gen.finish_reason == "length" else "stop"
-            samples.append(closed_sample(self.tokenizer, ids, logprobs, reason, self.settings["stop"], self.cut_at_slot))
+            samples.append(
+                closed_sample(self.tokenizer, ids, logprobs, reason, self.settings["stop"], self.cut_at_slot)
+            )
         return samples
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """log pi(token_k | tokens_<k) for k >= 1 of each sequence (prompt log-probs: raw, T = 1,
         whatever logprobs_mode says)."""
         params = self._sampling(0, max_tokens=1, prompt_logprobs=0, stop=[])
-        outputs = self.llm.generate([{"prompt_token_ids": list(s)} for s in sequences], [params] * len(sequences), use_tqdm=False)
-        return [[entry[tok].logprob for tok, entry in zip(seq[1:], out.prompt_logprobs[1:])] for seq, out in zip(sequences, outputs)]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(s)} for s in sequences], [params] * len(sequences), use_tqdm=False
+        )
+        return [
+            [entry[tok].logprob for tok, entry in zip(seq[1:], out.prompt_logprobs[1:])]
+            for seq, out in zip(sequences, outputs)
+        ]
 
     def push_weights(self, model) -> None:
         """Copy the trainer's parameters into the engine's model (no disk round trip).
@@ -202,7 +220,7 @@ class VLLMEngine:
         (the CPU backend repacks linear weights, so a bare `load_weights` on
         the live model fails). Cached KV blocks were computed by the old
         weights: the prefix cache is reset after every push."""
-        self.wake_up(("weights",))                    # the KV cache stays released until the push is done
+        self.wake_up(("weights",))  # the KV cache stays released until the push is done
 
         def full_weights():
             """(HF name, full tensor in the engine's dtype), one parameter at a time in module
@@ -216,7 +234,9 @@ class VLLMEngine:
                     tensor = tensor.full_tensor()
                 yield name, tensor.to(self.dtype)
 
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(), "is_checkpoint_format": True})
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": full_weights(), "is_checkpoint_format": True}
+        )
         self.wake_up(("kv_cache",))
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight push")
@@ -233,8 +253,7 @@ class VLLMEngine:
         does not need room for the KV cache too). No-op when awake or on CPU."""
         wanted = [tag for tag in tags if tag in self._asleep]
         if wanted:
-
-            torch.cuda.empty_cache()   # blocks the update freed but torch's allocator still holds
+            torch.cuda.empty_cache()  # blocks the update freed but torch's allocator still holds
             self.llm.wake_up(tags=wanted)
             self._asleep -= set(wanted)
 
@@ -254,25 +273,25 @@ def sample_next(logits, settings: dict, generators: list) -> tuple:
     logits: [N, V] float; returns (tokens [N] long, logprobs [N] float), on logits' device.
     """
     if settings["temperature"] == 0:
-        tokens = logits.argmax(-1)                                                     # [N]
-        logp = logits.float().log_softmax(-1)                                          # [N, V]
+        tokens = logits.argmax(-1)  # [N]
+        logp = logits.float().log_softmax(-1)  # [N, V]
     else:
-        scaled = logits.float() / settings["temperature"]                              # [N, V]
+        scaled = logits.float() / settings["temperature"]  # [N, V]
         k = settings["top_k"]
         if 0 < k < scaled.shape[-1]:
-            kth = scaled.topk(k, dim=-1).values[:, -1:]                                # [N, 1]
+            kth = scaled.topk(k, dim=-1).values[:, -1:]  # [N, 1]
             scaled = scaled.masked_fill(scaled < kth, float("-inf"))
         if settings["top_p"] < 1.0:
-            sorted_logits, order = scaled.sort(-1, descending=True)                    # [N, V]
+            sorted_logits, order = scaled.sort(-1, descending=True)  # [N, V]
             sorted_probs = sorted_logits.softmax(-1)
-            above = sorted_probs.cumsum(-1) - sorted_probs                             # mass ranked above each token
-            drop_sorted = above >= settings["top_p"]                                   # [N, V], sorted order
-            drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)      # [N, V], vocabulary order
+            above = sorted_probs.cumsum(-1) - sorted_probs  # mass ranked above each token
+            drop_sorted = above >= settings["top_p"]  # [N, V], sorted order
+            drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # [N, V], vocabulary order
             scaled = scaled.masked_fill(drop, float("-inf"))
-        logp = scaled.log_softmax(-1)                                                  # [N, V], -inf where cut
-        cdf = scaled.softmax(-1).double().cumsum(-1)                                   # [N, V]
-        draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])   # [N]
-        target = draws.to(cdf.device)[:, None] * cdf[:, -1:]                           # [N, 1] in [0, total)
+        logp = scaled.log_softmax(-1)  # [N, V], -inf where cut
+        cdf = scaled.softmax(-1).double().cumsum(-1)  # [N, V]
+        draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])  # [N]
+        target = draws.to(cdf.device)[:, None] * cdf[:, -1:]  # [N, 1] in [0, total)
         tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
@@ -317,8 +336,10 @@ class HFEngine:
         self.dtype = dtype or torch.float32
         self.batch = cfg.hf_engine_batch
         if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1:
-            raise ValueError(f"hf_engine_batch must be a positive integer (rows generated together), got "
-                             f"{self.batch!r}; set e.g. hf_engine_batch=64")
+            raise ValueError(
+                f"hf_engine_batch must be a positive integer (rows generated together), got "
+                f"{self.batch!r}; set e.g. hf_engine_batch=64"
+            )
 
     def generate(self, prompts: list[list[int]], group_size: int, seed: int) -> list[Sample]:
         rows = [p for p in prompts for _ in range(group_size)]
@@ -333,7 +354,7 @@ class HFEngine:
             for c in range(n_chunks):
                 if c < len(chunks):
                     samples += self._generate_chunk([rows[r] for r in chunks[c]], [seeds[r] for r in chunks[c]])
-                else:                                  # this rank has no rows left: keep the others company
+                else:  # this rank has no rows left: keep the others company
                     self._generate_chunk(rows[:1] or [[self.tokenizer.eos_token_id]], [0])
         finally:
             self.model.train(was_training)
@@ -343,9 +364,9 @@ class HFEngine:
         """One left-padded batch, a KV-cached forward per generated token."""
         device, pad = self.model.device, self.tokenizer.pad_token_id
         width = max(len(p) for p in rows)
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=device)                   # [N, W]
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=device)          # [N, W]
-        positions = (attention.cumsum(1) - 1).clamp(min=0)                                                       # [N, W]
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=device)  # [N, W]
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=device)  # [N, W]
+        positions = (attention.cumsum(1) - 1).clamp(min=0)  # [N, W]
         generators = [torch.Generator().manual_seed(s) for s in seeds]
         token_ids: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
@@ -353,23 +374,31 @@ class HFEngine:
         cache = None
         with torch.no_grad(), torch.autocast(device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
             while not self._done_on_every_rank(all(done)):
-                out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = self.model(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
                 cache = out.past_key_values
-                logits = out.logits[:, -1].float()                                                               # [N, V]
-                tokens, token_logp = sample_next(logits, self.settings, generators)                              # [N], [N]
+                logits = out.logits[:, -1].float()  # [N, V]
+                tokens, token_logp = sample_next(logits, self.settings, generators)  # [N], [N]
                 for i, (tok, lp) in enumerate(zip(tokens.tolist(), token_logp.tolist())):
                     if not done[i]:
                         token_ids[i].append(tok)
                         logprobs[i].append(lp)
                         done[i] = self._finished(token_ids[i])
-                input_ids = tokens[:, None]                                                                      # [N, 1]
-                attention = torch.cat([attention, attention.new_ones(len(rows), 1)], dim=1)                       # [N, W+t]
-                positions = positions[:, -1:] + 1                                                                # [N, 1]
+                input_ids = tokens[:, None]  # [N, 1]
+                attention = torch.cat([attention, attention.new_ones(len(rows), 1)], dim=1)  # [N, W+t]
+                positions = positions[:, -1:] + 1  # [N, 1]
         samples = []
         for ids, lp in zip(token_ids, logprobs):
             ids, reason = self._trim(ids)
-            samples.append(closed_sample(self.tokenizer, ids, lp[: len(ids)], reason, self.settings["stop"], self.cut_at_slot))
+            samples.append(
+                closed_sample(self.tokenizer, ids, lp[: len(ids)], reason, self.settings["stop"], self.cut_at_slot)
+            )
         return samples
 
     def _finished(self, ids: list[int]) -> bool:
@@ -378,7 +407,7 @@ class HFEngine:
         token completes starts within the last len(stop) tokens."""
         if ids[-1] == self.tokenizer.eos_token_id or len(ids) >= self.settings["max_tokens"]:
             return True
-        return any(stop in decode(self.tokenizer, ids[-len(stop) - 1:]) for stop in self.settings["stop"])
+        return any(stop in decode(self.tokenizer, ids[-len(stop) - 1 :]) for stop in self.settings["stop"])
 
     def _done_on_every_rank(self, done: bool) -> bool:
         """Whether every rank's chunk is done: a sharded model's forward is a collective, so a
@@ -418,24 +447,31 @@ class HFEngine:
         pass
 
 
-def make_engine(cfg: Config, plan: ConfidencePlan, model, tokenizer, model_dir: str, run_dir, dtype) -> VLLMEngine | HFEngine:
+def make_engine(
+    cfg: Config, plan: ConfidencePlan, model, tokenizer, model_dir: str, run_dir, dtype
+) -> VLLMEngine | HFEngine:
     """The configured engine, holding the trainer's current weights, computing in `dtype`
     (a torch dtype: bf16 or fp32; the trainer's fp32 weights are cast on the push), stopping
     where `plan` says."""
     if cfg.engine == "hf":
         return HFEngine(model, tokenizer, cfg, plan, dtype)
     tokenizer_dir = Path(run_dir) / "tokenizer"
-    tokenizer.save_pretrained(tokenizer_dir)          # the engine must see the reserved tokens
-    model.config.save_pretrained(tokenizer_dir)       # vLLM reads a config.json beside the tokenizer
+    tokenizer.save_pretrained(tokenizer_dir)  # the engine must see the reserved tokens
+    model.config.save_pretrained(tokenizer_dir)  # vLLM reads a config.json beside the tokenizer
     source = model_dir
     rows_on_disk = _vocab_rows(model_dir)
     if rows_on_disk != model.get_input_embeddings().weight.shape[0]:
         # The embedding matrix grew (no spare rows): vLLM must load a matrix of the new shape.
         source = str(Path(run_dir) / "engine_init")
         model.save_pretrained(source, safe_serialization=True)
-    engine = VLLMEngine(str(source), str(tokenizer_dir), cfg, plan,
-                        {"torch.bfloat16": "bfloat16", "torch.float32": "float32"}[str(dtype)])
-    engine.push_weights(model)                        # e.g. the freshly initialised reserved rows
+    engine = VLLMEngine(
+        str(source),
+        str(tokenizer_dir),
+        cfg,
+        plan,
+        {"torch.bfloat16": "bfloat16", "torch.float32": "float32"}[str(dtype)],
+    )
+    engine.push_weights(model)  # e.g. the freshly initialised reserved rows
     return engine
 
 

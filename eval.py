@@ -51,13 +51,12 @@ class Checkpoint:
     """What eval needs to know about a model directory."""
 
     path: str
-    label: str                 # the run's name in tables (method, one line per seed)
-    method: str                # table row: CREDO, RLCR, ..., Base
-    channel: str               # readout or verbalized
-    train_domain: str | None   # None for an untrained base model
+    label: str  # the run's name in tables (method, one line per seed)
+    method: str  # table row: CREDO, RLCR, ..., Base
+    channel: str  # readout or verbalized
+    train_domain: str | None  # None for an untrained base model
     seed: int | None
     cfg: Config
-
 
 
 def describe_checkpoint(path: str, channel: str | None, method: str | None, base_config: str = "math") -> Checkpoint:
@@ -70,9 +69,15 @@ def describe_checkpoint(path: str, channel: str | None, method: str | None, base
     if config_file.exists():
         cfg = config.load_config(str(config_file))
         run = Path(path).resolve().parent.parent.name
-        return Checkpoint(path, f"{run}/{Path(path).name}", method or METHOD_LABELS.get(cfg.method, cfg.method),
-                          channel or ("readout" if cfg.channel.startswith("readout") else "verbalized"),
-                          cfg.domain, cfg.seed, cfg)
+        return Checkpoint(
+            path,
+            f"{run}/{Path(path).name}",
+            method or METHOD_LABELS.get(cfg.method, cfg.method),
+            channel or ("readout" if cfg.channel.startswith("readout") else "verbalized"),
+            cfg.domain,
+            cfg.seed,
+            cfg,
+        )
     cfg = config.load_config(base_config, [f"model={path}"])
     return Checkpoint(path, Path(path).name, method or "Base", channel or "verbalized", None, None, cfg)
 
@@ -84,7 +89,9 @@ def resolve_set(spec: str) -> tuple[str, str, Path]:
         path, _, domain = rest.rpartition(":") if rest.endswith((":math", ":code")) else (rest, "", "math")
         return name, domain, Path(path)
     if spec not in data.EVAL_SETS:
-        raise ValueError(f"unknown evaluation set {spec!r}; known: {', '.join(data.EVAL_SETS)} (or name=path.jsonl[:math|:code])")
+        raise ValueError(
+            f"unknown evaluation set {spec!r}; known: {', '.join(data.EVAL_SETS)} (or name=path.jsonl[:math|:code])"
+        )
     domain = data.EVAL_SETS[spec]["domain"]
     return spec, domain, DATA_DIR / domain / f"{spec}.jsonl"
 
@@ -96,9 +103,16 @@ def load_set(name: str, domain: str, path: Path) -> list[dict]:
     return data.load_rows(str(path), domain)
 
 
-
-def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperature: float, seed: int | None,
-             out_dir: Path, engine_kind: str, workers: int = 4) -> list[dict]:
+def evaluate(
+    ckpts: list[Checkpoint],
+    sets: list[str],
+    n: int | None,
+    temperature: float,
+    seed: int | None,
+    out_dir: Path,
+    engine_kind: str,
+    workers: int = 4,
+) -> list[dict]:
     """Generate, score and read every confidence source; write samples.jsonl; return the records."""
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -113,16 +127,23 @@ def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperatur
             model.eval()
             # Generation follows the evaluation channel only (training-time variants such as a
             # sampled slot token or a stop at the slot do not apply).
-            cfg = dataclasses.replace(ckpt.cfg, temperature=temperature, engine=engine_kind,
-                                      channel="readout" if ckpt.channel == "readout" else "verbalized",
-                                      confidence="auto", conf_train="regression")
+            cfg = dataclasses.replace(
+                ckpt.cfg,
+                temperature=temperature,
+                engine=engine_kind,
+                channel="readout" if ckpt.channel == "readout" else "verbalized",
+                confidence="auto",
+                conf_train="regression",
+            )
             plan = config.confidence_plan(cfg)
             if engine is None:
                 engine = make_engine(cfg, plan, model, tokenizer, ckpt.path, out_dir / "engine", policy.dtype)
                 engine_vocab = tokenizer.get_vocab()
-            else:   # the next checkpoint goes into the same engine by a weight push
+            else:  # the next checkpoint goes into the same engine by a weight push
                 if tokenizer.get_vocab() != engine_vocab:
-                    raise ValueError(f"{ckpt.path} has another tokenizer than {ckpts[0].path}: evaluate it in its own run")
+                    raise ValueError(
+                        f"{ckpt.path} has another tokenizer than {ckpts[0].path}: evaluate it in its own run"
+                    )
                 if isinstance(engine, HFEngine):
                     engine = HFEngine(model, tokenizer, cfg, plan, policy.dtype)
                 else:
@@ -132,37 +153,79 @@ def evaluate(ckpts: list[Checkpoint], sets: list[str], n: int | None, temperatur
             budget, packed = cfg.micro_batch_tokens, cfg.pack_sequences
             for name, domain, _ in tqdm(specs, desc=f"eval {ckpt.label}", dynamic_ncols=True):
                 rows, per_problem = problems[name], n or data.EVAL_SETS.get(name, {}).get("n", 4)
-                prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, domain, cfg.enable_thinking) for r in rows]
+                prompts = [
+                    ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, domain, cfg.enable_thinking) for r in rows
+                ]
                 too_long = [r["id"] for r, p in zip(rows, prompts) if len(p) > cfg.max_prompt_tokens]
                 if too_long:
-                    raise ValueError(f"{len(too_long)} problems of {name} exceed max_prompt_tokens={cfg.max_prompt_tokens} "
-                                     f"(first: {too_long[0]}); evaluate with a larger budget")
+                    raise ValueError(
+                        f"{len(too_long)} problems of {name} exceed max_prompt_tokens={cfg.max_prompt_tokens} "
+                        f"(first: {too_long[0]}); evaluate with a larger budget"
+                    )
                 samples = engine.generate(prompts, per_problem, seed=run_seed)
-                rollouts = [ro.Rollout(rows[i // per_problem]["id"], prompts[i // per_problem], s.token_ids,
-                                       ro.decode(tokenizer, s.token_ids), s.finish_reason,
-                                       ro.parse_segments(tokenizer, s.token_ids, cfg.channel, ro.ANSWER_MARKERS[domain]),
-                                       s.logprobs, s.slot_repaired)
-                            for i, s in enumerate(samples)]
+                rollouts = [
+                    ro.Rollout(
+                        rows[i // per_problem]["id"],
+                        prompts[i // per_problem],
+                        s.token_ids,
+                        ro.decode(tokenizer, s.token_ids),
+                        s.finish_reason,
+                        ro.parse_segments(tokenizer, s.token_ids, cfg.channel, ro.ANSWER_MARKERS[domain]),
+                        s.logprobs,
+                        s.slot_repaired,
+                    )
+                    for i, s in enumerate(samples)
+                ]
                 answers = [ro.answer_text(ro.after_thinking(r.text), cfg.channel) for r in rollouts]
-                references = [rows[i // per_problem]["answer" if domain == "math" else "tests"] for i in range(len(rollouts))]
-                correct = [int(v) for v in verifier.grade(answers, references, domain, workers=workers,
-                                                          timeout_s=cfg.verify_timeout_s)]
+                references = [
+                    rows[i // per_problem]["answer" if domain == "math" else "tests"] for i in range(len(rollouts))
+                ]
+                correct = [
+                    int(v)
+                    for v in verifier.grade(
+                        answers, references, domain, workers=workers, timeout_s=cfg.verify_timeout_s
+                    )
+                ]
                 # per source: c of each rollout, and whether close_slot ended its slot at the tag
                 if ckpt.channel == "readout":
-                    sources = {"readout": (_or_none(pol.readouts(policy, rollouts, budget, packed)),
-                                           [r.slot_repaired > 0 for r in rollouts])}
+                    sources = {
+                        "readout": (
+                            _or_none(pol.readouts(policy, rollouts, budget, packed)),
+                            [r.slot_repaired > 0 for r in rollouts],
+                        )
+                    }
                 else:
                     at_slot = pol.at_slot(tokenizer, rollouts)
-                    sources = {"verbalized": ([None if math.isnan(v := ro.parse_verbalized_confidence(r.segments.conf_text))
-                                               else v for r in rollouts], [False] * len(rollouts)),
-                               "digit": (_or_none(pol.digit_expectations(policy, at_slot, budget, packed)),
-                                         [r.slot_repaired > 0 for r in at_slot])}
+                    sources = {
+                        "verbalized": (
+                            [
+                                None if math.isnan(v := ro.parse_verbalized_confidence(r.segments.conf_text)) else v
+                                for r in rollouts
+                            ],
+                            [False] * len(rollouts),
+                        ),
+                        "digit": (
+                            _or_none(pol.digit_expectations(policy, at_slot, budget, packed)),
+                            [r.slot_repaired > 0 for r in at_slot],
+                        ),
+                    }
                 for source, (confs, repaired) in sources.items():
                     for i, (r, a, c, fixed) in enumerate(zip(rollouts, correct, confs, repaired)):
-                        record = {"run": ckpt.label, "method": ckpt.method, "seed": run_seed,
-                                  "train_domain": ckpt.train_domain, "set": name, "set_domain": domain,
-                                  "problem_id": r.question_id, "sample": i % per_problem, "source": source,
-                                  "c": c, "a": a, "text": r.text, "slot_repaired": fixed}
+                        record = {
+                            "run": ckpt.label,
+                            "method": ckpt.method,
+                            "seed": run_seed,
+                            "train_domain": ckpt.train_domain,
+                            "set": name,
+                            "set_domain": domain,
+                            "problem_id": r.question_id,
+                            "sample": i % per_problem,
+                            "source": source,
+                            "c": c,
+                            "a": a,
+                            "text": r.text,
+                            "slot_repaired": fixed,
+                        }
                         records.append(record)
                         sink.write(json.dumps(record) + "\n")
             del model, policy
@@ -178,32 +241,52 @@ def _or_none(conf: torch.Tensor) -> list[float | None]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Evaluate checkpoints: accuracy, calibration, tables and figures.")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--ckpt",
-                        help="comma-separated [label=]path: checkpoints, run directories (their latest checkpoint) or "
-                             "base models; one table row per label (default: the method), seeds averaged")
-    parser.add_argument("--base-seeds", default=None,
-                        help="comma-separated evaluation seeds for base models (no training seed): one run per seed")
-    parser.add_argument("--sets", required=True, help=f"comma-separated: {', '.join(data.EVAL_SETS)} or name=path.jsonl[:math|:code]")
+    which.add_argument(
+        "--ckpt",
+        help="comma-separated [label=]path: checkpoints, run directories (their latest checkpoint) or "
+        "base models; one table row per label (default: the method), seeds averaged",
+    )
+    parser.add_argument(
+        "--base-seeds",
+        default=None,
+        help="comma-separated evaluation seeds for base models (no training seed): one run per seed",
+    )
+    parser.add_argument(
+        "--sets", required=True, help=f"comma-separated: {', '.join(data.EVAL_SETS)} or name=path.jsonl[:math|:code]"
+    )
     parser.add_argument("--n", type=int, default=None, help="samples per problem (default: tab:data's n per set)")
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--seed", type=int, default=None, help="default: each checkpoint's training seed (43 for a base model)")
-    parser.add_argument("--channel", choices=["readout", "verbalized"], default=None, help="default: from the checkpoint")
-    parser.add_argument("--method", default=None, help="table label (default: from the checkpoint; Base for a plain model)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="default: each checkpoint's training seed (43 for a base model)"
+    )
+    parser.add_argument(
+        "--channel", choices=["readout", "verbalized"], default=None, help="default: from the checkpoint"
+    )
+    parser.add_argument(
+        "--method", default=None, help="table label (default: from the checkpoint; Base for a plain model)"
+    )
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
-    parser.add_argument("--config", default="math", help="for a base model: the config whose budgets and engine settings apply")
-    which.add_argument("--plan", default=None,
-                       help='a JSON list of {"label", "path", "channel", "method"}: checkpoints with settings of their own')
+    parser.add_argument(
+        "--config", default="math", help="for a base model: the config whose budgets and engine settings apply"
+    )
+    which.add_argument(
+        "--plan",
+        default=None,
+        help='a JSON list of {"label", "path", "channel", "method"}: checkpoints with settings of their own',
+    )
     parser.add_argument("--out", default=None, help="default: <run folder>/eval for a training checkpoint")
     parser.add_argument("--no-report", action="store_true", help="write samples.jsonl only (no tables or figures)")
     parser.add_argument("--debug", action="store_true", help="a traceback instead of one line for bad input")
     args = parser.parse_args(argv)
-    try:                                    # bad input: one line naming the problem (a traceback with --debug)
+    try:  # bad input: one line naming the problem (a traceback with --debug)
         ckpts, out_dir = checkpoints_of(args)
         for spec in args.sets.split(","):
             name, domain, path = resolve_set(spec)
             if not path.exists():
-                raise FileNotFoundError(f"evaluation set {name!r}: {path} does not exist (`bash run.sh prepare` writes "
-                                        f"the paper's sets; a file of your own is name=path.jsonl[:math|:code])")
+                raise FileNotFoundError(
+                    f"evaluation set {name!r}: {path} does not exist (`bash run.sh prepare` writes "
+                    f"the paper's sets; a file of your own is name=path.jsonl[:math|:code])"
+                )
     except config.INPUT_ERRORS as error:
         if args.debug:
             raise
@@ -221,15 +304,21 @@ def checkpoints_of(args: argparse.Namespace) -> tuple[list[Checkpoint], Path]:
     ckpts = []
     for entry in json.loads(Path(args.plan).read_text()) if args.plan else []:
         config.check_model_source(entry["path"], "path")
-        ckpts.append(dataclasses.replace(describe_checkpoint(entry["path"], entry.get("channel"), entry.get("method"),
-                                                             args.config), label=entry["label"]))
+        ckpts.append(
+            dataclasses.replace(
+                describe_checkpoint(entry["path"], entry.get("channel"), entry.get("method"), args.config),
+                label=entry["label"],
+            )
+        )
     for entry in args.ckpt.split(",") if args.ckpt else []:
         label, _, path = entry.rpartition("=")
-        if not (Path(path) / "ckpt").is_dir():               # a run directory stands for its latest checkpoint
+        if not (Path(path) / "ckpt").is_dir():  # a run directory stands for its latest checkpoint
             config.check_model_source(path, "--ckpt")
         ckpt = describe_checkpoint(path, args.channel, label or args.method, args.config)
-        if ckpt.train_domain is None and args.base_seeds:   # the base model's error bars: evaluation seeds
-            ckpts += [dataclasses.replace(ckpt, seed=int(s), label=f"{ckpt.label}/e{s}") for s in args.base_seeds.split(",")]
+        if ckpt.train_domain is None and args.base_seeds:  # the base model's error bars: evaluation seeds
+            ckpts += [
+                dataclasses.replace(ckpt, seed=int(s), label=f"{ckpt.label}/e{s}") for s in args.base_seeds.split(",")
+            ]
         else:
             ckpts.append(ckpt)
     if args.out:

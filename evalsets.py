@@ -19,7 +19,15 @@ EVAL_SETS = {
     "lcb_v6": {"domain": "code", "n": 4, "problems": 131},
 }
 SET_TITLES = {
-    "deepscaler_test": "DeepScaleR", "math500": "MATH-500", "aime24": "AIME-24", "aime25": "AIME-25",
-    "aime26": "AIME-26", "amc23": "AMC-23", "amc24": "AMC-24", "deepcoder_test": "DeepCoder",
-    "humanevalplus": "HumanEval+", "lcb_v5": "LCB v5", "lcb_v6": "LCB v6",
+    "deepscaler_test": "DeepScaleR",
+    "math500": "MATH-500",
+    "aime24": "AIME-24",
+    "aime25": "AIME-25",
+    "aime26": "AIME-26",
+    "amc23": "AMC-23",
+    "amc24": "AMC-24",
+    "deepcoder_test": "DeepCoder",
+    "humanevalplus": "HumanEval+",
+    "lcb_v5": "LCB v5",
+    "lcb_v6": "LCB v6",
 }

@@ -56,8 +56,9 @@ def _save_and_close(plt, fig, stem) -> list[Path]:
 def _panel_grid(plt, n_panels: int, panel_size: float = 2.8):
     ncols = min(n_panels, 4)
     nrows = math.ceil(n_panels / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size * ncols, panel_size * nrows + 0.4),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(panel_size * ncols, panel_size * nrows + 0.4), squeeze=False, layout="constrained"
+    )
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n_panels])
@@ -81,8 +82,10 @@ def figure_pools(records: list[dict], domain: str, scope: str, rows=None) -> dic
         conf, correct = pools.setdefault(row, ([], []))
         conf.append(record["c"])
         correct.append(record["a"])
-    return {row: (np.array(pools[row][0], dtype=np.float64), np.array(pools[row][1], dtype=np.float64))
-            for row in sorted(pools, key=row_sort_key)}
+    return {
+        row: (np.array(pools[row][0], dtype=np.float64), np.array(pools[row][1], dtype=np.float64))
+        for row in sorted(pools, key=row_sort_key)
+    }
 
 
 def plot_reliability(pools: dict, stem, title: str, n_bins: int = 10) -> list[Path]:
@@ -98,8 +101,14 @@ def plot_reliability(pools: dict, stem, title: str, n_bins: int = 10) -> list[Pa
         ax.plot([0, 1], [0, 1], ls="--", color="0.6", lw=1)
         ax.errorbar(x, y, yerr=yerr, fmt="o-", ms=4, lw=1.2, capsize=2, color=colors[row])
         ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), aspect="equal", title=row, xlabel="mean confidence")
-        ax.text(0.04, 0.96, f"n = {conf.size}\n{len(points)} bins, ECE {ece(conf, correct):.3f}",
-                transform=ax.transAxes, va="top", fontsize=7)
+        ax.text(
+            0.04,
+            0.96,
+            f"n = {conf.size}\n{len(points)} bins, ECE {ece(conf, correct):.3f}",
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+        )
     axes[0].set_ylabel("accuracy")
     fig.suptitle(title)
     return _save_and_close(plt, fig, stem)
@@ -117,8 +126,14 @@ def plot_collapse(pools: dict, stem, title: str) -> list[Path]:
         ax.bar(edges[:-1] + 0.005, counts / conf.size, width=0.01, color=colors[row])
         levels, top = value_concentration(conf)
         tax = tie_tax(conf, correct)
-        ax.text(0.04, 0.96, f"eff. levels {levels:.1f}\ntop share {top:.2f}\ntie tax "
-                + ("–" if tax is None else f"{tax:.3f}"), transform=ax.transAxes, va="top", fontsize=7)
+        ax.text(
+            0.04,
+            0.96,
+            f"eff. levels {levels:.1f}\ntop share {top:.2f}\ntie tax " + ("–" if tax is None else f"{tax:.3f}"),
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+        )
         ax.set(xlim=(-0.02, 1.02), title=row, xlabel="reported confidence")
     axes[0].set_ylabel("share of pool")
     fig.suptitle(title)
@@ -134,17 +149,22 @@ def plot_risk_coverage(pools: dict, stem, title: str) -> list[Path]:
     for row, (conf, correct) in pools.items():
         coverage, accuracy = selective_curve(conf, correct)
         risk = 1.0 - accuracy
-        ax.plot(np.insert(coverage, 0, 0.0), np.insert(risk, 0, risk[0]), lw=1.5,
-                color=colors[row],
-                label=f"{row} (AURC {100 * aurc(coverage, accuracy):.2f}%)")
+        ax.plot(
+            np.insert(coverage, 0, 0.0),
+            np.insert(risk, 0, risk[0]),
+            lw=1.5,
+            color=colors[row],
+            label=f"{row} (AURC {100 * aurc(coverage, accuracy):.2f}%)",
+        )
     ax.set(xlim=(0, 1), ylim=(0, None), xlabel="coverage", ylabel="risk (1 - accuracy)", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save_and_close(plt, fig, stem)
 
 
-def make_figures(records: list[dict], out_dir, n_bins: int = 10,
-                 riskcov_omit=("Base",)) -> tuple[list[Path], dict[str, str]]:
+def make_figures(
+    records: list[dict], out_dir, n_bins: int = 10, riskcov_omit=("Base",)
+) -> tuple[list[Path], dict[str, str]]:
     """Write reliability, collapse and risk-coverage figures (PNG and PDF) per (domain, scope).
 
     Pools are each method's own channel (no `-d` rows), pooled over runs and
@@ -166,7 +186,7 @@ def make_figures(records: list[dict], out_dir, n_bins: int = 10,
     def draw(plot, pools, stem: str, *args) -> None:
         try:
             written.extend(plot(pools, out_dir / stem, *args))
-        except Exception as error:                        # reported to the caller, never swallowed
+        except Exception as error:  # reported to the caller, never swallowed
             _pyplot().close("all")
             failed[stem] = f"{type(error).__name__}: {error}"
 

@@ -108,7 +108,7 @@ def _strict_utf8(payload: bytes, chunk: int = 1 << 20) -> str | None:
     parts = []
     try:
         for start in range(0, len(payload), chunk):
-            parts.append(decoder.decode(payload[start:start + chunk]))
+            parts.append(decoder.decode(payload[start : start + chunk]))
         parts.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError:
         return None
@@ -169,8 +169,9 @@ def _property_judge(spec: dict) -> Callable[[list, bytes], bool]:
     return lambda args, payload: _returned_value_has(check, bound, max_bytes, args, payload)
 
 
-def _returned_value_has(check: Callable[..., bool], parameters: dict, max_bytes: int,
-                        args: list, payload: bytes) -> bool:
+def _returned_value_has(
+    check: Callable[..., bool], parameters: dict, max_bytes: int, args: list, payload: bytes
+) -> bool:
     """Whether a child's typed-JSON value has the property, judged here in the parent.
 
     The payload is bounded by the property's size (``_PROPERTIES``) before it is
@@ -208,7 +209,7 @@ def _is_polynomial_root(args: list, value: Any, atol: float) -> bool:
 # checks of (arguments, returned value), run in the parent, with their parameters
 # and the largest payload a value with the property can have (a number: 64 bytes).
 _PROPERTIES: dict[str, tuple[Callable[..., bool], set[str], int]] = {
-    "polynomial_root": (_is_polynomial_root, {"atol"}, 64),
+    "polynomial_root": (_is_polynomial_root, {"atol"}, 64)
 }
 
 
@@ -361,11 +362,11 @@ def _within_bounds(expected_json: bytes, payload: bytes) -> bool:
     >>> _within_bounds(b"[1, 2]", b"[" + b"[], " * 4096 + b"]")
     False
     """
+
     def elements(text: bytes) -> int:
         return text.count(b"[") + text.count(b"{") + text.count(b",")
 
-    return (len(payload) <= 8 * len(expected_json) + 4096
-            and elements(payload) <= 4 * elements(expected_json) + 64)
+    return len(payload) <= 8 * len(expected_json) + 4096 and elements(payload) <= 4 * elements(expected_json) + 64
 
 
 def _normalize_typed_object(pairs: list[tuple[str, Any]]) -> Any:
@@ -429,9 +430,7 @@ def _values_match(expected: Any, actual: Any) -> bool:
     if type(expected) is list:
         return len(expected) == len(actual) and all(map(_values_match, expected, actual))
     if type(expected) is dict:
-        return expected.keys() == actual.keys() and all(
-            _values_match(expected[key], actual[key]) for key in expected
-        )
+        return expected.keys() == actual.keys() and all(_values_match(expected[key], actual[key]) for key in expected)
     return expected == actual
 
 

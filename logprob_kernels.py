@@ -40,10 +40,10 @@ class _LinearLogprobs(torch.autograd.Function):
             buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
             for s in range(0, rows, chunk):
                 h, y = h_all[s : s + chunk], targets[s : s + chunk]
-                logits = _block_logits(buf[: h.shape[0]], h, w, t)               # [n, V] fp32, / T
+                logits = _block_logits(buf[: h.shape[0]], h, w, t)  # [n, V] fp32, / T
                 out[s : s + chunk] = logits.gather(1, y[:, None]).squeeze(1)
-                top = logits.amax(dim=1, keepdim=True)                           # [n, 1]
-                sumexp = logits.sub_(top).exp_().sum(dim=1)                      # [n]
+                top = logits.amax(dim=1, keepdim=True)  # [n, 1]
+                sumexp = logits.sub_(top).exp_().sum(dim=1)  # [n]
                 lse[s : s + chunk] = top.squeeze(1) + sumexp.log()
             out.sub_(lse)
         ctx.save_for_backward(hidden, lm_head, targets, lse)
@@ -58,15 +58,15 @@ class _LinearLogprobs(torch.autograd.Function):
         with torch.autocast(hidden.device.type, enabled=False):
             h_all, w = hidden.to(dtype), lm_head.to(dtype)
             rows = h_all.shape[0]
-            grad = grad.float() / t                                              # d(logits / T) / d logits
+            grad = grad.float() / t  # d(logits / T) / d logits
             grad_h = torch.empty_like(hidden) if need_h else None
             grad_w = torch.zeros(lm_head.shape, dtype=torch.float32, device=lm_head.device) if need_w else None
             buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
             for s in range(0, rows, chunk):
                 h, y, g = h_all[s : s + chunk], targets[s : s + chunk], grad[s : s + chunk, None]
                 d_logits = _block_logits(buf[: h.shape[0]], h, w, t)
-                d_logits.sub_(lse[s : s + chunk, None]).exp_().mul_(-g)         # -g softmax
-                d_logits.scatter_add_(1, y[:, None], g)                          # + g onehot(target)
+                d_logits.sub_(lse[s : s + chunk, None]).exp_().mul_(-g)  # -g softmax
+                d_logits.scatter_add_(1, y[:, None], g)  # + g onehot(target)
                 d = d_logits if dtype == torch.float32 else d_logits.to(dtype)
                 if need_h:
                     grad_h[s : s + chunk] = d @ w
@@ -90,20 +90,28 @@ def _block_logits(buf: torch.Tensor, h: torch.Tensor, w: torch.Tensor, t: float 
 # --- The same log-probs with compiled blocks (a GPU's fast path) ------------------------------
 
 
-def logprob_block_forward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
-                          t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def logprob_block_forward(
+    h: torch.Tensor, w: torch.Tensor, y: torch.Tensor, t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One block of the vocabulary projection, forward: (logit / T of the target, log-sum-exp
     of logits / T), fp32.
 
     h: [n, H], w: [V, H] in the compute dtype, y: [n], t: [] fp32 (T; a tensor, so a
     new temperature does not recompile) -> ([n], [n]). Written for torch.compile: the fp32
     upcast, scale, max, exp and sum become one pass over the matmul's [n, V] output."""
-    logits = (h @ w.T).float() / t                                               # [n, V]
+    logits = (h @ w.T).float() / t  # [n, V]
     return logits.gather(1, y[:, None]).squeeze(1), torch.logsumexp(logits, dim=1)
 
 
-def logprob_block_backward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor, lse: torch.Tensor, g: torch.Tensor,
-                           grad_w: torch.Tensor | None, t: torch.Tensor) -> torch.Tensor:
+def logprob_block_backward(
+    h: torch.Tensor,
+    w: torch.Tensor,
+    y: torch.Tensor,
+    lse: torch.Tensor,
+    g: torch.Tensor,
+    grad_w: torch.Tensor | None,
+    t: torch.Tensor,
+) -> torch.Tensor:
     """One block, backward: d logits = (g / T) (onehot(y) - softmax(logits / T)), recomputed
     from the log-sum-exp.
 
@@ -111,7 +119,7 @@ def logprob_block_backward(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor, ls
     d logits.T @ h to `grad_w` ([V, H] fp32) in place, unless grad_w is None. Written for
     torch.compile: d logits is one pass from the matmul's output, and the fp32 accumulation
     one more (an add fused with the upcast)."""
-    logits = (h @ w.T).float() / t                                               # [n, V]
+    logits = (h @ w.T).float() / t  # [n, V]
     target = torch.arange(logits.shape[1], device=logits.device) == y[:, None]  # [n, V]
     d_logits = ((g / t)[:, None] * (target.float() - (logits - lse[:, None]).exp())).to(h.dtype)
     if grad_w is not None:
@@ -153,12 +161,14 @@ class _BlockedLinearLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, lm_head, targets, blocks: LogprobBlocks, dtype: torch.dtype, t: float):
         chunk = blocks.chunk_tokens
         with torch.autocast(hidden.device.type, enabled=False):
-            h_all, w = hidden.detach().to(dtype), lm_head.detach().to(dtype)     # the blocks see no autograd
+            h_all, w = hidden.detach().to(dtype), lm_head.detach().to(dtype)  # the blocks see no autograd
             scale = torch.tensor(t, dtype=torch.float32, device=hidden.device)
             target_logit = torch.empty(len(h_all), dtype=torch.float32, device=hidden.device)
             lse = torch.empty_like(target_logit)
             for s in range(0, len(h_all), chunk):
-                target_logit[s : s + chunk], lse[s : s + chunk] = blocks.forward(h_all[s : s + chunk], w, targets[s : s + chunk], scale)
+                target_logit[s : s + chunk], lse[s : s + chunk] = blocks.forward(
+                    h_all[s : s + chunk], w, targets[s : s + chunk], scale
+                )
         ctx.save_for_backward(hidden, lm_head, targets, lse, scale)
         ctx.blocks, ctx.dtype = blocks, dtype
         return target_logit - lse
@@ -175,8 +185,15 @@ class _BlockedLinearLogprobs(torch.autograd.Function):
             grad_w = torch.zeros(lm_head.shape, dtype=torch.float32, device=lm_head.device) if need_w else None
             grad_h = torch.empty_like(hidden)
             for s in range(0, len(h_all), chunk):
-                grad_h[s : s + chunk] = ctx.blocks.backward(h_all[s : s + chunk], w, targets[s : s + chunk],
-                                                            lse[s : s + chunk], grad[s : s + chunk], grad_w, scale)
+                grad_h[s : s + chunk] = ctx.blocks.backward(
+                    h_all[s : s + chunk],
+                    w,
+                    targets[s : s + chunk],
+                    lse[s : s + chunk],
+                    grad[s : s + chunk],
+                    grad_w,
+                    scale,
+                )
         return grad_h, grad_w.to(lm_head.dtype) if need_w else None, None, None, None, None
 
 
@@ -222,12 +239,12 @@ def token_logprobs(
         dtype = torch.get_autocast_dtype(device_type)
     else:
         dtype = torch.promote_types(hidden.dtype, lm_head.dtype)
-    flat_hidden = hidden[:, :-1].reshape(-1, dim)                            # [N*(L-1), H]
-    flat_targets = input_ids[:, 1:].reshape(-1)                              # [N*(L-1)]
+    flat_hidden = hidden[:, :-1].reshape(-1, dim)  # [N*(L-1), H]
+    flat_targets = input_ids[:, 1:].reshape(-1)  # [N*(L-1)]
     if not temperature > 0:
         raise ValueError(f"log-probs at temperature {temperature!r}: a sampling temperature must be > 0")
 
-    def scored(h, y):                                                        # [M, H], [M] -> [M]
+    def scored(h, y):  # [M, H], [M] -> [M]
         if blocks is None:
             return _LinearLogprobs.apply(h, lm_head, y, chunk_tokens, dtype, float(temperature))
         return _BlockedLinearLogprobs.apply(h, lm_head, y, blocks, dtype, float(temperature))
@@ -236,7 +253,8 @@ def token_logprobs(
         logp = scored(flat_hidden, flat_targets)
     else:
         # The scored columns' indices: where score_mask lives (a host mask needs no device sync)
-        rows = score_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)   # [M]
+        rows = score_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)  # [M]
         logp = torch.zeros(flat_targets.shape, dtype=torch.float32, device=hidden.device).index_copy(
-            0, rows, scored(flat_hidden[rows], flat_targets[rows]))
-    return logp.reshape(n_seq, seq_len - 1)                                  # [N, L-1]
+            0, rows, scored(flat_hidden[rows], flat_targets[rows])
+        )
+    return logp.reshape(n_seq, seq_len - 1)  # [N, L-1]

@@ -67,9 +67,9 @@ def group_standardize(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     >>> group_standardize(torch.tensor([1., 0., 0., 2., 2., 2.]), group_size=3)
     tensor([ 1.4142, -0.7071, -0.7071,  0.0000,  0.0000,  0.0000])
     """
-    r = _grouped(rewards.float(), group_size)                # [B, G]
-    mean = r.mean(dim=1, keepdim=True)                       # [B, 1]
-    std = r.std(dim=1, unbiased=False, keepdim=True)         # [B, 1]
+    r = _grouped(rewards.float(), group_size)  # [B, G]
+    mean = r.mean(dim=1, keepdim=True)  # [B, 1]
+    std = r.std(dim=1, unbiased=False, keepdim=True)  # [B, 1]
     informative = std > ZERO_STD
     adv = torch.where(informative, (r - mean) / torch.where(informative, std, 1.0), 0.0)
     return adv.reshape(-1)
@@ -84,7 +84,7 @@ def hybrid_target(correct: torch.Tensor, gamma: float, group_size: int) -> torch
     >>> hybrid_target(torch.tensor([1., 0., 0., 0.]), gamma=0.5, group_size=4)
     tensor([0.6250, 0.1250, 0.1250, 0.1250])
     """
-    a = _grouped(correct.float(), group_size)                # [B, G]
+    a = _grouped(correct.float(), group_size)  # [B, G]
     t = gamma * a + (1.0 - gamma) * a.mean(dim=1, keepdim=True)
     return t.reshape(-1)
 
@@ -102,7 +102,7 @@ def calibration_loss(conf: torch.Tensor, target: torch.Tensor, valid: torch.Tens
     tensor(0.0250)
     """
     valid = valid.bool()
-    sq_err = torch.where(valid, conf - target, torch.zeros_like(conf)) ** 2   # [N]
+    sq_err = torch.where(valid, conf - target, torch.zeros_like(conf)) ** 2  # [N]
     n_valid = valid.sum()
     if n_valid == 0:
         return (conf * 0.0).nan_to_num(0.0).sum()
@@ -124,7 +124,8 @@ def auxiliary_head_loss(z_diff: torch.Tensor, correct: torch.Tensor, valid: torc
     """
     valid = valid.bool()
     per_rollout = torch.nn.functional.binary_cross_entropy_with_logits(
-        z_diff, correct.to(z_diff.dtype), reduction="none")                        # [N]
+        z_diff, correct.to(z_diff.dtype), reduction="none"
+    )  # [N]
     per_rollout = torch.where(valid, per_rollout, torch.zeros_like(per_rollout))
     n_valid = valid.sum()
     if n_valid == 0:
@@ -143,9 +144,9 @@ def digit_expectation(int_logits: torch.Tensor, dec_logits: torch.Tensor) -> tor
     >>> digit_expectation(torch.tensor([[0.0, 0.0]]), torch.log(torch.eye(10)[[8]] + 1e-30))
     tensor([0.9000])
     """
-    p_int = torch.softmax(int_logits.float(), dim=-1)                               # [N, 2]
-    q_dec = torch.softmax(dec_logits.float(), dim=-1)                               # [N, 10]
-    expected_digit = q_dec @ torch.arange(10, dtype=q_dec.dtype, device=q_dec.device)   # [N]
+    p_int = torch.softmax(int_logits.float(), dim=-1)  # [N, 2]
+    q_dec = torch.softmax(dec_logits.float(), dim=-1)  # [N, 10]
+    expected_digit = q_dec @ torch.arange(10, dtype=q_dec.dtype, device=q_dec.device)  # [N]
     return p_int[:, 1] + p_int[:, 0] * expected_digit / 10
 
 
@@ -170,11 +171,11 @@ def discrepancy_weights(
     ...                     torch.tensor([True, True]), kappa=0.5, group_size=2)
     tensor([0.8000, 1.2000])
     """
-    valid_g = _grouped(valid.bool(), group_size)                       # [B, G]
-    s = (correct.float() - conf.detach().float()).abs()                # [N]
-    s_g = torch.where(valid_g, _grouped(s, group_size), 0.0)           # [B, G], NaN-free
-    n_valid = valid_g.sum(dim=1, keepdim=True)                         # [B, 1]
-    s_mean = s_g.sum(dim=1, keepdim=True) / n_valid.clamp(min=1)       # [B, 1]
+    valid_g = _grouped(valid.bool(), group_size)  # [B, G]
+    s = (correct.float() - conf.detach().float()).abs()  # [N]
+    s_g = torch.where(valid_g, _grouped(s, group_size), 0.0)  # [B, G], NaN-free
+    n_valid = valid_g.sum(dim=1, keepdim=True)  # [B, 1]
+    s_mean = s_g.sum(dim=1, keepdim=True) / n_valid.clamp(min=1)  # [B, 1]
     w = (1.0 + kappa * (s_g - s_mean)).clamp(w_min, w_max)
     return torch.where(valid_g, w, 1.0).reshape(-1)
 
@@ -247,11 +248,7 @@ def dcpo_rewards(
 
 
 def token_advantages(
-    adv_ans: torch.Tensor,
-    adv_conf: torch.Tensor,
-    w: torch.Tensor,
-    ans_mask: torch.Tensor,
-    conf_mask: torch.Tensor,
+    adv_ans: torch.Tensor, adv_conf: torch.Tensor, w: torch.Tensor, ans_mask: torch.Tensor, conf_mask: torch.Tensor
 ) -> torch.Tensor:
     """Per-token advantage A_{i,k} = 1[k in ans_i] w_i A^ans_i + 1[k in conf_i] A^conf_i (`eq:total`).
 
@@ -264,15 +261,11 @@ def token_advantages(
     """
     ans = ans_mask.float() * (w * adv_ans).float()[:, None]
     conf = conf_mask.float() * adv_conf.float()[:, None]
-    return ans + conf                                        # [N, T]
+    return ans + conf  # [N, T]
 
 
 def clipped_policy_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    adv_tok: torch.Tensor,
-    mask: torch.Tensor,
-    eps: float,
+    logp: torch.Tensor, old_logp: torch.Tensor, adv_tok: torch.Tensor, mask: torch.Tensor, eps: float
 ) -> torch.Tensor:
     """Negative clipped surrogate -J of `eq:grpo`, with per-token advantages.
 
@@ -288,9 +281,9 @@ def clipped_policy_loss(
     tensor(-2.)
     """
     mask = mask.float()
-    ratio = torch.exp(logp - old_logp)                                       # [N, T]
+    ratio = torch.exp(logp - old_logp)  # [N, T]
     surrogate = torch.minimum(ratio * adv_tok, ratio.clamp(1 - eps, 1 + eps) * adv_tok)
-    per_seq = (surrogate * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)   # [N]
+    per_seq = (surrogate * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [N]
     return -per_seq.mean()
 
 
@@ -305,4 +298,4 @@ def readout_logits(h_slot: torch.Tensor, lm_head: torch.Tensor, high_id: int, lo
     >>> readout_logits(torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 0.0], [3.0, 1.0], [1.0, 1.0]]), 1, 2)
     tensor([2.])
     """
-    return h_slot.float() @ (lm_head[high_id] - lm_head[low_id]).float()      # [N]
+    return h_slot.float() @ (lm_head[high_id] - lm_head[low_id]).float()  # [N]

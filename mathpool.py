@@ -44,11 +44,7 @@ MATH_WORKER_STARTUP_TIMEOUT_S = 120.0
 
 
 def run_batch(
-    items: list[tuple[str, str]],
-    workers: int | None,
-    timeout_s: float,
-    show: bool,
-    command: Sequence[str],
+    items: list[tuple[str, str]], workers: int | None, timeout_s: float, show: bool, command: Sequence[str]
 ) -> list[bool]:
     """Grade validated ``(completion, gold)`` items in this process's pool
     (see ``verifier.verify_math_batch``); ``command`` starts one worker, to
@@ -224,8 +220,7 @@ class _MathPool:
             if worker.item is not None and now >= worker.deadline:
                 self._replace(worker, batch)
             elif not worker.ready and now >= worker.started + MATH_WORKER_STARTUP_TIMEOUT_S:
-                raise RuntimeError("a math worker did not start within "
-                                   f"{MATH_WORKER_STARTUP_TIMEOUT_S:.0f} s")
+                raise RuntimeError(f"a math worker did not start within {MATH_WORKER_STARTUP_TIMEOUT_S:.0f} s")
 
     def _replace(self, worker: _MathWorker, batch: _MathBatch) -> None:
         """Kill ``worker`` (its item, if any, fails) and start a new one."""
@@ -283,8 +278,10 @@ def _math_pool(workers: int | None, command: Sequence[str]) -> _MathPool:
     if _POOL is not None and _POOL.owner_pid != os.getpid():
         _POOL = None  # inherited through fork: the workers belong to the parent
     if _POOL is not None and _POOL.command != tuple(command):
-        raise ValueError(f"the math pool runs {list(_POOL.command)}, not {list(command)}; "
-                         "call mathpool.close() first to change the worker command")
+        raise ValueError(
+            f"the math pool runs {list(_POOL.command)}, not {list(command)}; "
+            "call mathpool.close() first to change the worker command"
+        )
     if _POOL is None:
         _POOL = _MathPool(workers or os.cpu_count() or 1, command)
     elif workers is not None and workers != _POOL.size:
@@ -343,4 +340,3 @@ def _die_with_parent(parent_pid: int) -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:
         raise RuntimeError("parent exited before the worker started")
-

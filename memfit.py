@@ -24,20 +24,60 @@ from schema import Config
 
 # Shapes of the Qwen3 dense checkpoints (their config.json), for machines without the hub.
 QWEN3_SHAPES = {
-    "Qwen/Qwen3-0.6B": dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,
-                            num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
-    "Qwen/Qwen3-1.7B": dict(hidden_size=2048, num_hidden_layers=28, intermediate_size=6144, num_attention_heads=16,
-                            num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
-    "Qwen/Qwen3-4B": dict(hidden_size=2560, num_hidden_layers=36, intermediate_size=9728, num_attention_heads=32,
-                          num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
-    "Qwen/Qwen3-8B": dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, num_attention_heads=32,
-                          num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False),
-    "Qwen/Qwen3-14B": dict(hidden_size=5120, num_hidden_layers=40, intermediate_size=17408, num_attention_heads=40,
-                           num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False),
+    "Qwen/Qwen3-0.6B": dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        intermediate_size=3072,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen3-1.7B": dict(
+        hidden_size=2048,
+        num_hidden_layers=28,
+        intermediate_size=6144,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen3-4B": dict(
+        hidden_size=2560,
+        num_hidden_layers=36,
+        intermediate_size=9728,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen3-8B": dict(
+        hidden_size=4096,
+        num_hidden_layers=36,
+        intermediate_size=12288,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=False,
+    ),
+    "Qwen/Qwen3-14B": dict(
+        hidden_size=5120,
+        num_hidden_layers=40,
+        intermediate_size=17408,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=False,
+    ),
 }
 GIB = 2**30
-CUDA_OVERHEAD_GIB = 3.0        # CUDA context, NCCL buffers, allocator fragmentation (a rule of thumb)
-VLLM_ASLEEP_GIB = 1.0          # what a level-1 sleeping engine keeps on the GPU (CUDA graphs, buffers)
+CUDA_OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation (a rule of thumb)
+VLLM_ASLEEP_GIB = 1.0  # what a level-1 sleeping engine keeps on the GPU (CUDA graphs, buffers)
 
 
 def shape_of(config: dict) -> dict:
@@ -60,7 +100,7 @@ def parameter_counts(shape: dict) -> tuple[int, int]:
     """(all parameters, parameters of one decoder layer) of a Qwen3-style model."""
     h, inter, hd = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
     q, kv = shape["num_attention_heads"] * hd, shape["num_key_value_heads"] * hd
-    layer = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h + 2 * hd    # attention, MLP, two norms, q/k norms
+    layer = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h + 2 * hd  # attention, MLP, two norms, q/k norms
     embed = shape["vocab_size"] * h
     head = 0 if shape["tie_word_embeddings"] else embed
     return shape["num_hidden_layers"] * layer + embed + head + h, layer
@@ -81,8 +121,10 @@ def activation_bytes_per_token(shape: dict, checkpointing: bool, compute_bytes: 
     adds fp32 log-prob work over a vocabulary chunk, not counted (no [N, T, V] logits).
 
     >>> shape = QWEN3_SHAPES["Qwen/Qwen3-1.7B"]
-    >>> round(activation_bytes_per_token(shape, False, 2) / 1e6, 2), round(activation_bytes_per_token(shape, False, 2, compiled=True) / 1e6, 2)
-    (3.21, 2.06)
+    >>> round(activation_bytes_per_token(shape, False, 2) / 1e6, 2)
+    3.21
+    >>> round(activation_bytes_per_token(shape, False, 2, compiled=True) / 1e6, 2)
+    2.06
     """
     h, inter, hd = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
     q, kv = shape["num_attention_heads"] * hd, shape["num_key_value_heads"] * hd
@@ -100,7 +142,9 @@ def kv_bytes_per_token(shape: dict, engine_bytes: int = 2) -> int:
     return 2 * shape["num_hidden_layers"] * shape["num_key_value_heads"] * shape["head_dim"] * engine_bytes
 
 
-def estimate_memory(cfg: Config, shape: dict, world_size: int, gpu_gib: float, checkpointing: bool | None = None) -> dict:
+def estimate_memory(
+    cfg: Config, shape: dict, world_size: int, gpu_gib: float, checkpointing: bool | None = None
+) -> dict:
     """Peak GiB per GPU in the two phases of a step, for W ranks with `gpu_gib` each.
 
     update:  fp32 shards of params, grads, AdamW m and v (16 P / W) + the gathered bf16
@@ -121,15 +165,18 @@ def estimate_memory(cfg: Config, shape: dict, world_size: int, gpu_gib: float, c
     # One process: autocast keeps bf16 copies of the weights it used until backward (2 P).
     # FSDP2: the gathered bf16 root unit and its fp32 gradient, and two gathered bf16 layers.
     gathered = 2 * params if world_size == 1 else (2 + 4) * root_params + 2 * 2 * layer_params
-    compiled = config.compiles_layers(cfg, "cuda")     # what compile_layers decides on a GPU
+    compiled = config.compiles_layers(cfg, "cuda")  # what compile_layers decides on a GPU
     activations = tokens * activation_bytes_per_token(shape, checkpointing, compute_bytes=2, compiled=compiled)
     update = (sharded + gathered + activations) / GIB + VLLM_ASLEEP_GIB + CUDA_OVERHEAD_GIB
     engine_gib = cfg.vllm_gpu_memory_utilization * gpu_gib
-    kv_gib = engine_gib - 2 * params / GIB - 1.0        # 1 GiB of engine activations / graphs
+    kv_gib = engine_gib - 2 * params / GIB - 1.0  # 1 GiB of engine activations / graphs
     rollout = 12 * params / world_size / GIB + engine_gib + CUDA_OVERHEAD_GIB
     full_sequences = kv_gib * GIB / (seq * kv_bytes_per_token(shape)) if kv_gib > 0 else 0.0
     return {
-        "params_b": params / 1e9, "update_gib": update, "rollout_gib": rollout, "kv_cache_gib": kv_gib,
+        "params_b": params / 1e9,
+        "update_gib": update,
+        "rollout_gib": rollout,
+        "kv_cache_gib": kv_gib,
         "concurrent_sequences": full_sequences,
         "fits": update <= gpu_gib and rollout <= gpu_gib and full_sequences >= 1,
     }
@@ -156,8 +203,10 @@ def fit_cell(cfg: Config, shape: dict, world_size: int, gpu_gib: float) -> str:
     peaks = f"{est['update_gib']:.0f} / {est['rollout_gib']:.0f} GiB"
     share = cfg.vllm_gpu_memory_utilization
     if est["fits"]:
-        return (f"yes{', AC' if checkpointing else ''}{f', util {share:.2f}' if share != cfg_share else ''} "
-                f"({peaks}, KV {est['concurrent_sequences']:.0f} seqs)")
+        return (
+            f"yes{', AC' if checkpointing else ''}{f', util {share:.2f}' if share != cfg_share else ''} "
+            f"({peaks}, KV {est['concurrent_sequences']:.0f} seqs)"
+        )
     if est["concurrent_sequences"] < 1:
         return f"no: engine share too small ({est['kv_cache_gib']:.0f} GiB KV)"
     return f"no ({peaks})"
@@ -168,10 +217,13 @@ def decide_checkpointing(cfg: Config, shape: dict, world_size: int, gpu_gib: flo
     would not fit `gpu_gib` without it (estimate_memory) - never on a CPU (gpu_gib None: no
     device memory to run out of). Returns (on, the reason to log, or None).
 
-    >>> cfg, shape = config.load_config("math"), QWEN3_SHAPES["Qwen/Qwen3-1.7B"]   # micro-batches of 2 x 9,218 tokens
-    >>> decide_checkpointing(cfg, shape, 1, 80.0)[0], decide_checkpointing(cfg, shape, 1, 40.0)[0], decide_checkpointing(cfg, shape, 1, None)
-    (False, True, (False, None))
-    >>> decide_checkpointing(dataclasses.replace(cfg, compile_layers=False), shape, 1, 80.0)[0]    # eager layers keep more
+    >>> cfg, shape = config.load_config("math"), QWEN3_SHAPES["Qwen/Qwen3-1.7B"]  # micro-batches of 2 x 9,218 tokens
+    >>> decide_checkpointing(cfg, shape, 1, 80.0)[0], decide_checkpointing(cfg, shape, 1, 40.0)[0]
+    (False, True)
+    >>> decide_checkpointing(cfg, shape, 1, None)
+    (False, None)
+    >>> eager = dataclasses.replace(cfg, compile_layers=False)  # eager layers keep more activations
+    >>> decide_checkpointing(eager, shape, 1, 80.0)[0]
     True
     """
     setting = cfg.activation_checkpointing
@@ -180,11 +232,13 @@ def decide_checkpointing(cfg: Config, shape: dict, world_size: int, gpu_gib: flo
     if gpu_gib is None:
         return False, None
     without = estimate_memory(cfg, shape, world_size, gpu_gib, checkpointing=False)
-    if without["update_gib"] <= gpu_gib:                  # the update's peak (a sleeping engine included) fits
+    if without["update_gib"] <= gpu_gib:  # the update's peak (a sleeping engine included) fits
         return False, None
     with_ = estimate_memory(cfg, shape, world_size, gpu_gib, checkpointing=True)
-    return True, (f"activation checkpointing on (activation_checkpointing=auto): the update needs ~{without['update_gib']:.0f} "
-                  f"GiB per GPU without it, ~{with_['update_gib']:.0f} GiB with it, of {gpu_gib:.0f} GiB")
+    return True, (
+        f"activation checkpointing on (activation_checkpointing=auto): the update needs ~{without['update_gib']:.0f} "
+        f"GiB per GPU without it, ~{with_['update_gib']:.0f} GiB with it, of {gpu_gib:.0f} GiB"
+    )
 
 
 def fit_table(cfg: Config, models: list[str], gpus_gib: list[float], world_sizes: list[int]) -> str:
@@ -208,23 +262,30 @@ def _fit_cli(argv: list[str]) -> None:
     cfg = config.load_config(args[0] if args else "math", args[1:])
     if table:
         seq = cfg.max_prompt_tokens + cfg.max_completion_tokens
-        print(f"Sequence budget {seq} tokens ({cfg.max_prompt_tokens} prompt + {cfg.max_completion_tokens} "
-              f"completion), micro-batches of {cfg.micro_batch_tokens} tokens, engine share "
-              f"vllm_gpu_memory_utilization={cfg.vllm_gpu_memory_utilization}. Cells: peak GiB per GPU in the "
-              f"update / the rollout phase, full-length sequences the engine's KV cache holds at once; AC: "
-              f"activation_checkpointing=true needed; util: the engine share (vllm_gpu_memory_utilization) it needs.\n")
+        print(
+            f"Sequence budget {seq} tokens ({cfg.max_prompt_tokens} prompt + {cfg.max_completion_tokens} "
+            f"completion), micro-batches of {cfg.micro_batch_tokens} tokens, engine share "
+            f"vllm_gpu_memory_utilization={cfg.vllm_gpu_memory_utilization}. Cells: peak GiB per GPU in the "
+            f"update / the rollout phase, full-length sequences the engine's KV cache holds at once; AC: "
+            f"activation_checkpointing=true needed; util: the engine share (vllm_gpu_memory_utilization) it needs.\n"
+        )
         print(fit_table(cfg, list(QWEN3_SHAPES), [24.0, 80.0, 141.0], [1, 8, 16]))
         return
     shape = model_shape(cfg.model)
-    print(f"# {cfg.model}: sequence budget {cfg.max_prompt_tokens + cfg.max_completion_tokens} tokens, "
-          f"micro-batches of {cfg.micro_batch_tokens} tokens, "
-          f"activation checkpointing {cfg.activation_checkpointing}")
+    print(
+        f"# {cfg.model}: sequence budget {cfg.max_prompt_tokens + cfg.max_completion_tokens} tokens, "
+        f"micro-batches of {cfg.micro_batch_tokens} tokens, "
+        f"activation checkpointing {cfg.activation_checkpointing}"
+    )
     for gpu in (24.0, 80.0, 141.0):
         for w in (1, 8, 16):
             est = estimate_memory(cfg, shape, w, gpu)
-            print(f"GPU {gpu:5.0f} GiB x {w:2d}: update {est['update_gib']:7.1f} GiB, rollout {est['rollout_gib']:6.1f} GiB, "
-                  f"KV {est['kv_cache_gib']:6.1f} GiB = {est['concurrent_sequences']:5.1f} full sequences -> "
-                  f"{'fits' if est['fits'] else 'does not fit'}")
+            print(
+                f"GPU {gpu:5.0f} GiB x {w:2d}: update {est['update_gib']:7.1f} GiB, "
+                f"rollout {est['rollout_gib']:6.1f} GiB, "
+                f"KV {est['kv_cache_gib']:6.1f} GiB = {est['concurrent_sequences']:5.1f} full sequences -> "
+                f"{'fits' if est['fits'] else 'does not fit'}"
+            )
 
 
 if __name__ == "__main__":

@@ -40,17 +40,18 @@ Reads = Literal["model", "report", "nothing"]
 class GroupOutcomes:
     """What a method's rewards see, for whole groups (rollout i of question q is row q*G + i)."""
 
-    correct: torch.Tensor        # [N] a_i in {0, 1}
-    fmt: torch.Tensor            # [N] F_i in {0, 1}
-    conf: torch.Tensor           # [N] the confidence the method reads, detached; NaN where there is none
-    target: torch.Tensor         # [N] t_i of eq:target
-    group_size: int              # G
+    correct: torch.Tensor  # [N] a_i in {0, 1}
+    fmt: torch.Tensor  # [N] F_i in {0, 1}
+    conf: torch.Tensor  # [N] the confidence the method reads, detached; NaN where there is none
+    target: torch.Tensor  # [N] t_i of eq:target
+    group_size: int  # G
 
 
 class Rewards(NamedTuple):
-    answer: torch.Tensor         # [N] r^ans: scores the answer segment's tokens
-    confidence: torch.Tensor     # [N] r^conf: scores the analysis segment's tokens (the same as r^ans for a
-                                 #     method that rewards every token alike)
+    answer: torch.Tensor  # [N] r^ans: scores the answer segment's tokens
+    # [N] r^conf: scores the analysis segment's tokens (the same as r^ans for a method that rewards
+    # every token alike)
+    confidence: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Method:
     name: str
     rewards: Callable[[GroupOutcomes, dict], Rewards]
     reads: Reads
-    help: str                    # one line, for errors and listings
+    help: str  # one line, for errors and listings
 
 
 METHODS: dict[str, Method] = {}
@@ -95,7 +96,7 @@ def missing_as(conf: torch.Tensor, value: float) -> torch.Tensor:
 @register_method("credo", reads="model")
 def credo(g: GroupOutcomes, cfg: Config) -> Rewards:
     """CREDO: r_ans = beta F + a (or another shape), r_conf = F (1 - (t - c)^2) (eq:rewards3)."""
-    c = missing_as(g.conf, 0.0)                                    # F = 0 wherever c is missing
+    c = missing_as(g.conf, 0.0)  # F = 0 wherever c is missing
     r_ans, r_conf = losses.credo_rewards(g.correct, g.fmt, c, g.target, cfg.beta, cfg.answer_reward_shape)
     return Rewards(r_ans, r_conf)
 
@@ -129,12 +130,12 @@ def dcpo(g: GroupOutcomes, cfg: Config) -> Rewards:
 class Credit(NamedTuple):
     """Step 5 for whole groups: one entry per rollout, [N] each (credit)."""
 
-    target: torch.Tensor      # t_i (eq:target)
-    r_ans: torch.Tensor       # r^ans (methods.py)
-    r_conf: torch.Tensor      # r^conf
-    w: torch.Tensor           # eq:sw's discrepancy weight of the answer advantage
-    adv_ans: torch.Tensor     # A^ans, group-standardised
-    adv_conf: torch.Tensor    # A^conf, group-standardised (0 with conf_advantage=false)
+    target: torch.Tensor  # t_i (eq:target)
+    r_ans: torch.Tensor  # r^ans (methods.py)
+    r_conf: torch.Tensor  # r^conf
+    w: torch.Tensor  # eq:sw's discrepancy weight of the answer advantage
+    adv_ans: torch.Tensor  # A^ans, group-standardised
+    adv_conf: torch.Tensor  # A^conf, group-standardised (0 with conf_advantage=false)
 
     @classmethod
     def zeros(cls, n: int) -> Credit:
@@ -149,8 +150,16 @@ class Credit(NamedTuple):
             mine[rows] = theirs
 
 
-def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: torch.Tensor, cfg: Config, kappa: float,
-           weight_conf: torch.Tensor | None = None, weight_valid: torch.Tensor | None = None) -> Credit:
+def credit(
+    correct: torch.Tensor,
+    fmt: torch.Tensor,
+    conf: torch.Tensor,
+    valid: torch.Tensor,
+    cfg: Config,
+    kappa: float,
+    weight_conf: torch.Tensor | None = None,
+    weight_valid: torch.Tensor | None = None,
+) -> Credit:
     """Rewards, target, weights and group-standardised advantages for whole groups.
 
     conf: [N] the confidence the rewards read, detached: the model's c (CREDO's readout or
@@ -165,8 +174,9 @@ def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: torch.Tensor, valid: 
     """
     group = cfg.group_size
     target = losses.hybrid_target(correct, cfg.gamma, group)
-    outcomes_in = GroupOutcomes(correct=correct, fmt=fmt, target=target, group_size=group,
-                                conf=torch.where(valid, conf.float(), float("nan")))   # missing: NaN, never 0
+    outcomes_in = GroupOutcomes(
+        correct=correct, fmt=fmt, target=target, group_size=group, conf=torch.where(valid, conf.float(), float("nan"))
+    )  # missing: NaN, never 0
     r_ans, r_conf = method_of(cfg.method).rewards(outcomes_in, cfg)
     if weight_conf is None:
         weight_conf, weight_valid = conf, valid
@@ -185,16 +195,22 @@ class ConfidenceReads(NamedTuple):
     """The confidences credit reads that are known before any forward, [N] each; None where
     it reads the model's c instead (valid where the slot was reached)."""
 
-    rewards: torch.Tensor | None          # what the rewards read: a report sampled as text (plan.rewards_read)
-    rewards_valid: torch.Tensor | None    # bool: a report exists
-    weights: torch.Tensor | None          # what eq:sw's weights read (plan.weights_read): the report, or a
-    weights_valid: torch.Tensor | None    #     no-grad digit expectation
+    rewards: torch.Tensor | None  # what the rewards read: a report sampled as text (plan.rewards_read)
+    rewards_valid: torch.Tensor | None  # bool: a report exists
+    weights: torch.Tensor | None  # what eq:sw's weights read (plan.weights_read): the report, or a
+    weights_valid: torch.Tensor | None  #     no-grad digit expectation
 
 
-def confidence_reads(reported: torch.Tensor | None, weight_conf: torch.Tensor | None, weights_read: str) -> ConfidenceReads:
+def confidence_reads(
+    reported: torch.Tensor | None, weight_conf: torch.Tensor | None, weights_read: str
+) -> ConfidenceReads:
     """reported: [N] a confidence sampled as text, NaN where none (None: the rewards read the
     model's c); weight_conf: [N] a no-grad digit expectation, NaN where none; weights_read:
     ConfidencePlan.weights_read, which of them eq:sw's weights read (model: neither)."""
     weights = {"numeral": reported, "digit_pass": weight_conf}.get(weights_read)
-    return ConfidenceReads(rewards=reported, rewards_valid=None if reported is None else ~torch.isnan(reported),
-                           weights=weights, weights_valid=None if weights is None else ~torch.isnan(weights))
+    return ConfidenceReads(
+        rewards=reported,
+        rewards_valid=None if reported is None else ~torch.isnan(reported),
+        weights=weights,
+        weights_valid=None if weights is None else ~torch.isnan(weights),
+    )

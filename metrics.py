@@ -43,8 +43,19 @@ import numpy as np
 N_ECE_BINS = 10
 SELECTIVE_COVERAGES = {"acc@50": 0.5, "acc@80": 0.8, "acc@90": 0.9}
 METRIC_KEYS = (
-    "n", "acc", "ece", "auroc", "brier", "aurc", "acc@50", "acc@80", "acc@90", "thr",
-    "effective_levels", "top_share", "tie_tax",
+    "n",
+    "acc",
+    "ece",
+    "auroc",
+    "brier",
+    "aurc",
+    "acc@50",
+    "acc@80",
+    "acc@90",
+    "thr",
+    "effective_levels",
+    "top_share",
+    "tie_tax",
 )
 
 
@@ -67,7 +78,6 @@ def _pool(conf, correct) -> tuple[np.ndarray, np.ndarray]:
     if not np.isin(a, (0.0, 1.0)).all():
         raise ValueError(f"correct must be 0/1 (or bool); found {np.unique(a)[:5].tolist()}")
     return c, a
-
 
 
 def ece_bin_index(conf: np.ndarray, n_bins: int = N_ECE_BINS) -> np.ndarray:
@@ -117,7 +127,7 @@ def _pair_counts(c: np.ndarray, a: np.ndarray) -> tuple[int, int, int]:
     """Over all (correct, wrong) pairs: how many rank the correct one higher, how many tie, how many pairs."""
     pos = c[a == 1.0]
     neg = np.sort(c[a == 0.0])
-    below = np.searchsorted(neg, pos, side="left")          # wrong samples strictly below each correct one
+    below = np.searchsorted(neg, pos, side="left")  # wrong samples strictly below each correct one
     at_or_below = np.searchsorted(neg, pos, side="right")
     return int(below.sum()), int((at_or_below - below).sum()), pos.size * neg.size
 
@@ -186,7 +196,7 @@ def selective_curve(conf, correct) -> tuple[np.ndarray, np.ndarray]:
     c, a = _pool(conf, correct)
     order = np.argsort(-c, kind="stable")
     c_sorted, a_sorted = c[order], a[order]
-    group_ends = np.flatnonzero(np.append(c_sorted[1:] != c_sorted[:-1], True))   # last index of each tie group
+    group_ends = np.flatnonzero(np.append(c_sorted[1:] != c_sorted[:-1], True))  # last index of each tie group
     answered = group_ends + 1
     return answered / c.size, np.cumsum(a_sorted)[group_ends] / answered
 
@@ -275,8 +285,8 @@ def equal_mass_bins(conf, n_bins: int = 10) -> list[np.ndarray]:
     n = c.size
     bins: list[np.ndarray] = []
     current: list[np.ndarray] = []
-    filled = 0            # samples in closed bins and the current one
-    k = 1                 # the next target is k * n / n_bins
+    filled = 0  # samples in closed bins and the current one
+    k = 1  # the next target is k * n / n_bins
 
     def target() -> float:
         return k * n / n_bins if k < n_bins and len(bins) < n_bins - 1 else math.inf
@@ -291,7 +301,7 @@ def equal_mass_bins(conf, n_bins: int = 10) -> list[np.ndarray]:
     for group in tie_groups:
         goal = target()
         if current and filled + group.size > goal and goal - filled < filled + group.size - goal:
-            close()                                   # closing before the group lands nearer the target
+            close()  # closing before the group lands nearer the target
         current.append(group)
         filled += group.size
         if filled >= target():

@@ -71,7 +71,7 @@ from torch.distributed.tensor import DTensor
 
 from schema import Config
 
-ROLLOUT_SEED_STRIDE = 7919   # rank r samples with seed + r * 7919: far from the paper's seeds 43..45
+ROLLOUT_SEED_STRIDE = 7919  # rank r samples with seed + r * 7919: far from the paper's seeds 43..45
 
 
 # ============================================================================================
@@ -121,8 +121,10 @@ def init_world() -> World:
     cuda = torch.cuda.is_available()
     if cuda:
         if world_size > 1 and local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK={local_rank} but this node has {torch.cuda.device_count()} GPUs: "
-                               f"NPROC must not exceed the GPUs per node")
+            raise RuntimeError(
+                f"LOCAL_RANK={local_rank} but this node has {torch.cuda.device_count()} GPUs: "
+                f"NPROC must not exceed the GPUs per node"
+            )
         torch.cuda.set_device(local_rank)
     device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
     if world_size > 1 and not dist.is_initialized():
@@ -175,7 +177,7 @@ def check_world(cfg: Config, world: World) -> None:
 def rank_slice(items: list, world: World) -> list:
     """This rank's contiguous share of the step's global list (equal shares; see check_world)."""
     share = len(items) // world.world_size
-    return items[world.rank * share:(world.rank + 1) * share]
+    return items[world.rank * share : (world.rank + 1) * share]
 
 
 # ============================================================================================
@@ -203,7 +205,7 @@ def shard_model(model, world: World, compute_dtype: torch.dtype):
 
     mesh = init_device_mesh(world.device.type, (world.world_size,))
     if compute_dtype == torch.float32:
-        mp_policy = MixedPrecisionPolicy()   # no casts: fp32 everywhere
+        mp_policy = MixedPrecisionPolicy()  # no casts: fp32 everywhere
     else:
         mp_policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     backbone, head = model.get_decoder(), model.get_output_embeddings()
@@ -214,8 +216,8 @@ def shard_model(model, world: World, compute_dtype: torch.dtype):
         fully_shard(backbone, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=False)
     finally:
         del backbone._modules["_credo_head"]
-    backbone.set_reshard_after_backward(False, recurse=False)   # gathered for a whole update: see gather_root
-    model._is_fsdp_managed_module = True   # transformers' generate then keeps ranks in step (synced_gpus)
+    backbone.set_reshard_after_backward(False, recurse=False)  # gathered for a whole update: see gather_root
+    model._is_fsdp_managed_module = True  # transformers' generate then keeps ranks in step (synced_gpus)
     return model
 
 
@@ -316,7 +318,7 @@ def save_sharded(path: Path, model, optimizer) -> None:
 def load_sharded(path: Path, model, optimizer) -> None:
     """Read a DCP checkpoint into this rank's shards (DCP reshards if the layout differs)."""
 
-    model_state, optim_state = get_state_dict(model, optimizer)   # fresh AdamW state is initialised here
+    model_state, optim_state = get_state_dict(model, optimizer)  # fresh AdamW state is initialised here
     state = {"model": model_state, "optimizer": optim_state}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
@@ -330,8 +332,12 @@ def full_state_dict_on_main(model, world: World) -> dict:
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def set_rng_state(state: dict) -> None:

@@ -69,7 +69,7 @@ def add_reserved_tokens(model, tokenizer) -> tuple[int, int]:
         ids.append(encoded[0])
     rows = model.get_input_embeddings().weight.shape[0]
     if max(ids) >= rows:
-        model.resize_token_embeddings(len(tokenizer))   # grows only: the matrix had no spare rows left
+        model.resize_token_embeddings(len(tokenizer))  # grows only: the matrix had no spare rows left
     init_reserved_rows(model, tokenizer, missing)
     return ids[0], ids[1]
 
@@ -94,11 +94,13 @@ class Policy:
 
     model: torch.nn.Module
     tokenizer: object
-    high_id: int                 # <CONF_HIGH>
-    low_id: int                  # <CONF_LOW>
-    dtype: torch.dtype           # forward/backward compute (compute_dtype): fp32 weights under autocast
-    logprob_blocks: logprob_kernels.LogprobBlocks | None = None   # compiled log-prob blocks (compile_update); None: eager
-    temperature: float = 1.0     # log pi_T = log_softmax(logits / T) of the sampled tokens (sampling_temperature)
+    high_id: int  # <CONF_HIGH>
+    low_id: int  # <CONF_LOW>
+    dtype: torch.dtype  # forward/backward compute (compute_dtype): fp32 weights under autocast
+    logprob_blocks: logprob_kernels.LogprobBlocks | None = (
+        None  # compiled log-prob blocks (compile_update); None: eager
+    )
+    temperature: float = 1.0  # log pi_T = log_softmax(logits / T) of the sampled tokens (sampling_temperature)
 
 
 def sampling_temperature(temperature: float) -> float:
@@ -108,8 +110,9 @@ def sampling_temperature(temperature: float) -> float:
     return float(temperature) if temperature > 0 else 1.0
 
 
-def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype = torch.float32,
-                temperature: float = 1.0) -> Policy:
+def load_policy(
+    model_dir: str, device: torch.device, dtype: torch.dtype = torch.float32, temperature: float = 1.0
+) -> Policy:
     """The policy model (fp32 master weights) and its tokenizer, with the reserved tokens in place;
     `temperature`: the rollouts' sampling temperature (sampling_temperature)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -134,14 +137,14 @@ class Batch:
     """Rollouts as right-padded tensors. Columns index *targets*: column k is the
     token at sequence position k + 1, predicted from position k."""
 
-    input_ids: torch.Tensor        # [N, L]   prompt + completion, padded
-    attention_mask: torch.Tensor   # [N, L]
+    input_ids: torch.Tensor  # [N, L]   prompt + completion, padded
+    attention_mask: torch.Tensor  # [N, L]
     completion_mask: torch.Tensor  # [N, L-1] o_i: the completion tokens
-    ans_mask: torch.Tensor         # [N, L-1] answer segment
-    conf_mask: torch.Tensor        # [N, L-1] analysis segment (and a sampled slot token, conf_train=sampled)
-    slot_pos: torch.Tensor         # [N]      position whose next-token distribution is the slot; -1: none
-    digit_pos: torch.Tensor | None = None   # [N] decimal position after a teacher-forced "0." (eq:digitexp); -1: none
-    digit_ids: torch.Tensor | None = None   # [10] token ids of "0".."9"
+    ans_mask: torch.Tensor  # [N, L-1] answer segment
+    conf_mask: torch.Tensor  # [N, L-1] analysis segment (and a sampled slot token, conf_train=sampled)
+    slot_pos: torch.Tensor  # [N]      position whose next-token distribution is the slot; -1: none
+    digit_pos: torch.Tensor | None = None  # [N] decimal position after a teacher-forced "0." (eq:digitexp); -1: none
+    digit_ids: torch.Tensor | None = None  # [10] token ids of "0".."9"
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -183,8 +186,10 @@ def micro_batches(lengths: list[int], budget: int, group: int, whole_groups: boo
     """
     for row, length in enumerate(lengths):
         if length > budget:
-            raise ValueError(f"rollout {row} has {length} tokens, more than micro_batch_tokens = {budget}; raise "
-                             f"micro_batch_tokens to at least max_prompt_tokens + max_completion_tokens + 2")
+            raise ValueError(
+                f"rollout {row} has {length} tokens, more than micro_batch_tokens = {budget}; raise "
+                f"micro_batch_tokens to at least max_prompt_tokens + max_completion_tokens + 2"
+            )
 
     def cost(rows: list[int]) -> int:
         return sum(lengths[i] for i in rows) if packed else len(rows) * max(lengths[i] for i in rows)
@@ -216,7 +221,11 @@ def holds_whole_groups(rows: list[int], group: int) -> bool:
     (True, False)
     """
     starts = rows[::group]
-    return len(rows) % group == 0 and all(s % group == 0 for s in starts) and rows == [s + i for s in starts for i in range(group)]
+    return (
+        len(rows) % group == 0
+        and all(s % group == 0 for s in starts)
+        and rows == [s + i for s in starts for i in range(group)]
+    )
 
 
 def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
@@ -227,6 +236,7 @@ def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
 
 def digit_token_ids(tokenizer) -> tuple[list[int], int]:
     """Ids of "0".."9" and of "." (each must be a single token) for eq:digitexp."""
+
     def single(text: str) -> int:
         ids = tokenizer.encode(text, add_special_tokens=False)
         if len(ids) != 1:
@@ -236,8 +246,12 @@ def digit_token_ids(tokenizer) -> tuple[list[int], int]:
     return [single(str(d)) for d in range(10)], single(".")
 
 
-def collate(rollouts: list[ro.Rollout], pad_id: int, teacher_digits: tuple[list[int], int] | None = None,
-            slot_token_scored: bool = False) -> Batch:
+def collate(
+    rollouts: list[ro.Rollout],
+    pad_id: int,
+    teacher_digits: tuple[list[int], int] | None = None,
+    slot_token_scored: bool = False,
+) -> Batch:
     """Right-pad rollouts into a Batch.
 
     teacher_digits: (ids of "0".."9", id of "."): every rollout with a slot is cut at the slot
@@ -246,6 +260,7 @@ def collate(rollouts: list[ro.Rollout], pad_id: int, teacher_digits: tuple[list[
     slot_token_scored: a sampled slot token belongs to the confidence segment (conf_train=sampled).
     Only sampled tokens are scored: not the teacher-forced digits, nor a tail close_slot wrote.
     """
+
     def completion_of(r: ro.Rollout) -> list[int]:
         if teacher_digits is not None and r.segments.slot is not None:
             return r.completion_ids[: r.segments.slot] + [teacher_digits[0][0], teacher_digits[1]]
@@ -270,9 +285,9 @@ def collate(rollouts: list[ro.Rollout], pad_id: int, teacher_digits: tuple[list[
         scored_slot = int(slot_token_scored and seg.slot is not None and seg.slot < c)
         conf[i, p - 1 + seg.analysis_start : p - 1 + min(seg.analysis_end + scored_slot, c)] = True
         if seg.slot is not None:
-            slot_pos[i] = p - 1 + seg.slot   # position of completion token slot-1 (the end of <confidence>)
+            slot_pos[i] = p - 1 + seg.slot  # position of completion token slot-1 (the end of <confidence>)
             if digit_pos is not None:
-                digit_pos[i] = slot_pos[i] + 2   # the position of the appended "."
+                digit_pos[i] = slot_pos[i] + 2  # the position of the appended "."
     digits = torch.tensor(teacher_digits[0]) if teacher_digits is not None else None
     return Batch(input_ids, attention, completion, ans, conf, slot_pos, digit_pos, digits)
 
@@ -281,23 +296,27 @@ def pack_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rows of a batch without their padding, as one row: ids [1, S] and position ids
     [1, S] restarting at 0 for each sequence (S = sum of lengths), and each row's start [N].
 
-    >>> b = collate([ro.Rollout("q", [5, 6], [7], "", "stop", ro.Segments(answer_end=1, analysis_start=1, analysis_end=1, slot=None, conf_text=None, fmt=False, has_answer=True, has_analysis=False)),
-    ...              ro.Rollout("q", [8], [9, 4], "", "stop", ro.Segments(answer_end=2, analysis_start=2, analysis_end=2, slot=None, conf_text=None, fmt=False, has_answer=True, has_analysis=False))], 0)
+    >>> def answer_only(n):
+    ...     return ro.Segments(answer_end=n, analysis_start=n, analysis_end=n, slot=None, conf_text=None,
+    ...                        fmt=False, has_answer=True, has_analysis=False)
+    >>> b = collate([ro.Rollout("q", [5, 6], [7], "", "stop", answer_only(1)),
+    ...              ro.Rollout("q", [8], [9, 4], "", "stop", answer_only(2))], 0)
     >>> [t.tolist() for t in pack_rows(b)]
     [[[5, 6, 7, 8, 9, 4]], [[0, 1, 2, 0, 1, 2]], [0, 3]]
     """
-    lengths = batch.attention_mask.sum(dim=1)                                        # [N]
+    lengths = batch.attention_mask.sum(dim=1)  # [N]
     ids = torch.cat([row[:length] for row, length in zip(batch.input_ids, lengths.tolist())])[None]
     positions = torch.cat([torch.arange(length) for length in lengths.tolist()])[None]
     return ids, positions, lengths.cumsum(0) - lengths
 
 
-SEQUENCE_ATTENTION = "credo_sequence_sdpa"   # the attention implementation packed rows need
+SEQUENCE_ATTENTION = "credo_sequence_sdpa"  # the attention implementation packed rows need
 
 
 @torch.compiler.disable
-def sequence_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, cu_seq_lens_q=None,
-                       **kwargs):
+def sequence_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, cu_seq_lens_q=None, **kwargs
+):
     """A transformers attention function: with `cu_seq_lens_q` (sequence boundaries [N+1] of a
     packed row [1, heads, S, D]), causal sdpa within each sequence only; without it (padded
     batches, generation) exactly transformers' sdpa.
@@ -310,18 +329,34 @@ def sequence_attention(module, query, key, value, attention_mask, scaling=None, 
     its slices depend on the boundaries' values.
     """
     if cu_seq_lens_q is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
     if query.shape[0] != 1 or attention_mask is not None:
-        raise ValueError(f"sequence_attention: cu_seq_lens_q describes one packed row without a mask; got a batch of "
-                         f"{query.shape[0]} rows and attention_mask={None if attention_mask is None else tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"sequence_attention: cu_seq_lens_q describes one packed row without a mask; got a batch of "
+            f"{query.shape[0]} rows and "
+            f"attention_mask={None if attention_mask is None else tuple(attention_mask.shape)}"
+        )
     if cu_seq_lens_q.device.type != "cpu":
-        raise ValueError("sequence_attention: cu_seq_lens_q must be a CPU tensor (reading it from the GPU would stall "
-                         "every layer on a host synchronisation)")
+        raise ValueError(
+            "sequence_attention: cu_seq_lens_q must be a CPU tensor (reading it from the GPU would stall "
+            "every layer on a host synchronisation)"
+        )
     bounds = cu_seq_lens_q.tolist()
     gqa = query.shape[1] != key.shape[1]
-    out = [torch.nn.functional.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
-                                                            dropout_p=dropout, scale=scaling, enable_gqa=gqa)
-           for a, b in zip(bounds[:-1], bounds[1:])]                                  # each [1, heads, L_i, D]
+    out = [
+        torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, a:b],
+            key[:, :, a:b],
+            value[:, :, a:b],
+            is_causal=True,
+            dropout_p=dropout,
+            scale=scaling,
+            enable_gqa=gqa,
+        )
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]  # each [1, heads, L_i, D]
     return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
 
 
@@ -382,13 +417,14 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 class Forward(NamedTuple):
     """What one forward pass gives the loss."""
 
-    logp: torch.Tensor | None        # [N, L-1] log-probs of the completion tokens (fp32; 0 elsewhere)
-    z_diff: torch.Tensor             # [N] z_H - z_L at the slot (eq:readout)
-    c_digit: torch.Tensor | None     # [N] eq:digitexp at the slot, when the batch has teacher-forced digits
+    logp: torch.Tensor | None  # [N, L-1] log-probs of the completion tokens (fp32; 0 elsewhere)
+    z_diff: torch.Tensor  # [N] z_H - z_L at the slot (eq:readout)
+    c_digit: torch.Tensor | None  # [N] eq:digitexp at the slot, when the batch has teacher-forced digits
 
 
-def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: bool = False,
-            logprobs: bool = True) -> Forward:
+def forward(
+    policy: Policy, batch: Batch, packed: bool = False, detach_readout: bool = False, logprobs: bool = True
+) -> Forward:
     """One pass: per-token log-probs, the readout and (with teacher-forced digits) eq:digitexp.
 
     logprobs=False: a confidence-only pass (a no-grad readout or digit pass): no column goes
@@ -403,55 +439,70 @@ def forward(policy: Policy, batch: Batch, packed: bool = False, detach_readout: 
     Computed in policy.dtype (autocast) over fp32 weights; every output is fp32."""
     model, high_id, low_id, dtype = policy.model, policy.high_id, policy.low_id, policy.dtype
     device = model.device
-    completion = batch.completion_mask                                               # [N, L-1] the scored columns (host)
+    completion = batch.completion_mask  # [N, L-1] the scored columns (host)
     if not logprobs:
         completion = torch.zeros_like(completion)
-    slot_pos, completion_dev = to_device(batch.slot_pos, device), to_device(completion, device)   # [N], [N, L-1]
-    lm_head = model.lm_head.weight                                                   # [V, H]
+    slot_pos, completion_dev = to_device(batch.slot_pos, device), to_device(completion, device)  # [N], [N, L-1]
+    lm_head = model.lm_head.weight  # [V, H]
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         if packed:
             # Everything that indexes the packed row is computed here on the host, so the
             # forward never waits for the GPU to learn a boundary or a count.
-            ids, positions, starts = pack_rows(batch)                                # [1, S], [1, S], [N]
-            lengths = batch.attention_mask.sum(dim=1)                                # [N]
-            bounds = torch.cat([starts, starts[-1:] + lengths[-1:]]).int()            # [N+1], stays on the CPU
-            columns = torch.arange(batch.input_ids.shape[1] - 1)                      # [L-1]
-            index = (starts[:, None] + columns).clamp(max=ids.shape[1] - 2)          # [N, L-1] column in the row
+            ids, positions, starts = pack_rows(batch)  # [1, S], [1, S], [N]
+            lengths = batch.attention_mask.sum(dim=1)  # [N]
+            bounds = torch.cat([starts, starts[-1:] + lengths[-1:]]).int()  # [N+1], stays on the CPU
+            columns = torch.arange(batch.input_ids.shape[1] - 1)  # [L-1]
+            index = (starts[:, None] + columns).clamp(max=ids.shape[1] - 2)  # [N, L-1] column in the row
             scored = torch.zeros(1, ids.shape[1] - 1, dtype=torch.bool)
-            scored[0, index[completion]] = True                                      # pairs across two rows: never
+            scored[0, index[completion]] = True  # pairs across two rows: never
             ids = to_device(ids, device)
             # A mask of ones keeps transformers from building the [S, S] block mask
             # (sequence_attention separates the sequences by `bounds` instead).
             use_sequence_attention(model)
-            hidden = model.model(input_ids=ids, position_ids=to_device(positions, device), attention_mask=torch.ones_like(ids),
-                                 cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, use_cache=False).last_hidden_state   # [1, S, H]
-            flat_logp = logprob_kernels.token_logprobs(hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks,
-                                               temperature=policy.temperature)                 # [1, S-1]
+            hidden = model.model(
+                input_ids=ids,
+                position_ids=to_device(positions, device),
+                attention_mask=torch.ones_like(ids),
+                cu_seq_lens_q=bounds,
+                cu_seq_lens_k=bounds,
+                use_cache=False,
+            ).last_hidden_state  # [1, S, H]
+            flat_logp = logprob_kernels.token_logprobs(
+                hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks, temperature=policy.temperature
+            )  # [1, S-1]
             logp = torch.where(completion_dev, flat_logp[0, to_device(index, device)], 0.0)
             row_starts = to_device(starts, device)
 
-            def hidden_at(pos: torch.Tensor) -> torch.Tensor:                        # [N] -> [N, H]
+            def hidden_at(pos: torch.Tensor) -> torch.Tensor:  # [N] -> [N, H]
                 return hidden[0, row_starts + pos.clamp(min=0)]
         else:
             attention = to_device(batch.attention_mask, device)
             position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)
             ids = to_device(batch.input_ids, device)
-            hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
-                                 use_cache=False).last_hidden_state                 # [N, L, H]
-            logp = logprob_kernels.token_logprobs(hidden, lm_head, ids, score_mask=completion, blocks=policy.logprob_blocks,
-                                          temperature=policy.temperature)                      # [N, L-1]
+            hidden = model.model(
+                input_ids=ids, attention_mask=attention, position_ids=position_ids, use_cache=False
+            ).last_hidden_state  # [N, L, H]
+            logp = logprob_kernels.token_logprobs(
+                hidden,
+                lm_head,
+                ids,
+                score_mask=completion,
+                blocks=policy.logprob_blocks,
+                temperature=policy.temperature,
+            )  # [N, L-1]
 
             def hidden_at(pos: torch.Tensor) -> torch.Tensor:
                 return hidden[torch.arange(len(batch), device=device), pos.clamp(min=0)]
+
     # eq:readout in fp32, outside autocast: z_H - z_L is a difference of two close logits
-    h_slot = hidden_at(slot_pos)                                                      # [N, H]
-    z_diff = losses.readout_logits(h_slot.detach() if detach_readout else h_slot, lm_head, high_id, low_id)   # [N]
+    h_slot = hidden_at(slot_pos)  # [N, H]
+    z_diff = losses.readout_logits(h_slot.detach() if detach_readout else h_slot, lm_head, high_id, low_id)  # [N]
     z_diff = torch.where(slot_pos >= 0, z_diff, 0.0)
     c_digit = None
     if batch.digit_pos is not None:
         digits = to_device(batch.digit_ids, device)
-        h_int = hidden_at(slot_pos).float()                                           # [N, H] before "0"
-        h_dec = hidden_at(to_device(batch.digit_pos, device)).float()                         # [N, H] after "0."
+        h_int = hidden_at(slot_pos).float()  # [N, H] before "0"
+        h_dec = hidden_at(to_device(batch.digit_pos, device)).float()  # [N, H] after "0."
         c_digit = losses.digit_expectation(h_int @ lm_head[digits[:2]].float().T, h_dec @ lm_head[digits].float().T)
     return Forward(logp if logprobs else None, z_diff, c_digit)
 
@@ -472,8 +523,14 @@ def at_slot(tokenizer, rollouts: list[ro.Rollout]) -> list[ro.Rollout]:
     out = []
     for r in rollouts:
         ids, repaired = ro.through_slot(tokenizer, r.completion_ids)
-        out.append(replace(r, completion_ids=ids, slot_repaired=repaired or r.slot_repaired,
-                           segments=ro.parse_segments(tokenizer, ids, "readout", "")))
+        out.append(
+            replace(
+                r,
+                completion_ids=ids,
+                slot_repaired=repaired or r.slot_repaired,
+                segments=ro.parse_segments(tokenizer, ids, "readout", ""),
+            )
+        )
     return out
 
 
@@ -487,21 +544,6 @@ def model_confidence(fwd: Forward) -> torch.Tensor:
 
 
 # --- Confidences sampled as text ------------------------------------------------------------
-
-
-def reported_confidence(rollouts: list[ro.Rollout], rewards_read: str, tokenizer) -> torch.Tensor | None:
-    """[N] the confidence a rollout reports as sampled text, NaN where it reports none: the
-    parsed numeral (the verbalized baselines, eq:verb) or the sampled slot token, 1 for
-    <CONF_HIGH> and 0 for <CONF_LOW> (conf_train=sampled), as ConfidencePlan.rewards_read
-    says; None when the rewards read the model's c (rewards_read == "model")."""
-    if rewards_read == "slot_token":
-        value = {tokenizer.convert_tokens_to_ids(ro.CONF_HIGH): 1.0, tokenizer.convert_tokens_to_ids(ro.CONF_LOW): 0.0}
-        return torch.tensor([value.get(r.completion_ids[r.segments.slot], float("nan"))
-                             if r.segments.slot is not None and r.segments.slot < len(r.completion_ids) else float("nan")
-                             for r in rollouts])
-    if rewards_read == "numeral":
-        return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
-    return None
 
 
 # --- No-grad confidence reads (evaluation, and a baseline's eq:sw weights) --------------------
@@ -534,7 +576,7 @@ def digit_expectations(policy: Policy, rollouts: list[ro.Rollout], budget: int, 
     batch = collate(at_slot(tokenizer, rollouts), tokenizer.pad_token_id, teacher_digits=digit_token_ids(tokenizer))
     lengths = batch.attention_mask.sum(dim=1).tolist()
     plan = micro_batches(lengths, budget, 1, whole_groups=False, packed=packed)
-    c_digit = _no_grad_reads(policy, batch, plan, packed).c_digit                       # [N]
+    c_digit = _no_grad_reads(policy, batch, plan, packed).c_digit  # [N]
     return torch.where(batch.digit_pos >= 0, c_digit, float("nan"))
 
 
@@ -544,5 +586,5 @@ def readouts(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bo
     batch = collate(rollouts, policy.tokenizer.pad_token_id)
     lengths = batch.attention_mask.sum(dim=1).tolist()
     plan = micro_batches(lengths, budget, 1, whole_groups=False, packed=packed)
-    c = torch.sigmoid(_no_grad_reads(policy, batch, plan, packed).z_diff)               # [N]
+    c = torch.sigmoid(_no_grad_reads(policy, batch, plan, packed).z_diff)  # [N]
     return torch.where(batch.slot_pos >= 0, c, float("nan"))

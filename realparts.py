@@ -1,7 +1,7 @@
 """Real third-party parts for the tests: one resolver that finds them, one command that fetches them.
 
-    python realparts.py fetch [--only a,b] [--root DIR]   # `bash run.sh fixtures`: download, check, install
-    python realparts.py where                             # each part, and where it resolves (or where it was looked for)
+    python realparts.py fetch [--only a,b] [--root DIR]  # `bash run.sh fixtures`: download, check, install
+    python realparts.py where                            # each part and where it resolves (or was looked for)
 
 A *part* is a folder of files the project does not own and never commits: Qwen3's real tokenizer
 (`qwen3-tokenizer`) and real dataset records laid out as the Hugging Face hub serves them
@@ -82,8 +82,15 @@ def lcb_record_from_source(source: bytes) -> dict[str, bytes]:
     (a dict literal assigned to ``question``), with ``public_test_cases`` serialised by ``json.dumps``
     as the hub stores it; read with ``ast.literal_eval``, never executed."""
     tree = parse_python(source.decode("utf-8"))
-    literal = next((node.value for node in tree.body if isinstance(node, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == "question" for t in node.targets)), None)
+    literal = next(
+        (
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "question" for t in node.targets)
+        ),
+        None,
+    )
     if literal is None:
         raise FixtureError("the LiveCodeBench source file has no `question = {...}` literal")
     record = ast.literal_eval(literal)
@@ -95,31 +102,87 @@ def lcb_record_from_source(source: bytes) -> dict[str, bytes]:
 
 # Revisions: Qwen3-4B, MATH-500, AIME 2024, AMC and DeepScaleR are the hub's `main` as public code pinned
 # it (docs/fixtures.md names where); AIME 2025 and HumanEval+ as ../shared's PROVENANCE files record them.
-PARTS: dict[str, Part] = {part.name: part for part in [
-    Part("qwen3-tokenizer", "fixtures/qwen3-tokenizer", ("tokenizer.json", "tokenizer_config.json"),
-         "hf-model", "Qwen/Qwen3-4B", "74d4bd2bd4bff9cafc9345221320bffb08b406a3",
-         pinned={"tokenizer.json": "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"},
-         note="every Qwen3 size shares tokenizer.json, byte for byte"),
-    Part("math500", "realdata/math500", ("test.jsonl",), "hf-dataset", "HuggingFaceH4/MATH-500",
-         "6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be"),
-    Part("aime24", "realdata/aime24", ("data/train-*.parquet",), "hf-dataset", "HuggingFaceH4/aime_2024",
-         "2fe88a2f1091d5048c0f36abc874fb997b3dd99a"),
-    Part("aime25", "realdata/aime25", ("data/train-*.parquet",), "hf-dataset", "MathArena/aime_2025",
-         "c94da77eb22bbd6439e62a323bec18493a421302"),
-    Part("amc", "realdata/amc", ("data/train-*.parquet",), "hf-dataset", "AI-MO/aimo-validation-amc",
-         "69d78a4a2c840e82d69af6bc742bda09005f6316",
-         pinned={"data/train-00000-of-00001.parquet": "4de056fd006062cee46e3900727dd5d00094b8592ed0bfd6b5dfae2267f72dd7"}),
-    Part("deepscaler", "realdata/deepscaler", ("deepscaler.json",), "hf-dataset",
-         "agentica-org/DeepScaleR-Preview-Dataset", "b6ae8c60f5c1f2b594e2140b91c49c9ad0949e29"),
-    Part("humanevalplus", "realdata/humanevalplus", ("data/test-*.parquet",), "hf-dataset", "evalplus/humanevalplus",
-         "d32357cf319e50e9c8d8dab5ea876c72b0fd321b"),
-    Part("lcb", "realdata/lcb", ("kaggle_1873_A.jsonl",), "github", "Kaggle/kaggle-benchmarks",
-         "0d759286b5dcb83878e27840fcb42b559062abf3", github_path="documentation/examples/code_generation.py",
-         build=lcb_record_from_source, note="LiveCodeBench 1873_A as a dict in Kaggle's example"),
-]}
+PARTS: dict[str, Part] = {
+    part.name: part
+    for part in [
+        Part(
+            "qwen3-tokenizer",
+            "fixtures/qwen3-tokenizer",
+            ("tokenizer.json", "tokenizer_config.json"),
+            "hf-model",
+            "Qwen/Qwen3-4B",
+            "74d4bd2bd4bff9cafc9345221320bffb08b406a3",
+            pinned={"tokenizer.json": "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"},
+            note="every Qwen3 size shares tokenizer.json, byte for byte",
+        ),
+        Part(
+            "math500",
+            "realdata/math500",
+            ("test.jsonl",),
+            "hf-dataset",
+            "HuggingFaceH4/MATH-500",
+            "6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be",
+        ),
+        Part(
+            "aime24",
+            "realdata/aime24",
+            ("data/train-*.parquet",),
+            "hf-dataset",
+            "HuggingFaceH4/aime_2024",
+            "2fe88a2f1091d5048c0f36abc874fb997b3dd99a",
+        ),
+        Part(
+            "aime25",
+            "realdata/aime25",
+            ("data/train-*.parquet",),
+            "hf-dataset",
+            "MathArena/aime_2025",
+            "c94da77eb22bbd6439e62a323bec18493a421302",
+        ),
+        Part(
+            "amc",
+            "realdata/amc",
+            ("data/train-*.parquet",),
+            "hf-dataset",
+            "AI-MO/aimo-validation-amc",
+            "69d78a4a2c840e82d69af6bc742bda09005f6316",
+            pinned={
+                "data/train-00000-of-00001.parquet": "4de056fd006062cee46e3900727dd5d00094b8592ed0bfd6b5dfae2267f72dd7"
+            },
+        ),
+        Part(
+            "deepscaler",
+            "realdata/deepscaler",
+            ("deepscaler.json",),
+            "hf-dataset",
+            "agentica-org/DeepScaleR-Preview-Dataset",
+            "b6ae8c60f5c1f2b594e2140b91c49c9ad0949e29",
+        ),
+        Part(
+            "humanevalplus",
+            "realdata/humanevalplus",
+            ("data/test-*.parquet",),
+            "hf-dataset",
+            "evalplus/humanevalplus",
+            "d32357cf319e50e9c8d8dab5ea876c72b0fd321b",
+        ),
+        Part(
+            "lcb",
+            "realdata/lcb",
+            ("kaggle_1873_A.jsonl",),
+            "github",
+            "Kaggle/kaggle-benchmarks",
+            "0d759286b5dcb83878e27840fcb42b559062abf3",
+            github_path="documentation/examples/code_generation.py",
+            build=lcb_record_from_source,
+            note="LiveCodeBench 1873_A as a dict in Kaggle's example",
+        ),
+    ]
+}
 
 
 # --- resolving ----------------------------------------------------------------------------------
+
 
 def roots() -> list[Path]:
     """The roots looked in, in order: $CREDO_FIXTURES (an error if it names no directory), ../shared
@@ -128,8 +191,10 @@ def roots() -> list[Path]:
     named = os.environ.get(ENV_ROOT)
     if named:
         if not Path(named).is_dir():
-            raise FixtureError(f"${ENV_ROOT}={named} is not a directory (it should hold fixtures/ and realdata/ "
-                               f"as ../shared does); unset it or point it at such a directory")
+            raise FixtureError(
+                f"${ENV_ROOT}={named} is not a directory (it should hold fixtures/ and realdata/ "
+                f"as ../shared does); unset it or point it at such a directory"
+            )
         found.append(Path(named))
     if (ROOT.parent / "shared").is_dir():
         found.append(ROOT.parent / "shared")
@@ -159,6 +224,7 @@ def missing_reason(name: str) -> str:
 
 # --- fetching -----------------------------------------------------------------------------------
 
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -187,17 +253,26 @@ def download_hub(part: Part, into: Path) -> None:
     endpoint = constants.ENDPOINT
     unreachable = answers(endpoint)
     if unreachable:
-        raise FixtureError(f"could not reach the hub at {endpoint} ({unreachable}) for {part.repo}; check the network "
-                           f"or HF_ENDPOINT, or copy the part to {CACHE_ROOT / part.where}")
+        raise FixtureError(
+            f"could not reach the hub at {endpoint} ({unreachable}) for {part.repo}; check the network "
+            f"or HF_ENDPOINT, or copy the part to {CACHE_ROOT / part.where}"
+        )
     repo_type = "model" if part.source == "hf-model" else "dataset"
     try:
-        huggingface_hub.snapshot_download(repo_id=part.repo, repo_type=repo_type, revision=part.revision,
-                                          allow_patterns=list(part.patterns), local_dir=into)
+        huggingface_hub.snapshot_download(
+            repo_id=part.repo,
+            repo_type=repo_type,
+            revision=part.revision,
+            allow_patterns=list(part.patterns),
+            local_dir=into,
+        )
     except Exception as error:
-        raise FixtureError(f"could not download {part.repo}@{part.revision[:12]} ({', '.join(part.patterns)}) "
-                           f"from {endpoint} ({type(error).__name__}: {_first_line(error)}); check the network or "
-                           f"HF_ENDPOINT, or copy the part to {CACHE_ROOT / part.where}") from error
-    shutil.rmtree(into / ".cache", ignore_errors=True)          # huggingface_hub's own bookkeeping
+        raise FixtureError(
+            f"could not download {part.repo}@{part.revision[:12]} ({', '.join(part.patterns)}) "
+            f"from {endpoint} ({type(error).__name__}: {_first_line(error)}); check the network or "
+            f"HF_ENDPOINT, or copy the part to {CACHE_ROOT / part.where}"
+        ) from error
+    shutil.rmtree(into / ".cache", ignore_errors=True)  # huggingface_hub's own bookkeeping
 
 
 def download_github(part: Part, into: Path) -> None:
@@ -208,8 +283,10 @@ def download_github(part: Part, into: Path) -> None:
         with urllib.request.urlopen(url, timeout=60) as response:
             source = response.read()
     except Exception as error:
-        raise FixtureError(f"could not download {url} ({type(error).__name__}: {_first_line(error)}); check the "
-                           f"network or CREDO_GITHUB_RAW, or copy the part to {CACHE_ROOT / part.where}") from error
+        raise FixtureError(
+            f"could not download {url} ({type(error).__name__}: {_first_line(error)}); check the "
+            f"network or CREDO_GITHUB_RAW, or copy the part to {CACHE_ROOT / part.where}"
+        ) from error
     into.mkdir(parents=True, exist_ok=True)
     (into / "source" / Path(part.github_path).name).parent.mkdir(parents=True, exist_ok=True)
     (into / "source" / Path(part.github_path).name).write_bytes(source)
@@ -222,14 +299,22 @@ def check_files(part: Part, folder: Path, recorded: dict[str, str]) -> dict[str,
     first download; returns them all (what the lock records)."""
     sums = {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
     if not is_whole(folder, part):
-        raise FixtureError(f"the download of {part.repo}@{part.revision[:12]} lacks {', '.join(part.patterns)}; "
-                           f"it got {sorted(sums) or 'no file'}")
+        raise FixtureError(
+            f"the download of {part.repo}@{part.revision[:12]} lacks {', '.join(part.patterns)}; "
+            f"it got {sorted(sums) or 'no file'}"
+        )
     for name, digest in sums.items():
-        expected, why = (part.pinned[name], "pinned") if name in part.pinned else (recorded.get(name), "recorded at its first download")
+        expected, why = (
+            (part.pinned[name], "pinned")
+            if name in part.pinned
+            else (recorded.get(name), "recorded at its first download")
+        )
         if expected is not None and digest != expected:
-            raise FixtureError(f"{part.where}/{name}: sha256 {digest[:16]}... but {expected[:16]}... is {why}: "
-                               f"the download is corrupt or the source changed at a pinned revision; "
-                               f"run `{FETCH_HINT}` again, and if it persists report it")
+            raise FixtureError(
+                f"{part.where}/{name}: sha256 {digest[:16]}... but {expected[:16]}... is {why}: "
+                f"the download is corrupt or the source changed at a pinned revision; "
+                f"run `{FETCH_HINT}` again, and if it persists report it"
+            )
     return sums
 
 
@@ -238,7 +323,9 @@ def fetch_part(part: Part, root: Path, lock: dict) -> str:
     staging = root / ".staging" / part.name
     shutil.rmtree(staging, ignore_errors=True)
     (download_github if part.source == "github" else download_hub)(part, staging)
-    recorded = lock.get(part.name, {}).get("files", {}) if lock.get(part.name, {}).get("revision") == part.revision else {}
+    recorded = (
+        lock.get(part.name, {}).get("files", {}) if lock.get(part.name, {}).get("revision") == part.revision else {}
+    )
     sums = check_files(part, staging, recorded)
     final = root / part.where
     shutil.rmtree(final, ignore_errors=True)
@@ -247,8 +334,9 @@ def fetch_part(part: Part, root: Path, lock: dict) -> str:
     lock[part.name] = {"source": f"{part.source}:{part.repo}", "revision": part.revision, "files": sums}
     size = sum((final / name).stat().st_size for name in sums)
     pinned = sum(name in part.pinned for name in sums)
-    how = (f"{pinned} pinned, " if pinned else "") + (f"{len(sums) - pinned} recorded at first download"
-                                                      if not recorded else f"{len(sums) - pinned} as recorded")
+    how = (f"{pinned} pinned, " if pinned else "") + (
+        f"{len(sums) - pinned} recorded at first download" if not recorded else f"{len(sums) - pinned} as recorded"
+    )
     return f"{part.name}: {final} ({len(sums)} files, {size / 1e6:.1f} MB; sha256: {how})"
 
 

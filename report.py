@@ -31,15 +31,23 @@ SCOPE_TITLES = {"in": "In domain", "out": "Out of domain"}
 
 SOURCES = ("readout", "verbalized", "digit")
 RECORD_KEYS = (
-    "run", "method", "seed", "train_domain", "set", "set_domain", "problem_id", "sample", "source", "c", "a", "text",
+    "run",
+    "method",
+    "seed",
+    "train_domain",
+    "set",
+    "set_domain",
+    "problem_id",
+    "sample",
+    "source",
+    "c",
+    "a",
+    "text",
 )
 # The paper's row order (tab:main); rows not listed follow in alphabetical order.
 ROW_ORDER = ("Base", "GRPO", "RLCR", "DCPO", "Base-d", "GRPO-d", "RLCR-d", "DCPO-d", "CREDO", "CREDO-d")
 # Metrics averaged across sets and runs (`n`, a count, is kept per run only).
-AVERAGED_METRICS = (
-    "acc", "ece", "auroc", "brier", "aurc", "acc@50", "acc@80", "acc@90", "thr",
-    "effective_levels", "top_share", "tie_tax", "parse_fail",
-)
+AVERAGED_METRICS = (*(key for key in METRIC_KEYS if key != "n"), "parse_fail")
 
 
 def read_samples(path) -> list[dict]:
@@ -83,11 +91,13 @@ def validate_record(record: dict, where: str = "record") -> None:
         raise ValueError(f"{where}: set_domain must be 'math' or 'code', got {record['set_domain']!r}")
     known = EVAL_SETS.get(record["set"])
     if known is not None and known["domain"] != record["set_domain"]:
-        raise ValueError(f"{where}: set {record['set']!r} is a {known['domain']} set (tab:data), "
-                         f"but the record says set_domain={record['set_domain']!r}")
+        raise ValueError(
+            f"{where}: set {record['set']!r} is a {known['domain']} set (tab:data), "
+            f"but the record says set_domain={record['set_domain']!r}"
+        )
     if record["source"] not in SOURCES:
         raise ValueError(f"{where}: source must be one of {SOURCES}, got {record['source']!r}")
-    if record["a"] not in (0, 1):          # True/False compare equal to 1/0
+    if record["a"] not in (0, 1):  # True/False compare equal to 1/0
         raise ValueError(f"{where}: a must be 0 or 1, got {record['a']!r}")
     c = record["c"]
     if c is not None:
@@ -111,8 +121,10 @@ def record_scope(record: dict) -> str:
     """Scope of a record: "in" when the set's domain is the training domain, else
     "out"; an untrained model (train_domain None) is in domain everywhere (`tab:main`).
 
-    >>> record_scope({"train_domain": "math", "set_domain": "code"}), record_scope({"train_domain": None, "set_domain": "code"})
-    ('out', 'in')
+    >>> record_scope({"train_domain": "math", "set_domain": "code"})
+    'out'
+    >>> record_scope({"train_domain": None, "set_domain": "code"})
+    'in'
     """
     train = record["train_domain"]
     return "in" if train is None or train == record["set_domain"] else "out"
@@ -190,12 +202,18 @@ def _group_records(records: list[dict]) -> dict:
     groups: dict[tuple, list] = {}
     group_source: dict[tuple, str] = {}
     for i, record in enumerate(records):
-        where = f"record {i} (run {record.get('run')!r}, set {record.get('set')!r})" if isinstance(record, dict) else f"record {i}"
+        where = (
+            f"record {i} (run {record.get('run')!r}, set {record.get('set')!r})"
+            if isinstance(record, dict)
+            else f"record {i}"
+        )
         validate_record(record, where)
         identity = (record["method"], record["seed"], record["train_domain"])
         if runs.setdefault(record["run"], identity) != identity:
-            raise ValueError(f"{where}: run {record['run']!r} was (method, seed, train_domain) = "
-                             f"{runs[record['run']]} in earlier records, {identity} here")
+            raise ValueError(
+                f"{where}: run {record['run']!r} was (method, seed, train_domain) = "
+                f"{runs[record['run']]} in earlier records, {identity} here"
+            )
         if set_domains.setdefault(record["set"], record["set_domain"]) != record["set_domain"]:
             raise ValueError(f"{where}: set {record['set']!r} has two domains in the records")
         sample_id = (record["run"], record["set"], record["problem_id"], record["sample"], record["source"])
@@ -204,8 +222,10 @@ def _group_records(records: list[dict]) -> dict:
         seen.add(sample_id)
         key = (row_label(record["method"], record["source"]), record["run"], record["set"])
         if group_source.setdefault(key, record["source"]) != record["source"]:
-            raise ValueError(f"{where}: row {key[0]!r} of run {key[1]!r} mixes the sources "
-                             f"{group_source[key]!r} and {record['source']!r}; one row is one channel")
+            raise ValueError(
+                f"{where}: row {key[0]!r} of run {key[1]!r} mixes the sources "
+                f"{group_source[key]!r} and {record['source']!r}; one row is one channel"
+            )
         groups.setdefault(key, []).append(record)
     return groups
 
@@ -236,11 +256,20 @@ def aggregate(records: list[dict]) -> dict:
         groups.items(), key=lambda kv: (row_sort_key(kv[0][0]), kv[0][1], _set_sort_key(kv[0][2]))
     ):
         first = pool[0]
-        per_run.append({
-            "row": row, "method": first["method"], "source": first["source"], "run": run, "seed": first["seed"],
-            "train_domain": first["train_domain"], "scope": record_scope(first), "set": set_name,
-            "set_domain": first["set_domain"], "values": pool_metrics(pool),
-        })
+        per_run.append(
+            {
+                "row": row,
+                "method": first["method"],
+                "source": first["source"],
+                "run": run,
+                "seed": first["seed"],
+                "train_domain": first["train_domain"],
+                "scope": record_scope(first),
+                "set": set_name,
+                "set_domain": first["set_domain"],
+                "values": pool_metrics(pool),
+            }
+        )
 
     by_set: dict[tuple, list] = {}
     for entry in per_run:
@@ -248,11 +277,17 @@ def aggregate(records: list[dict]) -> dict:
     per_set = []
     for (row, scope, set_name), entries in by_set.items():
         summary = {m: mean_and_std([e["values"][m] for e in entries]) for m in AVERAGED_METRICS}
-        per_set.append({
-            "row": row, "scope": scope, "set": set_name, "set_domain": entries[0]["set_domain"],
-            "runs": [e["run"] for e in entries],
-            "mean": {m: s[0] for m, s in summary.items()}, "std": {m: s[1] for m, s in summary.items()},
-        })
+        per_set.append(
+            {
+                "row": row,
+                "scope": scope,
+                "set": set_name,
+                "set_domain": entries[0]["set_domain"],
+                "runs": [e["run"] for e in entries],
+                "mean": {m: s[0] for m, s in summary.items()},
+                "std": {m: s[1] for m, s in summary.items()},
+            }
+        )
     per_set.sort(key=lambda e: (row_sort_key(e["row"]), e["scope"], _set_sort_key(e["set"])))
 
     by_domain: dict[tuple, dict] = {}
@@ -265,15 +300,24 @@ def aggregate(records: list[dict]) -> dict:
         reference_run, reference = next(iter(set_lists.items()))
         for run, sets in set_lists.items():
             if sets != reference:
-                raise ValueError(f"row {row!r} ({scope} domain, {domain}): run {run!r} covers sets {sets} "
-                                 f"but run {reference_run!r} covers {reference}; a domain average needs "
-                                 "every run on the same sets")
+                raise ValueError(
+                    f"row {row!r} ({scope} domain, {domain}): run {run!r} covers sets {sets} "
+                    f"but run {reference_run!r} covers {reference}; a domain average needs "
+                    "every run on the same sets"
+                )
         run_averages = [_macro_average(list(sets.values())) for sets in run_sets.values()]
         summary = {m: mean_and_std([avg[m] for avg in run_averages]) for m in AVERAGED_METRICS}
-        per_domain.append({
-            "row": row, "scope": scope, "domain": domain, "runs": list(run_sets), "sets": reference,
-            "mean": {m: s[0] for m, s in summary.items()}, "std": {m: s[1] for m, s in summary.items()},
-        })
+        per_domain.append(
+            {
+                "row": row,
+                "scope": scope,
+                "domain": domain,
+                "runs": list(run_sets),
+                "sets": reference,
+                "mean": {m: s[0] for m, s in summary.items()},
+                "std": {m: s[1] for m, s in summary.items()},
+            }
+        )
     per_domain.sort(key=lambda e: (row_sort_key(e["row"]), e["scope"], DOMAINS.index(e["domain"])))
     return {"per_run": per_run, "per_set": per_set, "per_domain": per_domain}
 
@@ -283,14 +327,28 @@ def aggregate(records: list[dict]) -> dict:
 # ============================================================================================
 
 MISSING = "–"
-TABLE_METRICS = (("acc", "Acc ↑"), ("ece", "ECE ↓"), ("auroc", "AUROC ↑"), ("brier", "Brier ↓"),
-                 ("parse_fail", "Parse fail ↓"))
-SELECTIVE_METRICS = (("aurc", "AURC (%) ↓"), ("acc@50", "acc@50 ↑"), ("acc@80", "acc@80 ↑"),
-                     ("acc@90", "acc@90 ↑"), ("thr", "Thr. ↑"))
-COLLAPSE_METRICS = (("effective_levels", "Effective levels ↑"), ("top_share", "Top share ↓"),
-                    ("tie_tax", "Tie tax ↓"))
-PERSET_BLOCKS = (("acc", "Accuracy ↑"), ("ece", "ECE ↓"), ("auroc", "AUROC ↑"), ("brier", "Brier ↓"),
-                 ("parse_fail", "Parse failures ↓"))
+TABLE_METRICS = (
+    ("acc", "Acc ↑"),
+    ("ece", "ECE ↓"),
+    ("auroc", "AUROC ↑"),
+    ("brier", "Brier ↓"),
+    ("parse_fail", "Parse fail ↓"),
+)
+SELECTIVE_METRICS = (
+    ("aurc", "AURC (%) ↓"),
+    ("acc@50", "acc@50 ↑"),
+    ("acc@80", "acc@80 ↑"),
+    ("acc@90", "acc@90 ↑"),
+    ("thr", "Thr. ↑"),
+)
+COLLAPSE_METRICS = (("effective_levels", "Effective levels ↑"), ("top_share", "Top share ↓"), ("tie_tax", "Tie tax ↓"))
+PERSET_BLOCKS = (
+    ("acc", "Accuracy ↑"),
+    ("ece", "ECE ↓"),
+    ("auroc", "AUROC ↑"),
+    ("brier", "Brier ↓"),
+    ("parse_fail", "Parse failures ↓"),
+)
 
 
 def _format_number(x: float, metric: str) -> str:
@@ -360,11 +418,14 @@ def _cell_pair(entry: dict | None, metric: str) -> tuple[float | None, float | N
 def _write_main(agg: dict, out_dir: Path, written: list) -> None:
     """main.md/.csv/.json in the layout of `tab:main`: sections by scope, column groups by domain."""
     index = _domain_index(agg)
-    md_parts = ["# Accuracy and calibration (tab:main)",
-                "Macro-averaged over each domain's evaluation sets, then mean ± sample std over runs."]
+    md_parts = [
+        "# Accuracy and calibration (tab:main)",
+        "Macro-averaged over each domain's evaluation sets, then mean ± sample std over runs.",
+    ]
     md_header = ["Method"] + [f"{DOMAIN_TITLES[d]} {label}" for d in DOMAINS for _, label in TABLE_METRICS]
-    csv_header = ["section", "row"] + [f"{d}_{m}_{stat}" for d in DOMAINS for m, _ in TABLE_METRICS
-                                       for stat in ("mean", "std")]
+    csv_header = ["section", "row"] + [
+        f"{d}_{m}_{stat}" for d in DOMAINS for m, _ in TABLE_METRICS for stat in ("mean", "std")
+    ]
     csv_rows, json_rows = [], []
     for scope in SCOPES:
         rows = _rows_in(agg, scope)
@@ -374,7 +435,11 @@ def _write_main(agg: dict, out_dir: Path, written: list) -> None:
             continue
         md_rows = []
         for row in rows:
-            md_cells, csv_cells, json_row = [row], [SCOPE_TITLES[scope], row], {"section": SCOPE_TITLES[scope], "row": row}
+            md_cells, csv_cells, json_row = (
+                [row],
+                [SCOPE_TITLES[scope], row],
+                {"section": SCOPE_TITLES[scope], "row": row},
+            )
             for domain in DOMAINS:
                 entry = index.get((row, scope, domain))
                 json_row[domain] = None if entry is None else {}
@@ -434,11 +499,22 @@ def _write_sections(agg: dict, metrics: tuple, stem: str, title: str, out_dir: P
             for row in rows:
                 entry = index[(row, scope, domain)]
                 pairs = [_cell_pair(entry, m) for m, _ in metrics]
-                md_rows.append([row] + [format_cell(mean, std, m) for (mean, std), (m, _) in zip(pairs, metrics, strict=True)])
+                md_rows.append(
+                    [row] + [format_cell(mean, std, m) for (mean, std), (m, _) in zip(pairs, metrics, strict=True)]
+                )
                 csv_rows.append([domain, scope, row] + [_csv_number(x) for pair in pairs for x in pair])
-                json_rows.append({"domain": domain, "scope": scope, "row": row,
-                                  **{m: {"mean": mean, "std": std} for (mean, std), (m, _) in zip(pairs, metrics, strict=True)}})
-            md_parts += [f"## {DOMAIN_TITLES[domain]}, {SCOPE_TITLES[scope].lower()}", _markdown_table(md_header, md_rows)]
+                json_rows.append(
+                    {
+                        "domain": domain,
+                        "scope": scope,
+                        "row": row,
+                        **{m: {"mean": mean, "std": std} for (mean, std), (m, _) in zip(pairs, metrics, strict=True)},
+                    }
+                )
+            md_parts += [
+                f"## {DOMAIN_TITLES[domain]}, {SCOPE_TITLES[scope].lower()}",
+                _markdown_table(md_header, md_rows),
+            ]
     if not json_rows:
         md_parts.append("_No runs._")
     _write_text(out_dir / f"{stem}.md", "\n\n".join(md_parts), written)
@@ -467,8 +543,9 @@ def write_tables(agg: dict, out_dir) -> list[Path]:
         for scope in SCOPES:
             _write_perset(agg, domain, scope, out_dir, written)
     _write_sections(agg, SELECTIVE_METRICS, "selective", "# Selective prediction (tab:riskcov)", out_dir, written)
-    _write_sections(agg, COLLAPSE_METRICS, "collapse", "# Collapse of the reported values (fig:collapse)",
-                    out_dir, written)
+    _write_sections(
+        agg, COLLAPSE_METRICS, "collapse", "# Collapse of the reported values (fig:collapse)", out_dir, written
+    )
     _write_text(out_dir / "aggregate.json", json.dumps(agg, indent=2), written)
     return written
 

@@ -50,7 +50,7 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 CHANNELS = ("readout", "verbalized", "readout_noanalysis")
 DOMAINS = ("math", "code")
-ANSWER_MARKERS = {"math": "\\boxed", "code": "```python"}   # what makes an answer segment parseable, per domain
+ANSWER_MARKERS = {"math": "\\boxed", "code": "```python"}  # what makes an answer segment parseable, per domain
 
 # --- Prompts (app:model) -------------------------------------------------------------------
 # The two system prompts of the paper differ only in the slot instruction; the
@@ -114,10 +114,7 @@ def system_prompt(channel: str, domain: str) -> str:
 def build_prompt_ids(tokenizer, problem: str, channel: str, domain: str, enable_thinking: bool = False) -> list[int]:
     """Token ids of `system + user(problem)` through the tokenizer's chat template,
     ending with the assistant generation prompt."""
-    messages = [
-        {"role": "system", "content": system_prompt(channel, domain)},
-        {"role": "user", "content": problem},
-    ]
+    messages = [{"role": "system", "content": system_prompt(channel, domain)}, {"role": "user", "content": problem}]
     text = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
     )
@@ -183,23 +180,29 @@ def close_slot(tokenizer, completion_ids: list[int]) -> list[int]:
     tag_end = open_at + len(CONF_OPEN)
     if open_at < 0 or tag_end == len(text):
         return ids
-    if not text.startswith(head):   # the head ends inside a character that the last token completes
-        raise ValueError(f"close_slot: with tokenizer {tokenizer_name(tokenizer)} the completion's last token "
-                         f"rewrites the text before it ({head[-20:]!r} -> {text[len(head) - 20:tag_end]!r})")
-    rest = text[len(head) : tag_end]                    # e.g. ">": what the tag still needs
+    if not text.startswith(head):  # the head ends inside a character that the last token completes
+        raise ValueError(
+            f"close_slot: with tokenizer {tokenizer_name(tokenizer)} the completion's last token "
+            f"rewrites the text before it ({head[-20:]!r} -> {text[len(head) - 20 : tag_end]!r})"
+        )
+    rest = text[len(head) : tag_end]  # e.g. ">": what the tag still needs
     tail = tokenizer.encode(rest, add_special_tokens=False)
     if decode(tokenizer, ids[:-1] + tail) != text[:tag_end]:
-        raise ValueError(f"close_slot: tokenizer {tokenizer_name(tokenizer)} cannot encode {rest!r}, the text that "
-                         f"completes {CONF_OPEN} after {head[-40:]!r} (it gives {tail}, which decodes to "
-                         f"{decode(tokenizer, tail)!r})")
+        raise ValueError(
+            f"close_slot: tokenizer {tokenizer_name(tokenizer)} cannot encode {rest!r}, the text that "
+            f"completes {CONF_OPEN} after {head[-40:]!r} (it gives {tail}, which decodes to "
+            f"{decode(tokenizer, tail)!r})"
+        )
     return ids[:-1] + tail
 
 
 def repaired_tokens(sampled_ids: list[int], closed_ids: list[int]) -> int:
     """How many trailing tokens of `closed_ids` close_slot wrote in place of the last sampled one.
 
-    >>> repaired_tokens([5, 6, 7], [5, 6, 7]), repaired_tokens([5, 6, 7], [5, 6, 8]), repaired_tokens([5, 6, 7], [5, 6, 8, 9])
-    (0, 1, 2)
+    >>> repaired_tokens([5, 6, 7], [5, 6, 7]), repaired_tokens([5, 6, 7], [5, 6, 8])
+    (0, 1)
+    >>> repaired_tokens([5, 6, 7], [5, 6, 8, 9])
+    2
     """
     return 0 if closed_ids == sampled_ids else len(closed_ids) - len(sampled_ids) + 1
 
@@ -271,8 +274,8 @@ class Segments:
     fmt: bool
     has_answer: bool
     has_analysis: bool
-    slot_misaligned: bool = False   # <confidence> ends inside a token (one the text goes on past)
-    tag_token: int | None = None    # that token's index, when slot_misaligned
+    slot_misaligned: bool = False  # <confidence> ends inside a token (one the text goes on past)
+    tag_token: int | None = None  # that token's index, when slot_misaligned
 
 
 def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_marker: str) -> Segments:
@@ -302,13 +305,31 @@ def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_ma
     uses_analysis = channel != "readout_noanalysis"
 
     start = segments_start(text)
-    if start is None:                                 # still thinking: nothing after the block
-        return Segments(answer_end=n, analysis_start=n, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=False, has_analysis=False)
+    if start is None:  # still thinking: nothing after the block
+        return Segments(
+            answer_end=n,
+            analysis_start=n,
+            analysis_end=n,
+            slot=None,
+            conf_text=None,
+            fmt=False,
+            has_answer=False,
+            has_analysis=False,
+        )
 
     answer_stop = find_answer_end(text, channel, start)
     if answer_stop < 0:
         has_answer = answer_marker in text[start:]
-        return Segments(answer_end=n, analysis_start=n, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=False)
+        return Segments(
+            answer_end=n,
+            analysis_start=n,
+            analysis_end=n,
+            slot=None,
+            conf_text=None,
+            fmt=False,
+            has_answer=has_answer,
+            has_analysis=False,
+        )
     answer_end, _ = tokens_before(prefix, answer_stop)
     has_answer = answer_marker in text[start:answer_stop]
 
@@ -316,27 +337,74 @@ def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_ma
     if uses_analysis:
         close = text.find(ANALYSIS_CLOSE, answer_stop + len(ANALYSIS_OPEN))
         if close < 0:
-            return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=False)
+            return Segments(
+                answer_end=answer_end,
+                analysis_start=answer_end,
+                analysis_end=n,
+                slot=None,
+                conf_text=None,
+                fmt=False,
+                has_answer=has_answer,
+                has_analysis=False,
+            )
         after_analysis = close + len(ANALYSIS_CLOSE)
     else:
         after_analysis = answer_stop
 
     conf_open = text.find(CONF_OPEN, after_analysis)
     if conf_open < 0:
-        return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=uses_analysis)
+        return Segments(
+            answer_end=answer_end,
+            analysis_start=answer_end,
+            analysis_end=n,
+            slot=None,
+            conf_text=None,
+            fmt=False,
+            has_answer=has_answer,
+            has_analysis=uses_analysis,
+        )
     conf_end_char = conf_open + len(CONF_OPEN)
 
     if channel == "verbalized":
         conf_close = text.find(CONF_CLOSE, conf_end_char)
         conf_text = text[conf_end_char:conf_close] if conf_close >= 0 else None
         ok = has_answer and conf_text is not None and not math.isnan(parse_verbalized_confidence(conf_text))
-        return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=conf_text, fmt=ok, has_answer=has_answer, has_analysis=True)
+        return Segments(
+            answer_end=answer_end,
+            analysis_start=answer_end,
+            analysis_end=n,
+            slot=None,
+            conf_text=conf_text,
+            fmt=ok,
+            has_answer=has_answer,
+            has_analysis=True,
+        )
 
     slot, exact = tokens_before(prefix, conf_end_char)
     if not exact:  # the tag ends inside token `slot`: there is no clean slot position
-        return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=n, slot=None, conf_text=None, fmt=False, has_answer=has_answer, has_analysis=uses_analysis, slot_misaligned=True, tag_token=slot)
+        return Segments(
+            answer_end=answer_end,
+            analysis_start=answer_end,
+            analysis_end=n,
+            slot=None,
+            conf_text=None,
+            fmt=False,
+            has_answer=has_answer,
+            has_analysis=uses_analysis,
+            slot_misaligned=True,
+            tag_token=slot,
+        )
     analysis_end = slot if uses_analysis else answer_end  # no-analysis variant: no confidence segment
-    return Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=analysis_end, slot=slot, conf_text=None, fmt=has_answer, has_answer=has_answer, has_analysis=uses_analysis)
+    return Segments(
+        answer_end=answer_end,
+        analysis_start=answer_end,
+        analysis_end=analysis_end,
+        slot=slot,
+        conf_text=None,
+        fmt=has_answer,
+        has_answer=has_answer,
+        has_analysis=uses_analysis,
+    )
 
 
 def through_slot(tokenizer, completion_ids: list[int]) -> tuple[list[int], int]:
@@ -388,10 +456,10 @@ class Rollout:
     prompt_ids: list[int]
     completion_ids: list[int]
     text: str
-    finish_reason: str                       # "stop" (EOS or stop string) or "length" (truncated)
+    finish_reason: str  # "stop" (EOS or stop string) or "length" (truncated)
     segments: Segments
-    engine_logprobs: list[float] = field(default_factory=list)   # of the sampled tokens
-    slot_repaired: int = 0                   # trailing tokens close_slot wrote (not sampled)
+    engine_logprobs: list[float] = field(default_factory=list)  # of the sampled tokens
+    slot_repaired: int = 0  # trailing tokens close_slot wrote (not sampled)
 
     @property
     def truncated(self) -> bool:

@@ -3,7 +3,9 @@
 #   bash run.sh setup                   create .venv (GPU or CPU stack) and the tiny local model
 #   bash run.sh test [pytest args]      the test suite (tests needing real third-party parts are skipped,
 #                                       and named, until `bash run.sh fixtures` has fetched them)
-#   bash run.sh lint [ruff args]        ruff's checks (pyproject.toml); CI runs it before the tests
+#   bash run.sh lint [ruff args]        ruff's checks and `ruff format --check` (pyproject.toml); CI runs it
+#                                       before the tests
+#   bash run.sh format                  ruff format: rewrites the files lint's format check would refuse
 #   bash run.sh fixtures [--only a,b]   download Qwen3's tokenizer and real dataset records at pinned revisions,
 #                                       sha256-checked, into .cache/fixtures/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
@@ -95,7 +97,13 @@ case "$target" in
   lint)
     shift
     setup
-    exec "$PY" -m ruff check "$@" .          # pyproject.toml: the rules and why some are off
+    "$PY" -m ruff check "$@" .               # pyproject.toml: the rules and why some are off
+    exec "$PY" -m ruff format --check .      # lines <= 120, ruff's layout
+    ;;
+  format)
+    shift
+    setup
+    exec "$PY" -m ruff format "$@" .
     ;;
   fixtures)
     shift

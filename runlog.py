@@ -2,7 +2,7 @@
 rollouts (text, a, c, rewards, advantages) under `rollouts/`.
 
 Holds: the step's metrics from its rollouts, outcomes and update statistics (`step_metrics`),
-the engine/trainer log-prob agreement, and the writers. The calibration numbers come from
+the engine/trainer log-prob agreement, the phase timings (`timed`), and the writers. The calibration numbers come from
 metrics.py, the one implementation the evaluation uses too. Does not hold: the loop.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,26 +25,45 @@ from methods import Credit
 from schema import Config
 
 
+@contextmanager
+def timed(timings: dict, phase: str):
+    """Add the wall time of the block to timings[phase] (the step's t_<phase> metric)."""
+    t0 = time.perf_counter()
+    yield
+    timings[phase] = time.perf_counter() - t0
+
+
 @dataclass
 class StepStats:
     """What one update reports (runlog writes it): scalars, and per-rollout tensors [N]."""
 
-    loss_pg: float            # J of eq:grpo, as a batch mean
-    loss_cal: float           # L_cal of eq:calloss (or the auxiliary head's BCE), as a mean over V
-    alpha: float              # alpha and kappa after their warm-up
+    loss_pg: float  # J of eq:grpo, as a batch mean
+    loss_cal: float  # L_cal of eq:calloss (or the auxiliary head's BCE), as a mean over V
+    alpha: float  # alpha and kappa after their warm-up
     kappa: float
-    grad_norm: float          # before clipping
-    pad_fraction: float       # padded share of the micro-batches' token slots (0 when packed)
+    grad_norm: float  # before clipping
+    pad_fraction: float  # padded share of the micro-batches' token slots (0 when packed)
     micro_batches: int
-    readout_pass_rows: int    # rows whose c came from a no-grad pass (their group was split)
-    credit: Credit            # [N] each
-    conf: torch.Tensor        # [N] the confidence of record: the model's c, or a baseline's report
+    readout_pass_rows: int  # rows whose c came from a no-grad pass (their group was split)
+    credit: Credit  # [N] each
+    conf: torch.Tensor  # [N] the confidence of record: the model's c, or a baseline's report
     conf_valid: torch.Tensor  # [N] bool: conf exists
-    completion_logp: list     # [N] of [completion tokens] the trainer's log-probs (None where absent)
+    completion_logp: list  # [N] of [completion tokens] the trainer's log-probs (None where absent)
 
     def scalars(self) -> dict:
-        return {name: getattr(self, name) for name in ("loss_pg", "loss_cal", "alpha", "kappa", "grad_norm",
-                                                        "pad_fraction", "micro_batches", "readout_pass_rows")}
+        return {
+            name: getattr(self, name)
+            for name in (
+                "loss_pg",
+                "loss_cal",
+                "alpha",
+                "kappa",
+                "grad_norm",
+                "pad_fraction",
+                "micro_batches",
+                "readout_pass_rows",
+            )
+        }
 
     def per_rollout(self) -> dict:
         return {"conf": self.conf, "conf_valid": self.conf_valid, **self.credit._asdict()}
@@ -74,7 +95,7 @@ def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, 
         "format_rate": float(fmt.mean()),
         "readout_rate": float(valid.float().mean()),
         "slot_misaligned": sum(r.segments.slot_misaligned for r in rollouts),
-        "slot_repaired": sum(r.slot_repaired > 0 for r in rollouts),   # close_slot ended them at the tag
+        "slot_repaired": sum(r.slot_repaired > 0 for r in rollouts),  # close_slot ended them at the tag
         "truncated_rate": sum(r.truncated for r in rollouts) / len(rollouts),
         "mean_c": float(conf.mean()) if len(conf) else None,
         "ece": metrics.ece(conf.double().numpy(), a_valid.numpy()) if len(conf) else None,
@@ -93,7 +114,9 @@ def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, 
     }
 
 
-def engine_logprob_gap(rollouts, completion_logp: list[torch.Tensor], world: parallel.World | None = None) -> float | None:
+def engine_logprob_gap(
+    rollouts, completion_logp: list[torch.Tensor], world: parallel.World | None = None
+) -> float | None:
     """Mean |engine log-prob - trainer log-prob| over sampled completion tokens (of every rank;
     a tail close_slot wrote has neither): a weight-sync check (it grows if the engine samples
     from other weights than the trainer scores). Both are at the sampling temperature; the
@@ -114,13 +137,25 @@ def engine_logprob_gap(rollouts, completion_logp: list[torch.Tensor], world: par
 def write_rollouts(path: Path, rollouts, correct, stats) -> None:
     with path.open("w") as f:
         for i, r in enumerate(rollouts):
-            f.write(json.dumps({
-                "question_id": r.question_id, "text": r.text, "finish_reason": r.finish_reason,
-                "slot_repaired": r.slot_repaired > 0,
-                "a": float(correct[i]), "c": float(stats.conf[i]) if stats.conf_valid[i] else None,
-                "format": r.segments.fmt, "r_ans": float(stats.credit.r_ans[i]), "r_conf": float(stats.credit.r_conf[i]),
-                "w": float(stats.credit.w[i]), "adv_ans": float(stats.credit.adv_ans[i]), "adv_conf": float(stats.credit.adv_conf[i]),
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "question_id": r.question_id,
+                        "text": r.text,
+                        "finish_reason": r.finish_reason,
+                        "slot_repaired": r.slot_repaired > 0,
+                        "a": float(correct[i]),
+                        "c": float(stats.conf[i]) if stats.conf_valid[i] else None,
+                        "format": r.segments.fmt,
+                        "r_ans": float(stats.credit.r_ans[i]),
+                        "r_conf": float(stats.credit.r_conf[i]),
+                        "w": float(stats.credit.w[i]),
+                        "adv_ans": float(stats.credit.adv_ans[i]),
+                        "adv_conf": float(stats.credit.adv_conf[i]),
+                    }
+                )
+                + "\n"
+            )
 
 
 # ============================================================================================
@@ -139,15 +174,30 @@ class RunLog:
         self.sinks = []
         if not world.is_main:
             return
-        self.sinks = [open_sink(name, run_dir, cfg, resumed_at or 0) for name in config.reporters(cfg) if name != "jsonl"]
-        if resumed_at is not None and self.metrics_path.exists():   # drop lines a longer, abandoned run wrote past the checkpoint
-            kept = [line for line in self.metrics_path.read_text().splitlines() if json.loads(line)["step"] < resumed_at]
+        self.sinks = [
+            open_sink(name, run_dir, cfg, resumed_at or 0) for name in config.reporters(cfg) if name != "jsonl"
+        ]
+        if (
+            resumed_at is not None and self.metrics_path.exists()
+        ):  # drop lines a longer, abandoned run wrote past the checkpoint
+            kept = [
+                line for line in self.metrics_path.read_text().splitlines() if json.loads(line)["step"] < resumed_at
+            ]
             self.metrics_path.write_text("".join(line + "\n" for line in kept))
         if self.save_rollouts:
             (run_dir / "rollouts").mkdir(exist_ok=True)
 
-    def step(self, step: int, question_ids: list[str], rollouts, out, stats, logp_gap: float | None,
-             timings: dict, n_train_tokens: float) -> dict | None:
+    def step(
+        self,
+        step: int,
+        question_ids: list[str],
+        rollouts,
+        out,
+        stats,
+        logp_gap: float | None,
+        timings: dict,
+        n_train_tokens: float,
+    ) -> dict | None:
         """Reduce the step over all ranks (scalars averaged, timings maxed, per-rollout rows
         gathered on rank 0) and write it; returns the metrics line on rank 0, None elsewhere.
         Every rank must call it (it holds collectives)."""
@@ -158,10 +208,16 @@ class RunLog:
         gathered = parallel.gather_on_main((rollouts, out.correct, out.fmt, out.valid, stats.per_rollout()), world)
         if not world.is_main:
             return None
-        all_rollouts, all_correct, all_fmt, all_valid, all_rows = (parallel.concat_rows(part) for part in zip(*gathered))
+        all_rollouts, all_correct, all_fmt, all_valid, all_rows = (
+            parallel.concat_rows(part) for part in zip(*gathered)
+        )
         all_stats = stats.merged(scalars, all_rows)
-        record = {"step": step, "world_size": world.world_size, "questions": question_ids,
-                  **step_metrics(all_rollouts, all_correct, all_fmt, all_valid, all_stats, logp_gap, timings, n_train_tokens)}
+        record = {
+            "step": step,
+            "world_size": world.world_size,
+            "questions": question_ids,
+            **step_metrics(all_rollouts, all_correct, all_fmt, all_valid, all_stats, logp_gap, timings, n_train_tokens),
+        }
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(record) + "\n")
         if self.save_rollouts:
@@ -189,7 +245,9 @@ class TensorBoardSink:
         try:
             from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package: only when asked
         except ImportError as error:
-            raise ValueError(f"report_to=tensorboard needs the tensorboard package (pip install tensorboard): {error}") from None
+            raise ValueError(
+                f"report_to=tensorboard needs the tensorboard package (pip install tensorboard): {error}"
+            ) from None
         self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resumed_at or None)
 
     def log(self, scalars: dict, step: int) -> None:
@@ -214,8 +272,15 @@ class WandbSink:
         if mode == "auto":
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
         name = run_dir.name
-        self.run = wandb.init(project=cfg.wandb_project, name=name, id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
-                              resume="allow", dir=str(run_dir), mode=mode, config=config.as_dict(cfg))
+        self.run = wandb.init(
+            project=cfg.wandb_project,
+            name=name,
+            id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
+            resume="allow",
+            dir=str(run_dir),
+            mode=mode,
+            config=config.as_dict(cfg),
+        )
 
     def log(self, scalars: dict, step: int) -> None:
         self.run.log(scalars, step=step)

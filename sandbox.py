@@ -40,7 +40,7 @@ frame is at most ``file_size_mb`` + 1 MiB (``_Sandbox._pop_frame``); the
 judges bound what they decode further (``grading.py``).
 
 Namespaces mode (used when ``unshare`` works, detected at the first call):
-the harness runs under ``unshare`` (``_namespace_command``) with its own PID,
+the harness runs under ``unshare`` (``namespace_command``) with its own PID,
 network, IPC, UTS and mount namespaces, and pivots into a minimal read-only
 root (``sandbox_lockdown.isolate_filesystem``) whose only writable place is a
 size-limited tmpfs, its working directory.  Under a root parent it then
@@ -103,8 +103,11 @@ from sandbox_resources import (
     kill_and_wait,
     kill_group,
     make_workdir,
+    namespace_command,
     reap,
     remove_workdir,
+    sandbox_tag,
+    scrubbed_environment,
     tmpfs_workdirs_work,
 )
 
@@ -231,16 +234,22 @@ def _detect_sandbox_config() -> _SandboxConfig:
                 return candidate
         if wanted == "namespaces":
             raise SandboxError(f"CREDO_SANDBOX=namespaces but namespaces do not work: {problem}")
-        logger.warning("code sandbox: namespaces unavailable (%s); using plain mode "
-                       "(no PID, network or file-system isolation)", problem)
+        logger.warning(
+            "code sandbox: namespaces unavailable (%s); using plain mode (no PID, network or file-system isolation)",
+            problem,
+        )
     landlock = _landlock_abi() >= 1
     if not landlock:
-        logger.warning("code sandbox: plain mode without Landlock (Linux 5.13+): programs "
-                       "can read world-readable files and write world-writable places")
+        logger.warning(
+            "code sandbox: plain mode without Landlock (Linux 5.13+): programs "
+            "can read world-readable files and write world-writable places"
+        )
     tmpfs = tmpfs_workdirs_work()
     if not tmpfs:
-        logger.warning("code sandbox: plain mode cannot mount a tmpfs working directory (not "
-                       "root): the number and total size of a program's files are unbounded")
+        logger.warning(
+            "code sandbox: plain mode cannot mount a tmpfs working directory (not "
+            "root): the number and total size of a program's files are unbounded"
+        )
     candidate = _SandboxConfig("plain", python, landlock=landlock, tmpfs_workdir=tmpfs)
     problem = _probe(candidate)
     if problem is not None:
@@ -257,17 +266,19 @@ def _landlock_abi() -> int:
 
     libc = ctypes.CDLL(None, use_errno=True)
     landlock_create_ruleset, version_flag = 444, 1
-    return max(0, libc.syscall(landlock_create_ruleset, None, ctypes.c_size_t(0),
-                               ctypes.c_uint32(version_flag)))
+    return max(0, libc.syscall(landlock_create_ruleset, None, ctypes.c_size_t(0), ctypes.c_uint32(version_flag)))
 
 
 def _probe(config: _SandboxConfig) -> str | None:
     """Run a known program under ``config``; ``None`` if it works, else why."""
-    spec = TestSpec({"kind": "stdio", "inputs": [b"probe\n"]}, 1, 0,
-                    lambda index, tag, payload: (tag, payload) == (b"O", b"eborp\n"))
+    spec = TestSpec(
+        {"kind": "stdio", "inputs": [b"probe\n"]},
+        1,
+        0,
+        lambda index, tag, payload: (tag, payload) == (b"O", b"eborp\n"),
+    )
     try:
-        passed = run_tests(config, "print(input()[::-1])", spec, 30.0, 30.0,
-                            SandboxLimits(), capture_stderr=True)
+        passed = run_tests(config, "print(input()[::-1])", spec, 30.0, 30.0, SandboxLimits(), capture_stderr=True)
     except SandboxError as error:
         return str(error)
     return None if passed else "the probe program did not produce its output"
@@ -291,8 +302,13 @@ def run_tests(
 ) -> bool:
     """Run ``program`` on ``spec`` in a sandbox and judge the frames it sends."""
     interpreters = 2 if spec.request["kind"] == "assert" else 1
-    request = dict(spec.request, program=program, namespaces=config.mode == "namespaces",
-                   landlock=config.landlock, limits=_child_limits(limits, budget_s, interpreters))
+    request = dict(
+        spec.request,
+        program=program,
+        namespaces=config.mode == "namespaces",
+        landlock=config.landlock,
+        limits=_child_limits(limits, budget_s, interpreters),
+    )
     if spec.request["kind"] == "assert":
         request.update(loader=_CODE_LOADER, code=_child_code(config.python))
     with _Sandbox(config, request, limits, capture_stderr) as sandbox:
@@ -313,8 +329,7 @@ def _wait_until_ready(sandbox: _Sandbox, grace_s: float) -> None:
     """
     frame = sandbox.next_frame(time.monotonic() + grace_s)
     if frame is None:
-        raise SandboxError("the sandbox did not become ready within "
-                           f"{grace_s:.1f} s{sandbox.diagnostics()}")
+        raise SandboxError(f"the sandbox did not become ready within {grace_s:.1f} s{sandbox.diagnostics()}")
     tag, payload = frame
     if tag == b"F":
         raise SandboxError(f"sandbox set-up failed: {payload.decode(errors='replace')}")
@@ -342,8 +357,7 @@ def _child_limits(limits: SandboxLimits, budget_s: float, interpreters: int) -> 
 class _Sandbox:
     """One sandboxed child: started on enter, killed (whole group) on exit."""
 
-    def __init__(self, config: _SandboxConfig, request: dict, limits: SandboxLimits,
-                 capture_stderr: bool) -> None:
+    def __init__(self, config: _SandboxConfig, request: dict, limits: SandboxLimits, capture_stderr: bool) -> None:
         self.config = config
         self.request = request
         self.max_payload = (limits.file_size_mb << 20) + (1 << 20)
@@ -373,10 +387,10 @@ class _Sandbox:
         cwd = "/" if namespaces else self._make_workdir()
         home = "/tmp" if namespaces else cwd
         code = _child_code(self.config.python)
-        command = [self.config.python, "-I", "-c", _CODE_LOADER, _sandbox_tag(), "harness"]
+        command = [self.config.python, "-I", "-c", _CODE_LOADER, sandbox_tag(), "harness"]
         identity, switch_to = {}, None
         if namespaces:
-            command = _namespace_command(self.config.unshare, as_root=self.uid is not None) + command
+            command = namespace_command(self.config.unshare, as_root=self.uid is not None) + command
             switch_to = self.uid  # the harness switches after building the mount namespace
         elif self.uid is not None:
             identity = {"user": self.uid, "group": self.uid, "extra_groups": []}
@@ -388,10 +402,15 @@ class _Sandbox:
             request_file.seek(0)
             try:
                 self.proc = subprocess.Popen(
-                    command, stdin=request_file, stdout=subprocess.PIPE,
-                    stderr=self.stderr_file or subprocess.DEVNULL, cwd=cwd,
-                    env=_scrubbed_environment(home), start_new_session=True,
-                    close_fds=True, **identity,
+                    command,
+                    stdin=request_file,
+                    stdout=subprocess.PIPE,
+                    stderr=self.stderr_file or subprocess.DEVNULL,
+                    cwd=cwd,
+                    env=scrubbed_environment(home),
+                    start_new_session=True,
+                    close_fds=True,
+                    **identity,
                 )
             except OSError as error:
                 raise SandboxError(f"cannot start the sandbox: {error}") from None
@@ -499,34 +518,7 @@ def _remove_workdir(base: str) -> None:
         raise SandboxError(f"cannot remove the sandbox's working directory: {error}") from None
 
 
-def _namespace_command(unshare: str, as_root: bool) -> list[str]:
-    """The ``unshare`` prefix of a namespaces-mode child.
-
-    Under a root parent no user namespace is made: the harness builds its
-    mount namespace as root, then switches to its own unprivileged uid.
-    Otherwise a user namespace maps the parent's uid to root inside it.
-    """
-    user = [] if as_root else ["--user", "--map-root-user"]
-    return [unshare, *user, "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
-            "--mount", "--mount-proc"]
-
-
 _SANDBOX_UIDS = UidPool()
-
-
-def _sandbox_tag() -> str:
-    """argv[1] of every sandbox process: names the parent that owns it.
-
-    >>> _sandbox_tag() == f"credo-sandbox:{os.getpid()}"
-    True
-    """
-    return f"credo-sandbox:{os.getpid()}"
-
-
-def _scrubbed_environment(home: str) -> dict:
-    """The only environment variables a sandboxed program sees."""
-    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", **threads}
 
 
 # ---------------------------------------------------------------------------
@@ -548,8 +540,9 @@ while len(code) < size:
     code += os.read(0, size - len(code))
 exec(marshal.loads(code), {"__name__": "__main__", "__builtins__": __builtins__})
 """
-_COMPILER = ("import marshal, sys\n"
-             "sys.stdout.buffer.write(marshal.dumps(compile(sys.stdin.read(), '<sandbox-child>', 'exec')))")
+_COMPILER = (
+    "import marshal, sys\nsys.stdout.buffer.write(marshal.dumps(compile(sys.stdin.read(), '<sandbox-child>', 'exec')))"
+)
 
 
 def _child_script() -> str:
@@ -565,11 +558,17 @@ def _child_code(python: str) -> bytes:
     ``python`` itself (once per interpreter: marshal formats differ between versions)."""
     with _CHILD_CODE_LOCK:
         if python not in _CHILD_CODE:
-            done = subprocess.run([python, "-I", "-c", _COMPILER], input=_child_script().encode(),
-                                  capture_output=True, timeout=120, check=False)
+            done = subprocess.run(
+                [python, "-I", "-c", _COMPILER],
+                input=_child_script().encode(),
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
             if done.returncode != 0 or not done.stdout:
-                raise SandboxError(f"{python} cannot compile the sandbox child script: "
-                                   f"{done.stderr.decode(errors='replace')[-500:]}")
+                raise SandboxError(
+                    f"{python} cannot compile the sandbox child script: {done.stderr.decode(errors='replace')[-500:]}"
+                )
             _CHILD_CODE[python] = done.stdout
         return _CHILD_CODE[python]
 
@@ -580,7 +579,8 @@ def _assemble_child_script(directory: Path) -> str:
     for name in _SPLICED_MODULES:
         lines = re.findall(rf"^from {name} import (?:[\w, ]+|\([\w,\s]+\))$", script, flags=re.MULTILINE)
         if len(lines) != 1:
-            raise SandboxError(f"sandbox_child.py must have exactly one 'from {name} import' "
-                               f"statement, found {len(lines)}")
+            raise SandboxError(
+                f"sandbox_child.py must have exactly one 'from {name} import' statement, found {len(lines)}"
+            )
         script = script.replace(lines[0], (directory / f"{name}.py").read_text())
     return script

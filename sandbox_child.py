@@ -33,13 +33,7 @@ import marshal
 import os
 import sys
 
-from sandbox_lockdown import (
-    drop_privileges,
-    install_seccomp,
-    isolate_filesystem,
-    landlock,
-    set_limits,
-)
+from sandbox_lockdown import drop_privileges, install_seccomp, isolate_filesystem, landlock, set_limits
 from typed_json import decode_typed, encode
 
 
@@ -70,8 +64,7 @@ def harness():
         if kind == "stdio":
             stdio_files = (os.memfd_create("stdin"), os.memfd_create("stdout"))
         if kind == "assert":
-            server = start_server(request["loader"], request["code"], devnull,
-                                         request["limits"]["processes"])
+            server = start_server(request["loader"], request["code"], devnull, request["limits"]["processes"])
             set_limits(request["limits"], processes=True)
         install_seccomp()
     except Exception as error:  # noqa: BLE001 (any set-up failure is reported)
@@ -116,7 +109,7 @@ def write_all(fd, data):
     """Write all of ``data`` to ``fd``."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def recv(fd):
@@ -255,11 +248,16 @@ def start_server(loader, code, devnull, processes):
     to_server, server_stdin = os.pipe()
     server_stdout, from_server = os.pipe()
     argv = [sys.executable, "-I", "-c", loader, sys.argv[1], "server", str(processes)]
-    os.posix_spawn(sys.executable, argv, dict(os.environ), file_actions=[
-        (os.POSIX_SPAWN_DUP2, to_server, 0),
-        (os.POSIX_SPAWN_DUP2, from_server, 1),
-        (os.POSIX_SPAWN_DUP2, devnull, 2),
-    ])
+    os.posix_spawn(
+        sys.executable,
+        argv,
+        dict(os.environ),
+        file_actions=[
+            (os.POSIX_SPAWN_DUP2, to_server, 0),
+            (os.POSIX_SPAWN_DUP2, from_server, 1),
+            (os.POSIX_SPAWN_DUP2, devnull, 2),
+        ],
+    )
     for fd in (to_server, from_server):
         os.close(fd)
     write_all(server_stdin, len(code).to_bytes(8, "big") + code)

@@ -52,8 +52,7 @@ def isolate_filesystem(tmpfs_bytes, owner):
     system, binds, devices = visible_paths()
     # Open every source first: the new root is assembled on /tmp, which may hold them.
     sources = {path: os.open(path, os.O_PATH) for path in binds + devices + ["/proc"]}
-    mount(ctypes, libc, "tmpfs", "/tmp", "tmpfs", ms_nosuid | ms_nodev,
-                 "size=1048576,nr_inodes=4096,mode=0755")
+    mount(ctypes, libc, "tmpfs", "/tmp", "tmpfs", ms_nosuid | ms_nodev, "size=1048576,nr_inodes=4096,mode=0755")
     os.mkdir("/tmp/tmp")
     options = f"size={tmpfs_bytes},nr_inodes=4096,mode=0700"
     if owner is not None:
@@ -90,8 +89,7 @@ def visible_paths():
     ``devices`` five harmless device nodes.
     """
     system = ["/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32"]
-    prefixes = {os.path.normpath(path) for path in (sys.prefix, sys.exec_prefix, sys.base_prefix,
-                                                     sys.base_exec_prefix)}
+    prefixes = {os.path.normpath(path) for path in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)}
     if "/" in prefixes:
         raise OSError("the sandbox interpreter's prefix is /; it cannot be isolated")
     binds = [path for path in system if os.path.lexists(path)]
@@ -144,11 +142,15 @@ def landlock():
             allowed &= execute | read_file | write_file | (1 << 14) | (1 << 15)
         rule = PathBeneath(allowed & handled, fd)
         path_beneath = 1
-        check(ctypes, libc.syscall(add_rule, ctypes.c_int(ruleset_fd), ctypes.c_int(path_beneath),
-                                          ctypes.byref(rule), ctypes.c_uint32(0)), "landlock " + path)
+        check(
+            ctypes,
+            libc.syscall(
+                add_rule, ctypes.c_int(ruleset_fd), ctypes.c_int(path_beneath), ctypes.byref(rule), ctypes.c_uint32(0)
+            ),
+            "landlock " + path,
+        )
         os.close(fd)
-    check(ctypes, libc.syscall(restrict, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)),
-                 "landlock_restrict_self")
+    check(ctypes, libc.syscall(restrict, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)), "landlock_restrict_self")
     os.close(ruleset_fd)
     return abi
 
@@ -166,8 +168,11 @@ def make_path(path):
 def mount(ctypes, libc, source, target, fstype, flags, options):
     """mount(2); raise OSError naming the target on failure."""
     encode = lambda text: None if text is None else text.encode()  # noqa: E731
-    check(ctypes, libc.mount(encode(source), encode(target), encode(fstype),
-                                    ctypes.c_ulong(flags), encode(options)), "mount " + target)
+    check(
+        ctypes,
+        libc.mount(encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(options)),
+        "mount " + target,
+    )
 
 
 def mount_setattr(ctypes, libc, path, flags, recursive):
@@ -178,10 +183,18 @@ def mount_setattr(ctypes, libc, path, flags, recursive):
 
     attr = MountAttr(flags, 0, 0, 0)
     at_fdcwd, at_recursive, sys_mount_setattr = -100, 0x8000, 442
-    check(ctypes, libc.syscall(sys_mount_setattr, ctypes.c_int(at_fdcwd), path.encode(),
-                                      ctypes.c_uint(at_recursive if recursive else 0),
-                                      ctypes.byref(attr),
-                                      ctypes.c_size_t(ctypes.sizeof(attr))), "mount_setattr")
+    check(
+        ctypes,
+        libc.syscall(
+            sys_mount_setattr,
+            ctypes.c_int(at_fdcwd),
+            path.encode(),
+            ctypes.c_uint(at_recursive if recursive else 0),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),
+        ),
+        "mount_setattr",
+    )
 
 
 def set_limits(limits, processes):
@@ -218,8 +231,7 @@ def drop_privileges(uid):
         _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]  # noqa: RUF012
 
     capability_version_3 = 0x20080522
-    check(ctypes, libc.capset(ctypes.byref(Header(capability_version_3, 0)),
-                                     (Data * 2)()), "capset")
+    check(ctypes, libc.capset(ctypes.byref(Header(capability_version_3, 0)), (Data * 2)()), "capset")
     check(ctypes, libc.prctl(pr_set_dumpable, 0, 0, 0, 0), "dumpable")
 
 
@@ -227,34 +239,97 @@ def syscall_numbers():
     """System-call numbers the filter names: ``(x86-64, aarch64)``; None where
     the architecture lacks the call (its newer form is listed too)."""
     return {
-        "fork": (57, None), "vfork": (58, None), "clone": (56, 220), "clone3": (435, 435),
-        "execve": (59, 221), "execveat": (322, 281), "setsid": (112, 157), "setpgid": (109, 154),
-        "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
-        "pidfd_open": (434, 434), "pidfd_getfd": (438, 438), "pidfd_send_signal": (424, 424),
-        "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240), "kill": (62, 129),
-        "tkill": (200, 130), "tgkill": (234, 131), "socket": (41, 198), "socketpair": (53, 199),
-        "bind": (49, 200), "connect": (42, 203), "listen": (50, 201), "memfd_create": (319, 279),
-        "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "semget": (64, 190),
-        "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192), "msgget": (68, 186),
-        "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187), "mq_open": (240, 180),
-        "mq_unlink": (241, 181), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
-        "io_uring_register": (427, 427), "unshare": (272, 97), "setns": (308, 268),
-        "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219), "bpf": (321, 280),
-        "perf_event_open": (298, 241), "userfaultfd": (323, 282), "fcntl": (72, 25),
-        "ioctl": (16, 29), "flock": (73, 32), "inotify_init": (253, None),
-        "inotify_init1": (294, 26), "inotify_add_watch": (254, 27), "fanotify_init": (300, 262),
-        "fadvise64": (221, 223), "mincore": (27, 232), "cachestat": (451, 451),
-        "madvise": (28, 233), "preadv2": (327, 286), "pwritev2": (328, 287),
-        "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
-        "umask": (95, 166), "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7),
-        "setxattrat": (463, 463), "prlimit64": (302, 261), "getpriority": (140, 141),
-        "setpriority": (141, 140), "sched_setparam": (142, 118), "sched_getparam": (143, 121),
-        "sched_setscheduler": (144, 119), "sched_getscheduler": (145, 120),
-        "sched_rr_get_interval": (148, 127), "sched_setaffinity": (203, 122),
-        "sched_getaffinity": (204, 123), "sched_setattr": (314, 274), "sched_getattr": (315, 275),
-        "ioprio_set": (251, 30), "ioprio_get": (252, 31), "migrate_pages": (256, 238),
-        "move_pages": (279, 239), "get_robust_list": (274, 100), "kcmp": (312, 272),
-        "process_madvise": (440, 440), "process_mrelease": (448, 448),
+        "fork": (57, None),
+        "vfork": (58, None),
+        "clone": (56, 220),
+        "clone3": (435, 435),
+        "execve": (59, 221),
+        "execveat": (322, 281),
+        "setsid": (112, 157),
+        "setpgid": (109, 154),
+        "ptrace": (101, 117),
+        "process_vm_readv": (310, 270),
+        "process_vm_writev": (311, 271),
+        "pidfd_open": (434, 434),
+        "pidfd_getfd": (438, 438),
+        "pidfd_send_signal": (424, 424),
+        "rt_sigqueueinfo": (129, 138),
+        "rt_tgsigqueueinfo": (297, 240),
+        "kill": (62, 129),
+        "tkill": (200, 130),
+        "tgkill": (234, 131),
+        "socket": (41, 198),
+        "socketpair": (53, 199),
+        "bind": (49, 200),
+        "connect": (42, 203),
+        "listen": (50, 201),
+        "memfd_create": (319, 279),
+        "shmget": (29, 194),
+        "shmat": (30, 196),
+        "shmctl": (31, 195),
+        "semget": (64, 190),
+        "semop": (65, 193),
+        "semctl": (66, 191),
+        "semtimedop": (220, 192),
+        "msgget": (68, 186),
+        "msgsnd": (69, 189),
+        "msgrcv": (70, 188),
+        "msgctl": (71, 187),
+        "mq_open": (240, 180),
+        "mq_unlink": (241, 181),
+        "io_uring_setup": (425, 425),
+        "io_uring_enter": (426, 426),
+        "io_uring_register": (427, 427),
+        "unshare": (272, 97),
+        "setns": (308, 268),
+        "add_key": (248, 217),
+        "request_key": (249, 218),
+        "keyctl": (250, 219),
+        "bpf": (321, 280),
+        "perf_event_open": (298, 241),
+        "userfaultfd": (323, 282),
+        "fcntl": (72, 25),
+        "ioctl": (16, 29),
+        "flock": (73, 32),
+        "inotify_init": (253, None),
+        "inotify_init1": (294, 26),
+        "inotify_add_watch": (254, 27),
+        "fanotify_init": (300, 262),
+        "fadvise64": (221, 223),
+        "mincore": (27, 232),
+        "cachestat": (451, 451),
+        "madvise": (28, 233),
+        "preadv2": (327, 286),
+        "pwritev2": (328, 287),
+        "chmod": (90, None),
+        "fchmod": (91, 52),
+        "fchmodat": (268, 53),
+        "fchmodat2": (452, 452),
+        "umask": (95, 166),
+        "setxattr": (188, 5),
+        "lsetxattr": (189, 6),
+        "fsetxattr": (190, 7),
+        "setxattrat": (463, 463),
+        "prlimit64": (302, 261),
+        "getpriority": (140, 141),
+        "setpriority": (141, 140),
+        "sched_setparam": (142, 118),
+        "sched_getparam": (143, 121),
+        "sched_setscheduler": (144, 119),
+        "sched_getscheduler": (145, 120),
+        "sched_rr_get_interval": (148, 127),
+        "sched_setaffinity": (203, 122),
+        "sched_getaffinity": (204, 123),
+        "sched_setattr": (314, 274),
+        "sched_getattr": (315, 275),
+        "ioprio_set": (251, 30),
+        "ioprio_get": (252, 31),
+        "migrate_pages": (256, 238),
+        "move_pages": (279, 239),
+        "get_robust_list": (274, 100),
+        "kcmp": (312, 272),
+        "process_madvise": (440, 440),
+        "process_mrelease": (448, 448),
     }
 
 
@@ -262,16 +337,35 @@ def checked_calls():
     """The calls the filter does not simply deny: the block that checks their
     arguments (see ``seccomp_program``)."""
     return {
-        "clone3": "ENOSYS", "clone": "CLONE", "kill": "SELF_ARG0", "tgkill": "SELF_ARG0",
-        "fcntl": "FCNTL", "ioctl": "IOCTL", "socketpair": "SOCKETPAIR", "madvise": "MADVISE",
-        "preadv2": "NOWAIT", "pwritev2": "NOWAIT", "chmod": "MODE_ARG1", "fchmod": "MODE_ARG1",
-        "fchmodat": "MODE_ARG2", "fchmodat2": "MODE_ARG2", "umask": "UMASK",
-        "getpriority": "PRIORITY", "setpriority": "PRIORITY", "ioprio_set": "IOPRIO",
-        "ioprio_get": "IOPRIO", "prlimit64": "SELF_OR_ZERO", "sched_setparam": "SELF_OR_ZERO",
-        "sched_getparam": "SELF_OR_ZERO", "sched_setscheduler": "SELF_OR_ZERO",
-        "sched_getscheduler": "SELF_OR_ZERO", "sched_rr_get_interval": "SELF_OR_ZERO",
-        "sched_setaffinity": "SELF_OR_ZERO", "sched_getaffinity": "SELF_OR_ZERO",
-        "sched_setattr": "SELF_OR_ZERO", "sched_getattr": "SELF_OR_ZERO",
+        "clone3": "ENOSYS",
+        "clone": "CLONE",
+        "kill": "SELF_ARG0",
+        "tgkill": "SELF_ARG0",
+        "fcntl": "FCNTL",
+        "ioctl": "IOCTL",
+        "socketpair": "SOCKETPAIR",
+        "madvise": "MADVISE",
+        "preadv2": "NOWAIT",
+        "pwritev2": "NOWAIT",
+        "chmod": "MODE_ARG1",
+        "fchmod": "MODE_ARG1",
+        "fchmodat": "MODE_ARG2",
+        "fchmodat2": "MODE_ARG2",
+        "umask": "UMASK",
+        "getpriority": "PRIORITY",
+        "setpriority": "PRIORITY",
+        "ioprio_set": "IOPRIO",
+        "ioprio_get": "IOPRIO",
+        "prlimit64": "SELF_OR_ZERO",
+        "sched_setparam": "SELF_OR_ZERO",
+        "sched_getparam": "SELF_OR_ZERO",
+        "sched_setscheduler": "SELF_OR_ZERO",
+        "sched_getscheduler": "SELF_OR_ZERO",
+        "sched_rr_get_interval": "SELF_OR_ZERO",
+        "sched_setaffinity": "SELF_OR_ZERO",
+        "sched_getaffinity": "SELF_OR_ZERO",
+        "sched_setattr": "SELF_OR_ZERO",
+        "sched_getattr": "SELF_OR_ZERO",
     }
 
 
@@ -305,8 +399,7 @@ def seccomp_program(pid):
         raise OSError("no seccomp table for architecture " + machine)
     arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[machine]
     column = 0 if machine == "x86_64" else 1
-    nr = {name: numbers[column] for name, numbers in syscall_numbers().items()
-          if numbers[column] is not None}
+    nr = {name: numbers[column] for name, numbers in syscall_numbers().items() if numbers[column] is not None}
     checked = checked_calls()
     load, jeq, jset, ret, alu_and = 0x20, 0x15, 0x45, 0x06, 0x54
     allow, errno = 0x7FFF0000, 0x00050000
@@ -315,8 +408,14 @@ def seccomp_program(pid):
     def arg(index):  # the low 32 bits of argument ``index`` (both tables are little-endian)
         return (load, 0, 0, 16 + 8 * index)
 
-    program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, 0x80000000), (load, 0, 0, 0),
-               (0x35, 0, 1, 0x40000000), (ret, 0, 0, 0x80000000)]
+    program = [
+        (load, 0, 0, 4),
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, 0x80000000),
+        (load, 0, 0, 0),
+        (0x35, 0, 1, 0x40000000),
+        (ret, 0, 0, 0x80000000),
+    ]
     actions = sorted((number, checked.get(name, "EPERM")) for name, number in nr.items())
     labels = {}
     dispatch(actions, program, labels)
@@ -326,16 +425,12 @@ def seccomp_program(pid):
         "CLONE": [arg(0), (jset, "ALLOW", "EPERM", 0x10000)],
         "SELF_ARG0": [arg(0), (jeq, "ALLOW", "EPERM", pid)],
         "SELF_OR_ZERO": [arg(0), (jeq, "ALLOW", 0, 0), (jeq, "ALLOW", "EPERM", pid)],
-        "PRIORITY": [arg(0), (jeq, 0, "EPERM", 0), arg(1), (jeq, "ALLOW", 0, 0),
-                     (jeq, "ALLOW", "EPERM", pid)],
-        "IOPRIO": [arg(0), (jeq, 0, "EPERM", 1), arg(1), (jeq, "ALLOW", 0, 0),
-                   (jeq, "ALLOW", "EPERM", pid)],
+        "PRIORITY": [arg(0), (jeq, 0, "EPERM", 0), arg(1), (jeq, "ALLOW", 0, 0), (jeq, "ALLOW", "EPERM", pid)],
+        "IOPRIO": [arg(0), (jeq, 0, "EPERM", 1), arg(1), (jeq, "ALLOW", 0, 0), (jeq, "ALLOW", "EPERM", pid)],
         # The command is the second argument (its low 32 bits, as the kernel reads it).
-        "FCNTL": [arg(1)] + [(jeq, "EPERM", 0, command) for command in f_commands]
-                 + [(ret, 0, 0, allow)],
+        "FCNTL": [arg(1)] + [(jeq, "EPERM", 0, command) for command in f_commands] + [(ret, 0, 0, allow)],
         "IOCTL": [arg(1), (jeq, "EPERM", 0, 0x8901), (jeq, "EPERM", "ALLOW", 0x8902)],
-        "SOCKETPAIR": [arg(0), (jeq, 0, "EPERM", 1), arg(1), (alu_and, 0, 0, 0xF),
-                       (jeq, "ALLOW", "EPERM", 1)],
+        "SOCKETPAIR": [arg(0), (jeq, 0, "EPERM", 1), arg(1), (alu_and, 0, 0, 0xF), (jeq, "ALLOW", "EPERM", 1)],
         "MADVISE": [arg(2), (jeq, "EPERM", 0, 20), (jeq, "EPERM", "ALLOW", 21)],
         "NOWAIT": [arg(5), (jset, "EPERM", "ALLOW", 0x8)],
         "MODE_ARG1": [arg(1), (jset, "EPERM", "ALLOW", 0o077)],
@@ -392,8 +487,12 @@ def install_seccomp():
     program = seccomp_program(os.getpid())
 
     class Instruction(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8),  # noqa: RUF012
-                    ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+        _fields_ = [
+            ("code", ctypes.c_uint16),
+            ("jt", ctypes.c_uint8),  # noqa: RUF012
+            ("jf", ctypes.c_uint8),
+            ("k", ctypes.c_uint32),
+        ]
 
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]  # noqa: RUF012
@@ -401,5 +500,4 @@ def install_seccomp():
     instructions = (Instruction * len(program))(*[Instruction(*row) for row in program])
     fprog = Program(len(program), instructions)
     pr_set_seccomp, seccomp_mode_filter = 22, 2
-    check(ctypes, libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog),
-                                    0, 0), "seccomp")
+    check(ctypes, libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0), "seccomp")

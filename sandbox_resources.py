@@ -19,6 +19,10 @@ the directory whatever the program left in it: any depth (iteratively, one
 open directory at a time, never following a link), any permissions, and
 raises only for what no program can cause.
 
+How a sandbox process starts: ``namespace_command`` (the ``unshare`` prefix of namespaces
+mode), ``sandbox_tag`` (its argv[1], naming the parent that owns it) and
+``scrubbed_environment`` (the only variables a program sees).
+
 Not here: starting, limiting and killing the sandbox (``sandbox.py``), the
 limits the child applies to itself (``sandbox_lockdown.py``).  Imports
 nothing of ours.
@@ -118,8 +122,7 @@ def _mount_tmpfs(path: str, size: int, owner: int | None) -> bool:
     options = f"size={size},nr_inodes={WORKDIR_INODES},mode=0700"
     if owner is not None:
         options += f",uid={owner},gid={owner}"
-    return _LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
-                       options.encode()) == 0
+    return _LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), options.encode()) == 0
 
 
 def _unmount(path: str) -> None:
@@ -144,7 +147,7 @@ def remove_tree(root: str) -> None:
     os.chmod(root, 0o700)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     pending = [_clear_files(fd)]  # per open level: subdirectories left to remove
-    names: list[str] = []         # the name of each level below root
+    names: list[str] = []  # the name of each level below root
     try:
         while True:
             if pending[-1]:
@@ -228,3 +231,34 @@ def reap(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         logger.warning("process %d did not exit 10 s after SIGKILL", proc.pid)
+
+
+# ---------------------------------------------------------------------------
+# How a sandbox process starts
+# ---------------------------------------------------------------------------
+
+
+def namespace_command(unshare: str, as_root: bool) -> list[str]:
+    """The ``unshare`` prefix of a namespaces-mode child.
+
+    Under a root parent no user namespace is made: the harness builds its
+    mount namespace as root, then switches to its own unprivileged uid.
+    Otherwise a user namespace maps the parent's uid to root inside it.
+    """
+    user = [] if as_root else ["--user", "--map-root-user"]
+    return [unshare, *user, "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts", "--mount", "--mount-proc"]
+
+
+def sandbox_tag() -> str:
+    """argv[1] of every sandbox process: names the parent that owns it.
+
+    >>> sandbox_tag() == f"credo-sandbox:{os.getpid()}"
+    True
+    """
+    return f"credo-sandbox:{os.getpid()}"
+
+
+def scrubbed_environment(home: str) -> dict:
+    """The only environment variables a sandboxed program sees."""
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", **threads}

@@ -19,7 +19,9 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
-BY_DOMAIN = "by_domain"   # a default that config.load_config fills from configs/<domain>.yaml (tab:hyper's per-domain values)
+BY_DOMAIN = (
+    "by_domain"  # a default that config.load_config fills from configs/<domain>.yaml (tab:hyper's per-domain values)
+)
 AUTO = Literal["auto"]
 
 
@@ -41,26 +43,43 @@ class Config:
     # --- model and data
     model: str = _field("Qwen/Qwen3-8B", "HF hub name or local directory", "tab:hyper")
     domain: str = _field("math", "math | code: the prompt, the verifier, and every by_domain value")
-    train_data: str | None = _field(BY_DOMAIN, "JSONL path or HF dataset name; by_domain: configs/<domain>.yaml's", "tab:data")
+    train_data: str | None = _field(
+        BY_DOMAIN, "JSONL path or HF dataset name; by_domain: configs/<domain>.yaml's", "tab:data"
+    )
     enable_thinking: bool = _field(False, "passed to the chat template (Qwen3's thinking switch)")
     # --- method (CREDO by default; the baselines are other values of these keys)
-    method: str = _field("credo", "credo | grpo | rlcr | dcpo, or any name registered in methods.py (docs/forking.md)",
-                         "eq:total, eq:rewards")
+    method: str = _field(
+        "credo",
+        "credo | grpo | rlcr | dcpo, or any name registered in methods.py (docs/forking.md)",
+        "eq:total, eq:rewards",
+    )
     channel: Literal["readout", "readout_noanalysis", "verbalized"] = _field(
-        "readout", "readout | readout_noanalysis (ablation) | verbalized (the baselines)", "app:model")
+        "readout", "readout | readout_noanalysis (ablation) | verbalized (the baselines)", "app:model"
+    )
     answer_reward_shape: Literal["additive", "gated", "none"] = _field(
-        "additive", "additive | gated | none: CREDO's r_ans", "app:rewardshape")
+        "additive", "additive | gated | none: CREDO's r_ans", "app:rewardshape"
+    )
     conf_advantage: bool = _field(True, "false: A^conf = 0 (the ablation)", "tab:ablation")
     confidence: Literal["auto", "readout", "digit_exp", "numeral"] = _field(
-        "auto", "what c is: the readout (eq:readout), digit_exp (eq:digitexp, verbalized prompt) or the parsed "
+        "auto",
+        "what c is: the readout (eq:readout), digit_exp (eq:digitexp, verbalized prompt) or the parsed "
         "numeral; auto: the readout on readout channels, else the numeral. Baselines' rewards always read the "
-        "numeral; this sets what drives their discrepancy weights", "tab:sw_baseline")
+        "numeral; this sets what drives their discrepancy weights",
+        "tab:sw_baseline",
+    )
     conf_train: Literal["regression", "sampled", "head"] = _field(
-        "regression", "how c learns: regression (alpha * L_cal through the model) | sampled (the slot token sampled "
-        "and scored by the reward; alpha=0) | head (alpha * BCE of the readout on the detached trunk)", "tab:decompose")
-    dcpo_lambda: float = _field(0.5, "DCPO's mixing weight of R_IG; not in tab:hyper, set to gamma's value", "eq:rewards")
+        "regression",
+        "how c learns: regression (alpha * L_cal through the model) | sampled (the slot token sampled "
+        "and scored by the reward; alpha=0) | head (alpha * BCE of the readout on the detached trunk)",
+        "tab:decompose",
+    )
+    dcpo_lambda: float = _field(
+        0.5, "DCPO's mixing weight of R_IG; not in tab:hyper, set to gamma's value", "eq:rewards"
+    )
     # --- shared values
-    precision: AUTO | Literal["bf16", "fp32"] = _field("auto", "bf16 | fp32; auto: bf16 on a GPU (the paper's), fp32 on a CPU", "tab:hyper")
+    precision: AUTO | Literal["bf16", "fp32"] = _field(
+        "auto", "bf16 | fp32; auto: bf16 on a GPU (the paper's), fp32 on a CPU", "tab:hyper"
+    )
     seed: int = _field(43, "the paper's seeds are 43, 44, 45; rank r samples with seed + r", "tab:hyper")
     group_size: int = _field(8, "G, rollouts per question", "tab:hyper")
     lr: float = _field(2.0e-6, "AdamW learning rate", "tab:hyper")
@@ -69,15 +88,21 @@ class Config:
     adam_beta1: float = _field(0.9, "AdamW beta1 (torch's default; tab:hyper names AdamW only)")
     adam_beta2: float = _field(0.999, "AdamW beta2 (torch's default)")
     adam_eps: float = _field(1.0e-8, "AdamW epsilon (torch's default)")
-    adam_fused: AUTO | bool = _field("auto", "torch's fused AdamW kernel (one pass over weights, gradients, "
-                                     "moments); auto: on CUDA only")
+    adam_fused: AUTO | bool = _field(
+        "auto", "torch's fused AdamW kernel (one pass over weights, gradients, moments); auto: on CUDA only"
+    )
     weight_decay: float = _field(0.0, "AdamW weight decay (none)")
-    per_device_batch_size: int = _field(2, "rollouts per micro-batch; x grad_accum = rollouts per device and step "
-                                        "(2 x 64 = 128 = 16 questions x G)", "tab:hyper")
+    per_device_batch_size: int = _field(
+        2,
+        "rollouts per micro-batch; x grad_accum = rollouts per device and step (2 x 64 = 128 = 16 questions x G)",
+        "tab:hyper",
+    )
     grad_accum: int = _field(64, "micro-batches per optimizer step", "tab:hyper")
     micro_batch_tokens: AUTO | int = _field(
-        "auto", "tokens per forward/backward micro-batch (padding included when not packed); auto, resolved at "
-        "load: per_device_batch_size full-length rollouts (+2 for eq:digitexp), tab:hyper's worst case")
+        "auto",
+        "tokens per forward/backward micro-batch (padding included when not packed); auto, resolved at "
+        "load: per_device_batch_size full-length rollouts (+2 for eq:digitexp), tab:hyper's worst case",
+    )
     epochs: int = _field(2, "passes over the training set", "tab:hyper")
     max_steps: int | None = _field(None, "null: epochs x |train| / questions per step")
     temperature: float = _field(1.0, "rollout sampling temperature (the trainer's log-probs use it too)", "tab:hyper")
@@ -101,11 +126,16 @@ class Config:
     vllm_gpu_memory_utilization: float = _field(0.35, "vLLM's share of the GPU's memory")
     vllm_cpu_kv_cache_gb: float = _field(4.0, "KV-cache size (GiB) when vLLM runs on a CPU")
     vllm_enforce_eager: bool = _field(False, "vLLM without CUDA graphs or compilation")
-    hf_engine_batch: int = _field(64, "engine=hf: rollouts generated together (one left-padded, KV-cached batch); "
-                                  "bounds the KV cache and logits memory: rows x (prompt + completion) tokens")
+    hf_engine_batch: int = _field(
+        64,
+        "engine=hf: rollouts generated together (one left-padded, KV-cached batch); "
+        "bounds the KV cache and logits memory: rows x (prompt + completion) tokens",
+    )
     pack_sequences: AUTO | bool = _field(
-        "auto", "true (auto, resolved at load): each micro-batch is one padding-free row, attention within each "
-        "sequence (policy.sequence_attention) | false: rows padded to the longest")
+        "auto",
+        "true (auto, resolved at load): each micro-batch is one padding-free row, attention within each "
+        "sequence (policy.sequence_attention) | false: rows padded to the longest",
+    )
     # --- verifier
     verify_workers: int = _field(8, "processes grading rollouts")
     verify_timeout_s: int = _field(5, "whole seconds per rollout (math-verify uses signal.alarm)")
@@ -114,20 +144,26 @@ class Config:
     run_name: str | None = _field(None, "null: <config name>[-<overrides>]-s<seed>")
     save_every: int = _field(50, "checkpoint every N steps (and at the end)")
     save_rollouts: bool = _field(True, "write runs/<name>/rollouts/step_XXXXXX.jsonl")
-    resume: str | None = _field(None, "a checkpoint directory to continue from, or auto: this run's newest "
-                                "(fresh if none)")
+    resume: str | None = _field(
+        None, "a checkpoint directory to continue from, or auto: this run's newest (fresh if none)"
+    )
     overwrite: bool = _field(False, "true: replace a run already in the run directory (else that is refused)")
-    report_to: str | list = _field("jsonl", "comma-separated: jsonl (always), tensorboard, wandb (each imported "
-                                   "only when asked)")
+    report_to: str | list = _field(
+        "jsonl", "comma-separated: jsonl (always), tensorboard, wandb (each imported only when asked)"
+    )
     wandb_project: str = _field("credo", "the wandb project")
     wandb_mode: Literal["auto", "online", "offline"] = _field(
-        "auto", "auto: online when WANDB_API_KEY is set, else offline (`wandb sync` later)")
+        "auto", "auto: online when WANDB_API_KEY is set, else offline (`wandb sync` later)"
+    )
     # --- distributed (parallel.py; `NPROC=8 bash run.sh math`, docs/distributed.md)
     activation_checkpointing: AUTO | bool = _field(
-        "auto", "recompute decoder-layer activations in backward; auto: on when parallel.py's fit estimate says "
-        "the update would not fit the GPU without it (never on a CPU)")
-    compile_layers: AUTO | bool = _field("auto", "torch.compile the update's decoder layers and log-prob blocks; "
-                                         "auto: CUDA only")
+        "auto",
+        "recompute decoder-layer activations in backward; auto: on when parallel.py's fit estimate says "
+        "the update would not fit the GPU without it (never on a CPU)",
+    )
+    compile_layers: AUTO | bool = _field(
+        "auto", "torch.compile the update's decoder layers and log-prob blocks; auto: CUDA only"
+    )
     # --- derived at load, not settable
     config_name: str = _field("", "the config file's name (derived)")
 

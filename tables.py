@@ -44,18 +44,33 @@ def table_runs(name: str) -> list[dict]:
                 label = row["label"] + (f" ({Path(model).name})" if model else "")
                 if "base" in row:
                     base = model if row["base"] == "model" else row["base"]
-                    runs.append({"label": label, "domain": domain, "model": model, "seed": None, "train": None, "eval": base})
+                    runs.append(
+                        {"label": label, "domain": domain, "model": model, "seed": None, "train": None, "eval": base}
+                    )
                     continue
                 wanted = [f"domain={domain}", *([f"model={model}"] if model else []), *row.get("set", [])]
                 plain = load_config(row["config"], [f"domain={domain}"])
                 # an override equal to what the config already gives names the same run: leave it out
-                overrides = [o for o in wanted if o.startswith("domain=") or getattr(
-                             load_config(row["config"], [f"domain={domain}", o]), o.split("=")[0]) != getattr(plain, o.split("=")[0])]
+                overrides = [
+                    o
+                    for o in wanted
+                    if o.startswith("domain=")
+                    or getattr(load_config(row["config"], [f"domain={domain}", o]), o.split("=")[0])
+                    != getattr(plain, o.split("=")[0])
+                ]
                 for seed in spec["seeds"]:
                     cfg = load_config(row["config"], [*overrides, f"seed={seed}"])
                     command = " ".join(["bash run.sh", row["config"], *overrides, f"seed={seed}"])
-                    runs.append({"label": label, "domain": domain, "model": model, "seed": seed, "eval": str(run_dir_of(cfg)),
-                                 "train": shlex.join(command.split())})
+                    runs.append(
+                        {
+                            "label": label,
+                            "domain": domain,
+                            "model": model,
+                            "seed": seed,
+                            "eval": str(run_dir_of(cfg)),
+                            "train": shlex.join(command.split()),
+                        }
+                    )
     return runs
 
 
@@ -66,7 +81,10 @@ def table_commands(name: str) -> str:
     tables = load_tables()
     key = _table_name(name, tables)
     spec, runs = tables[key], table_runs(name)
-    seen, lines = set(), [f"# {key}: {spec['title']}", "# 1. training runs (each resumable with resume=<run>/ckpt/step_N)"]
+    seen, lines = (
+        set(),
+        [f"# {key}: {spec['title']}", "# 1. training runs (each resumable with resume=<run>/ckpt/step_N)"],
+    )
     for run in runs:
         if run["train"] and run["train"] not in seen:
             seen.add(run["train"])
@@ -75,10 +93,28 @@ def table_commands(name: str) -> str:
     sets = ",".join(EVAL_SETS)
     base_seeds = ",".join(str(s) for s in spec["seeds"])
     for domain, model in dict.fromkeys((r["domain"], r["model"]) for r in runs):
-        entries = list(dict.fromkeys(f"{r['label']}={r['eval']}" for r in runs if (r["domain"], r["model"]) == (domain, model)))
+        entries = list(
+            dict.fromkeys(f"{r['label']}={r['eval']}" for r in runs if (r["domain"], r["model"]) == (domain, model))
+        )
         out = f"runs/tables/{key.split(':')[1]}/{domain}" + (f"-{Path(model).name}" if model else "")
-        lines.append(shlex.join(["python", "eval.py", "--ckpt", ",".join(entries), "--sets", sets,
-                                 "--base-seeds", base_seeds, "--config", domain, "--out", out]))
+        lines.append(
+            shlex.join(
+                [
+                    "python",
+                    "eval.py",
+                    "--ckpt",
+                    ",".join(entries),
+                    "--sets",
+                    sets,
+                    "--base-seeds",
+                    base_seeds,
+                    "--config",
+                    domain,
+                    "--out",
+                    out,
+                ]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -97,5 +133,8 @@ def list_configs() -> str:
         lines.append(f"{path.stem:<18} {first}")
         for where in rows_of.get(path.stem, []):
             lines.append(f"{'':<18}   -> {where}")
-    lines.append(f"\ntables ({TABLES_FILE.relative_to(ROOT)}): {', '.join(tables)}; `bash run.sh table <name>` prints their commands")
+    lines.append(
+        f"\ntables ({TABLES_FILE.relative_to(ROOT)}): {', '.join(tables)}; "
+        "`bash run.sh table <name>` prints their commands"
+    )
     return "\n".join(lines)

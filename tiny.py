@@ -111,8 +111,17 @@ def build_tokenizer(corpus: list[str], vocab_size: int = 1024):
     return tok
 
 
-def build_model(tokenizer, seed: int, spare_rows: int = 62, hidden: int = 64, intermediate: int = 192,
-                layers: int = 2, heads: int = 2, kv_heads: int = 1, head_dim: int = 32):
+def build_model(
+    tokenizer,
+    seed: int,
+    spare_rows: int = 62,
+    hidden: int = 64,
+    intermediate: int = 192,
+    layers: int = 2,
+    heads: int = 2,
+    kv_heads: int = 1,
+    head_dim: int = 32,
+):
     """A random tiny Qwen3 whose vocabulary has `spare_rows` unused rows (rounded to 64)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -135,7 +144,9 @@ def build_model(tokenizer, seed: int, spare_rows: int = 62, hidden: int = 64, in
     return Qwen3ForCausalLM(config).float()
 
 
-def warm_start(model, tokenizer, rows: list[dict], steps: int, seed: int, batch_size: int = 16, lr: float = 3e-3) -> list[float]:
+def warm_start(
+    model, tokenizer, rows: list[dict], steps: int, seed: int, batch_size: int = 16, lr: float = 3e-3
+) -> list[float]:
     """Supervised steps on scripted readout-format solutions; loss on completion tokens only."""
     rng = random.Random(seed)
     examples = []
@@ -154,7 +165,9 @@ def warm_start(model, tokenizer, rows: list[dict], steps: int, seed: int, batch_
         for row, (p, c) in enumerate(batch):
             ids[row, : len(p) + len(c)] = torch.tensor(p + c)
             labels[row, len(p) : len(p) + len(c)] = torch.tensor(c)
-        loss = model(input_ids=ids, attention_mask=(labels != -100) | (ids != tokenizer.pad_token_id), labels=labels).loss
+        loss = model(
+            input_ids=ids, attention_mask=(labels != -100) | (ids != tokenizer.pad_token_id), labels=labels
+        ).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -216,7 +229,9 @@ def build(out_dir: str | Path, sft_steps: int = 240, seed: int = 0) -> Path:
         stale.unlink()
     train, test = make_math_data(512, seed, "tiny-train"), make_math_data(128, seed + 1, "tiny-test")
     rng = random.Random(seed)
-    corpus = [system_prompt(ch, dom) for ch in ("readout", "verbalized", "readout_noanalysis") for dom in ("math", "code")]
+    corpus = [
+        system_prompt(ch, dom) for ch in ("readout", "verbalized", "readout_noanalysis") for dom in ("math", "code")
+    ]
     corpus += [r["problem"] + " " + scripted_solution(r["problem"], r["answer"], rng) for r in train]
     corpus += ["high low 0.1 0.25 0.5 0.75 0.9 1.0 </confidence>"] * 8
     tokenizer = build_tokenizer(corpus)
@@ -227,8 +242,16 @@ def build(out_dir: str | Path, sft_steps: int = 240, seed: int = 0) -> Path:
     tokenizer.save_pretrained(model_dir)
     write_jsonl(out / "math_train.jsonl", train)
     write_jsonl(out / "math_test.jsonl", test)
-    (out / "warm_start.json").write_text(json.dumps({"steps": sft_steps, "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}))
-    (out / f".recipe-{recipe_key()}").touch()            # written last: a half-built world is not current
+    (out / "warm_start.json").write_text(
+        json.dumps(
+            {
+                "steps": sft_steps,
+                "first_loss": losses[0] if losses else None,
+                "last_loss": losses[-1] if losses else None,
+            }
+        )
+    )
+    (out / f".recipe-{recipe_key()}").touch()  # written last: a half-built world is not current
     return model_dir
 
 

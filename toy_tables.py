@@ -37,19 +37,21 @@ from typing import NamedTuple
 from tqdm import tqdm
 
 import toy
+import toy_build
 from figures import plot_row_intervals
 from report import pool_metrics, read_samples
 
 ROOT = Path(__file__).resolve().parent
-SEEDS = (44, 45, 46)            # fresh training seeds: 43 is configs/toy.yaml's, 101 was the tuning seed
+SEEDS = (44, 45, 46)  # fresh training seeds: 43 is configs/toy.yaml's, 101 was the tuning seed
 EVAL_SEED = 43
 
+
 class Row(NamedTuple):
-    table: str                  # "main" (tab:main) or "ablation" (tab:ablation)
-    label: str                  # as the paper's table writes it
-    short: str                  # in the figure
-    overrides: list[str]        # credo.py overrides on configs/toy.yaml
-    channel: str                # what eval reads: the readout, or the verbalized numeral
+    table: str  # "main" (tab:main) or "ablation" (tab:ablation)
+    label: str  # as the paper's table writes it
+    short: str  # in the figure
+    overrides: list[str]  # credo.py overrides on configs/toy.yaml
+    channel: str  # what eval reads: the readout, or the verbalized numeral
 
 
 VERBALIZED = ["channel=verbalized", "alpha=0", "kappa=0"]
@@ -59,13 +61,15 @@ ROWS = {
     "dcpo": Row("main", "DCPO", "DCPO", ["method=dcpo", *VERBALIZED], "verbalized"),
     "credo": Row("main", "CREDO", "CREDO", [], "readout"),
     "credo_alpha0": Row("ablation", "w/o differentiable regression (alpha=0)", "alpha=0", ["alpha=0"], "readout"),
-    "credo_noanalysis": Row("ablation", "w/o uncertainty-analysis segment", "no analysis",
-                            ["channel=readout_noanalysis"], "readout"),
-    "credo_noconfadv": Row("ablation", "w/o confidence-segment advantage (A^conf = 0)", "no A^conf",
-                           ["conf_advantage=false"], "readout"),
+    "credo_noanalysis": Row(
+        "ablation", "w/o uncertainty-analysis segment", "no analysis", ["channel=readout_noanalysis"], "readout"
+    ),
+    "credo_noconfadv": Row(
+        "ablation", "w/o confidence-segment advantage (A^conf = 0)", "no A^conf", ["conf_advantage=false"], "readout"
+    ),
     "credo_kappa0": Row("ablation", "w/o discrepancy weighting (kappa=0)", "kappa=0", ["kappa=0"], "readout"),
 }
-BASE = "base"                   # the warm start read through its verbalized numeral (tab:main's Base row)
+BASE = "base"  # the warm start read through its verbalized numeral (tab:main's Base row)
 COLUMNS = (("acc", "Acc"), ("ece", "ECE"), ("auroc", "AUROC"), ("brier", "Brier"), ("effective_levels", "Eff. levels"))
 # Two-sided 95% quantiles of Student's t by degrees of freedom (n seeds - 1).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -100,7 +104,7 @@ def interval(values: list[float]) -> tuple[float, float | None]:
     if n < 2:
         return mean, None
     std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    return mean, T_975[n - 1] * std / n ** 0.5
+    return mean, T_975[n - 1] * std / n**0.5
 
 
 def check_plan(out: Path, plan: dict) -> None:
@@ -108,8 +112,10 @@ def check_plan(out: Path, plan: dict) -> None:
     world or other overrides would mix two configurations in one table: ValueError instead."""
     path = out / "plan.json"
     if path.exists() and (old := json.loads(path.read_text())) != plan:
-        raise ValueError(f"{out} holds jobs of another configuration ({old}, now {plan}): choose another --out, "
-                         f"or delete it to start over")
+        raise ValueError(
+            f"{out} holds jobs of another configuration ({old}, now {plan}): choose another --out, "
+            f"or delete it to start over"
+        )
     path.write_text(json.dumps(plan, indent=1))
 
 
@@ -133,27 +139,65 @@ def run_job(out: Path, world_cache: Path, row: str, seed: int, overrides: list[s
     """Train `row` with training seed `seed`, evaluate its last checkpoint on the held-out split
     (the base row: evaluate the warm start with evaluation seed `seed`), write result.json last."""
     where = job_dir(out, row, seed)
-    shutil.rmtree(where, ignore_errors=True)              # an unfinished job starts over
+    shutil.rmtree(where, ignore_errors=True)  # an unfinished job starts over
     where.mkdir(parents=True)
     model_dir = world_cache / "model"
     t0 = time.perf_counter()
     if row == BASE:
-        entry, eval_seed = {"label": f"{row}/s{seed}", "path": str(model_dir), "channel": "verbalized", "method": "Base"}, seed
+        entry, eval_seed = (
+            {"label": f"{row}/s{seed}", "path": str(model_dir), "channel": "verbalized", "method": "Base"},
+            seed,
+        )
     else:
-        toy.run_stage(["credo.py", "configs/toy.yaml", f"out_dir={where}", "run_name=run", f"model={model_dir}",
-                       f"train_data={world_cache / 'train.jsonl'}", f"seed={seed}", *ROWS[row].overrides, *overrides],
-                      where / "train.log")
+        toy.run_stage(
+            [
+                "credo.py",
+                "configs/toy.yaml",
+                f"out_dir={where}",
+                "run_name=run",
+                f"model={model_dir}",
+                f"train_data={world_cache / 'train.jsonl'}",
+                f"seed={seed}",
+                *ROWS[row].overrides,
+                *overrides,
+            ],
+            where / "train.log",
+        )
         entry, eval_seed = {"label": f"{row}/s{seed}", "path": str(toy.last_checkpoint(where / "run"))}, EVAL_SEED
     train_s = time.perf_counter() - t0
     (where / "eval_plan.json").write_text(json.dumps([entry]))
-    toy.run_stage(["eval.py", "--plan", str(where / "eval_plan.json"), "--sets", f"toy={world_cache / 'test.jsonl'}:math",
-                   "--n", str(eval_n), "--temperature", "0.7", "--seed", str(eval_seed), "--config", "toy",
-                   "--out", str(where / "eval"), "--no-report"], where / "eval.log")
+    toy.run_stage(
+        [
+            "eval.py",
+            "--plan",
+            str(where / "eval_plan.json"),
+            "--sets",
+            f"toy={world_cache / 'test.jsonl'}:math",
+            "--n",
+            str(eval_n),
+            "--temperature",
+            "0.7",
+            "--seed",
+            str(eval_seed),
+            "--config",
+            "toy",
+            "--out",
+            str(where / "eval"),
+            "--no-report",
+        ],
+        where / "eval.log",
+    )
     records = read_samples(where / "eval" / "samples.jsonl")
     channel = "verbalized" if row == BASE else ROWS[row].channel
     metrics = pool_metrics([r for r in records if r["source"] == channel])
-    result = {"row": row, "seed": seed, "channel": channel, "metrics": metrics,
-              "train_s": round(train_s, 1), "total_s": round(time.perf_counter() - t0, 1)}
+    result = {
+        "row": row,
+        "seed": seed,
+        "channel": channel,
+        "metrics": metrics,
+        "train_s": round(train_s, 1),
+        "total_s": round(time.perf_counter() - t0, 1),
+    }
     (where / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
@@ -192,12 +236,21 @@ def claims(rows: dict) -> list[tuple[str, bool]]:
         found.append((f"CREDO's readout ECE <= {CLAIM_ECE} (mean {ece[0]:.3f})", ece[0] <= CLAIM_ECE))
         if BASE in rows:
             (acc, half), base = rows["credo"]["acc"], rows[BASE]["acc"][0]
-            found.append((f"CREDO's accuracy no lower than the warm start's within noise ({acc:.3f} ± {half or 0:.3f} "
-                          f"vs {base:.3f})", acc + (half or 0.0) >= base))
+            found.append(
+                (
+                    f"CREDO's accuracy no lower than the warm start's within noise ({acc:.3f} ± {half or 0:.3f} "
+                    f"vs {base:.3f})",
+                    acc + (half or 0.0) >= base,
+                )
+            )
     if "rlcr" in rows:
         levels = rows["rlcr"]["effective_levels"][0]
-        found.append((f"RLCR's numerals on a handful of values (effective levels {levels:.1f} <= {CLAIM_LEVELS})",
-                      levels <= CLAIM_LEVELS))
+        found.append(
+            (
+                f"RLCR's numerals on a handful of values (effective levels {levels:.1f} <= {CLAIM_LEVELS})",
+                levels <= CLAIM_LEVELS,
+            )
+        )
     return found
 
 
@@ -216,13 +269,26 @@ def markdown_tables(rows: dict, header: str) -> str:
     cols = " | ".join(name for _, name in COLUMNS)
     out = [header, ""]
     for table, title, names in (
-            ("main", "tab:main in miniature: the toy's held-out split, each method through its own channel", [BASE, "grpo", "rlcr", "dcpo", "credo"]),
-            ("ablation", "tab:ablation in miniature: CREDO and its leave-one-out rows", ["credo", "credo_alpha0", "credo_noanalysis", "credo_noconfadv", "credo_kappa0"])):
+        (
+            "main",
+            "tab:main in miniature: the toy's held-out split, each method through its own channel",
+            [BASE, "grpo", "rlcr", "dcpo", "credo"],
+        ),
+        (
+            "ablation",
+            "tab:ablation in miniature: CREDO and its leave-one-out rows",
+            ["credo", "credo_alpha0", "credo_noanalysis", "credo_noconfadv", "credo_kappa0"],
+        ),
+    ):
         present = [n for n in names if n in rows]
         if not present:
             continue
-        out += [f"**{title}** (mean ± 95% t-interval half-width over training seeds)", "",
-                f"| {'Method' if table == 'main' else 'Row'} | {cols} | seeds |", "|---|" + "---|" * (len(COLUMNS) + 1)]
+        out += [
+            f"**{title}** (mean ± 95% t-interval half-width over training seeds)",
+            "",
+            f"| {'Method' if table == 'main' else 'Row'} | {cols} | seeds |",
+            "|---|" + "---|" * (len(COLUMNS) + 1),
+        ]
         for name in present:
             label = "Base (warm start)" if name == BASE else ROWS[name].label
             seeds = ", ".join(map(str, rows[name]["seeds"]))
@@ -231,69 +297,104 @@ def markdown_tables(rows: dict, header: str) -> str:
         out.append("")
     found = claims(rows)
     if found:
-        out += ["**Issue 24's claims**", ""] + [f"- {'holds' if holds else 'FAILS'}: {claim}" for claim, holds in found] + [""]
+        out += (
+            ["**Issue 24's claims**", ""]
+            + [f"- {'holds' if holds else 'FAILS'}: {claim}" for claim, holds in found]
+            + [""]
+        )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(description="tab:main and tab:ablation in miniature on the toy (module docstring).")
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)} (default: all)")
+    parser = argparse.ArgumentParser(
+        description="tab:main and tab:ablation in miniature on the toy (module docstring)."
+    )
+    parser.add_argument(
+        "--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)} (default: all)"
+    )
     parser.add_argument("--seeds", default=str(len(SEEDS)), help="how many training seeds (default 3: 44, 45, 46)")
-    parser.add_argument("--seed-list", default=None, help="the training seeds themselves, comma-separated (instead of --seeds)")
+    parser.add_argument(
+        "--seed-list", default=None, help="the training seeds themselves, comma-separated (instead of --seeds)"
+    )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="jobs at a time (one core each)")
-    parser.add_argument("--world-seed", type=int, default=toy.WORLD["seed"], help="the toy world (toy.py --world-seed)")
+    parser.add_argument(
+        "--world-seed", type=int, default=toy_build.WORLD["seed"], help="the toy world (toy.py --world-seed)"
+    )
     parser.add_argument("--eval-n", type=int, default=4, help="samples per held-out problem (default 4, as toy.py)")
     parser.add_argument("--out", default=str(ROOT / "runs" / "toy-tables"))
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. max_steps=40)")
     args = parser.parse_args(argv)
-    try:                                                   # bad input: one line, before anything runs
+    try:  # bad input: one line, before anything runs
         rows, seeds = toy.parse_names(args.rows, "--rows", ROWS), parse_seeds(args.seeds, args.seed_list)
         if args.jobs < 1 or args.eval_n < 1:
             raise ValueError(f"--jobs {args.jobs} / --eval-n {args.eval_n}: each at least 1")
-        world, cache = toy.world_of(args.world_seed)
+        world, cache = toy_build.world_of(args.world_seed)
     except ValueError as error:
         sys.exit(f"toy_tables: {error}")
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        check_plan(out, {"world": toy.world_key(world), "world_seed": args.world_seed, "overrides": args.overrides,
-                         "eval_n": args.eval_n})
+        check_plan(
+            out,
+            {
+                "world": toy_build.world_key(world),
+                "world_seed": args.world_seed,
+                "overrides": args.overrides,
+                "eval_n": args.eval_n,
+            },
+        )
     except ValueError as error:
         sys.exit(f"toy_tables: {error}")
-    toy.build_world(cache, world)
+    toy_build.build_world(cache, world)
     # tab:main's rows seed by seed, then tab:ablation's: an interrupted run leaves whole main rows
-    main_rows = ([BASE] if any(ROWS[row].table == "main" for row in rows) else []) + [r for r in rows if ROWS[r].table == "main"]
+    main_rows = ([BASE] if any(ROWS[row].table == "main" for row in rows) else []) + [
+        r for r in rows if ROWS[r].table == "main"
+    ]
     jobs = [(row, seed) for seed in seeds for row in main_rows]
     jobs += [(row, seed) for seed in seeds for row in rows if ROWS[row].table == "ablation"]
     results, todo = split_done(out, jobs)
     if results:
         print(f"[tables] resuming: {len(results)} of {len(jobs)} jobs already finished under {out}", flush=True)
-    with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(jobs), initial=len(results), desc="toy tables",
-                                                        dynamic_ncols=True) as bar:
-        futures = {pool.submit(run_job, out, cache, row, seed, args.overrides, args.eval_n): (row, seed) for row, seed in todo}
+    with (
+        ThreadPoolExecutor(args.jobs) as pool,
+        tqdm(total=len(jobs), initial=len(results), desc="toy tables", dynamic_ncols=True) as bar,
+    ):
+        futures = {
+            pool.submit(run_job, out, cache, row, seed, args.overrides, args.eval_n): (row, seed) for row, seed in todo
+        }
         for future in as_completed(futures):
-            result = future.result()                      # a failed job raises here, naming its log
+            result = future.result()  # a failed job raises here, naming its log
             results.append(result)
             bar.set_postfix_str(f"{result['row']}/s{result['seed']}: acc {result['metrics']['acc']:.3f}")
             bar.update()
     aggregated = aggregate(results)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     wall = time.perf_counter() - t_start
-    header = (f"Toy tables: world seed {args.world_seed} (version {world['version']}), training seeds "
-              f"{', '.join(map(str, seeds))}, evaluation seed {EVAL_SEED} (Base: the training seeds), held-out split "
-              f"x {args.eval_n} samples at T = 0.7; {stamp}, {platform.machine()} with {os.cpu_count()} cores, "
-              f"{wall / 60:.1f} min this invocation ({args.jobs} jobs at a time)"
-              + (f"; overrides: {' '.join(args.overrides)}" if args.overrides else ""))
+    header = (
+        f"Toy tables: world seed {args.world_seed} (version {world['version']}), training seeds "
+        f"{', '.join(map(str, seeds))}, evaluation seed {EVAL_SEED} (Base: the training seeds), held-out split "
+        f"x {args.eval_n} samples at T = 0.7; {stamp}, {platform.machine()} with {os.cpu_count()} cores, "
+        f"{wall / 60:.1f} min this invocation ({args.jobs} jobs at a time)"
+        + (f"; overrides: {' '.join(args.overrides)}" if args.overrides else "")
+    )
     text = markdown_tables(aggregated, header)
     (out / "tables.md").write_text(text)
     (out / "tables.json").write_text(json.dumps({"header": header, "jobs": results, "rows": aggregated}, indent=1))
-    panels = {("Base" if row == BASE else ROWS[row].short):
-              {name: (*values[key], [j["metrics"][key] for j in results if j["row"] == row])
-               for key, name in COLUMNS[:4] if values[key] is not None}
-              for row, values in aggregated.items()}
-    plot_row_intervals(panels, out / "tables", f"Toy tables: world {args.world_seed}, training seeds "
-                                               f"{', '.join(map(str, seeds))} (bars: 95% t-intervals; dots: seeds)")
+    panels = {
+        ("Base" if row == BASE else ROWS[row].short): {
+            name: (*values[key], [j["metrics"][key] for j in results if j["row"] == row])
+            for key, name in COLUMNS[:4]
+            if values[key] is not None
+        }
+        for row, values in aggregated.items()
+    }
+    plot_row_intervals(
+        panels,
+        out / "tables",
+        f"Toy tables: world {args.world_seed}, training seeds "
+        f"{', '.join(map(str, seeds))} (bars: 95% t-intervals; dots: seeds)",
+    )
     print(text)
     print(f"[tables] tables.md, tables.json and tables.png under {out}")
     return aggregated

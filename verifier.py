@@ -86,14 +86,7 @@ import mathpool
 from grading import json_normalize, parse_call_tests, parse_tests
 from mathpool import close
 from rollout import answer_text
-from sandbox import (
-    SandboxError,
-    SandboxLimits,
-    TestSpec,
-    run_tests,
-    sandbox_config,
-    sandbox_mode,
-)
+from sandbox import SandboxError, SandboxLimits, TestSpec, run_tests, sandbox_config, sandbox_mode
 from typed_json import decode_typed
 
 __all__ = [
@@ -126,9 +119,7 @@ _MATH_WORKER_COMMAND = (sys.executable, os.path.abspath(__file__), "--math-worke
 _BOXED_MACRO = re.compile(r"\\boxed(?![A-Za-z])")
 _BARE_BOXED_TOKEN = re.compile(r"[^\s$]+")
 _BOX_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
-_PYTHON_BLOCK = re.compile(
-    r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE
-)
+_PYTHON_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
 def answer_segment(completion: str) -> str:
@@ -271,9 +262,7 @@ def extract_program(text: str) -> str | None:
 # ---------------------------------------------------------------------------
 
 
-def verify_math(
-    completion: str, gold: str, timeout_s: float = DEFAULT_MATH_TIMEOUT_S
-) -> bool:
+def verify_math(completion: str, gold: str, timeout_s: float = DEFAULT_MATH_TIMEOUT_S) -> bool:
     """Whether the boxed answer of ``completion`` equals ``gold``.
 
     The prediction is the last ``\\boxed{...}`` of the answer segment, with the
@@ -441,9 +430,7 @@ def verify_code(
         raise ValueError("completion must be a str")  # noqa: TRY004 (bad input is a ValueError)
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
-    if total_timeout_s is not None and not (
-        isinstance(total_timeout_s, (int, float)) and total_timeout_s > 0
-    ):
+    if total_timeout_s is not None and not (isinstance(total_timeout_s, (int, float)) and total_timeout_s > 0):
         raise ValueError(f"total_timeout_s must be a positive number, got {total_timeout_s!r}")
     limits = SandboxLimits() if limits is None else limits
     if not isinstance(limits, SandboxLimits):
@@ -473,8 +460,7 @@ def call_outputs(
     the sandbox cannot send (an object, an int over Python's 4300-digit str
     limit), so its length is the number of leading inputs that succeeded.
     """
-    spec = parse_call_tests({"kind": "call", "fn_name": fn_name, "inputs": inputs,
-                              "outputs": [None] * len(inputs)})
+    spec = parse_call_tests({"kind": "call", "fn_name": fn_name, "inputs": inputs, "outputs": [None] * len(inputs)})
     values: list[tuple[Any, int]] = []
 
     def keep(index: int, tag: bytes, payload: bytes) -> bool:
@@ -485,8 +471,9 @@ def call_outputs(
         try:
             # Without any object ({...}) typed JSON is plain JSON: parse it directly
             # (a list of a million floats decodes 50x faster).
-            value = json.loads(payload) if b"{" not in payload else json_normalize(
-                decode_typed(payload.decode("utf-8")))
+            value = (
+                json.loads(payload) if b"{" not in payload else json_normalize(decode_typed(payload.decode("utf-8")))
+            )
         except (ValueError, TypeError, OverflowError, RecursionError, UnicodeDecodeError):
             return False
         values.append((value, len(payload)))
@@ -498,7 +485,9 @@ def call_outputs(
     return values
 
 
-def grade(completions: Sequence[str], references: Sequence, domain: str, *, workers: int, timeout_s: float) -> list[bool]:
+def grade(
+    completions: Sequence[str], references: Sequence, domain: str, *, workers: int, timeout_s: float
+) -> list[bool]:
     """a_i for a batch of completions: the one grading entry of training and evaluation.
 
     math: `references` are gold answers, graded by math-verify in `workers` killable worker
@@ -513,7 +502,9 @@ def grade(completions: Sequence[str], references: Sequence, domain: str, *, work
     if domain != "code":
         raise ValueError(f"grade: unknown domain {domain!r}; expected 'math' or 'code'")
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda item: verify_code(item[0], item[1], timeout_s=timeout_s), zip(completions, references)))
+        return list(
+            pool.map(lambda item: verify_code(item[0], item[1], timeout_s=timeout_s), zip(completions, references))
+        )
 
 
 if __name__ == "__main__":

@@ -37,42 +37,50 @@ from schema import Config  # noqa: E402
 
 def row_micro_batches(lengths: list[int], rows: int, group: int) -> list[list[int]]:
     """The plan before micro_batch_tokens: whole groups, ordered by their longest member, rows // group at a time."""
-    groups = sorted(range(len(lengths) // group), key=lambda q: (max(lengths[q * group:(q + 1) * group]), q))
+    groups = sorted(range(len(lengths) // group), key=lambda q: (max(lengths[q * group : (q + 1) * group]), q))
     per = max(rows // group, 1)
-    return [[q * group + i for q in groups[k:k + per] for i in range(group)] for k in range(0, len(groups), per)]
+    return [[q * group + i for q in groups[k : k + per] for i in range(group)] for k in range(0, len(groups), per)]
 
 
 def variant(step_args: tuple, cfg: Config, score_mask: bool = True, row_plan: bool = False, packed: bool = True):
     """credo's step with the given changes taken back (module functions swapped for the call:
     policy.forward calls logprob_kernels.token_logprobs, credo.train_on_batch calls pol.micro_batches)."""
+
     def step(model, optimizer):
         full_logprobs, plan = logprob_kernels.token_logprobs, pol.micro_batches
         if not score_mask:
             logprob_kernels.token_logprobs = lambda *a, score_mask=None, **k: full_logprobs(*a, **k)
         if row_plan:
             pol.micro_batches = lambda lengths, budget, group, whole_groups, packed: row_micro_batches(
-                lengths, cfg.per_device_batch_size, group)
+                lengths, cfg.per_device_batch_size, group
+            )
         try:
             return bench_step.credo_step(model, optimizer, *step_args, packed=packed)
         finally:
             logprob_kernels.token_logprobs, pol.micro_batches = full_logprobs, plan
+
     return step
 
 
 def ablate(name: str, repeats: int) -> dict:
     model, _, _, _, args = bench_step.step_inputs(name)
     cfg = args[4]
-    paths = {"credo": variant(args, cfg), "no_score_mask": variant(args, cfg, score_mask=False),
-             "row_micro_batches": variant(args, cfg, row_plan=True), "padded": variant(args, cfg, packed=False),
-             "reference": lambda m, o: bench_step.reference_step(m, o, *args)}
+    paths = {
+        "credo": variant(args, cfg),
+        "no_score_mask": variant(args, cfg, score_mask=False),
+        "row_micro_batches": variant(args, cfg, row_plan=True),
+        "padded": variant(args, cfg, packed=False),
+        "reference": lambda m, o: bench_step.reference_step(m, o, *args),
+    }
     models = {key: copy.deepcopy(model) for key in paths}
     optimizers = {key: bench_step.make_optimizer(models[key], cfg) for key in paths}
-    first = {key: paths[key](models[key], optimizers[key]) for key in paths}   # warm-up, and the equal-work check
+    first = {key: paths[key](models[key], optimizers[key]) for key in paths}  # warm-up, and the equal-work check
     for key, stats in first.items():
         for loss in ("loss_pg", "loss_cal"):
             if abs(getattr(stats, loss) - getattr(first["credo"], loss)) > 1e-5:
-                raise AssertionError(f"{name}: {key} gives {loss} {getattr(stats, loss)}, "
-                                     f"credo {getattr(first['credo'], loss)}")
+                raise AssertionError(
+                    f"{name}: {key} gives {loss} {getattr(stats, loss)}, credo {getattr(first['credo'], loss)}"
+                )
     times = {key: [] for key in paths}
     for _ in range(repeats):
         for key in paths:
@@ -80,8 +88,12 @@ def ablate(name: str, repeats: int) -> dict:
             paths[key](models[key], optimizers[key])
             times[key].append(time.perf_counter() - start)
     med = {key: statistics.median(v) for key, v in times.items()}
-    return {"model": name, "rounds": repeats, "credo_s": round(med["credo"], 4),
-            **{f"{key}_vs_credo": round(med[key] / med["credo"], 3) for key in paths if key != "credo"}}
+    return {
+        "model": name,
+        "rounds": repeats,
+        "credo_s": round(med["credo"], 4),
+        **{f"{key}_vs_credo": round(med[key] / med["credo"], 3) for key in paths if key != "credo"},
+    }
 
 
 def main() -> None:
@@ -92,11 +104,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    repeats = (args.repeats * len(args.models))[: len(args.models)] if len(args.repeats) < len(args.models) else args.repeats
+    repeats = (
+        (args.repeats * len(args.models))[: len(args.models)] if len(args.repeats) < len(args.models) else args.repeats
+    )
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    result = {"bench": "step_ablation", "command": " ".join(["python"] + sys.argv), "device": device,
-              "threads": torch.get_num_threads(),
-              "by_model": {name: ablate(name, r) for name, r in zip(args.models, repeats)}}
+    result = {
+        "bench": "step_ablation",
+        "command": " ".join(["python"] + sys.argv),
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "by_model": {name: ablate(name, r) for name, r in zip(args.models, repeats)},
+    }
     report(result, f"step_ablation_{device}")
 
 

@@ -1,5 +1,5 @@
-"""Peak memory and time of `logprob_kernels.token_logprobs` (+ `readout_logits` at the slot) against a naive full-vocabulary
-fp32 `log_softmax` + gather, forward and backward, each run in a fresh process (CPU or GPU).
+"""Peak memory and time of `logprob_kernels.token_logprobs` (+ `readout_logits` at the slot) against a
+naive full-vocabulary fp32 `log_softmax` + gather, forward and backward, each run in a fresh process (CPU or GPU).
 
     python bench/bench_logprobs.py [--seq 1024 4096 8192] [--vocab 151936] [--hidden 256]
                                    [--repeats 2] [--warmup 1] [--iters 1] [--chunk 512]
@@ -45,7 +45,7 @@ from bench.results_io import report  # noqa: E402
 
 
 def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 def checkpointed(hidden, lm_head, input_ids, slot_pos, high_id, low_id, chunk_tokens=512):
@@ -59,8 +59,16 @@ def checkpointed(hidden, lm_head, input_ids, slot_pos, high_id, low_id, chunk_to
 
     n_seq, seq_len, dim = hidden.shape
     flat_hidden, flat_targets = hidden[:, :-1].reshape(-1, dim), input_ids[:, 1:].reshape(-1)
-    pieces = [checkpoint(chunk_logprobs, flat_hidden[s:s + chunk_tokens], lm_head, flat_targets[s:s + chunk_tokens],
-                         use_reentrant=False) for s in range(0, flat_hidden.shape[0], chunk_tokens)]
+    pieces = [
+        checkpoint(
+            chunk_logprobs,
+            flat_hidden[s : s + chunk_tokens],
+            lm_head,
+            flat_targets[s : s + chunk_tokens],
+            use_reentrant=False,
+        )
+        for s in range(0, flat_hidden.shape[0], chunk_tokens)
+    ]
     logp = torch.cat(pieces).reshape(n_seq, seq_len - 1)
     h_slot = hidden[torch.arange(n_seq), slot_pos.clamp(min=0)]
     z = (h_slot @ (lm_head[high_id] - lm_head[low_id])).float()
@@ -81,14 +89,14 @@ def grad_in_forward(hidden, lm_head, input_ids, upstream, chunk=512):
     buf = torch.empty(min(chunk, rows), w.shape[0], dtype=torch.float32, device=hidden.device)
     out, grad_h, grad_w = torch.empty(rows, device=hidden.device), torch.empty_like(h_all), torch.zeros_like(w)
     for s in range(0, rows, chunk):
-        h, y, g = h_all[s:s + chunk], y_all[s:s + chunk], c_all[s:s + chunk, None]
-        logits = torch.mm(h, w.T, out=buf[:h.shape[0]])
+        h, y, g = h_all[s : s + chunk], y_all[s : s + chunk], c_all[s : s + chunk, None]
+        logits = torch.mm(h, w.T, out=buf[: h.shape[0]])
         target = logits.gather(1, y[:, None]).squeeze(1)
         top = logits.amax(1, keepdim=True)
         sumexp = logits.sub_(top).exp_().sum(1, keepdim=True)
-        out[s:s + chunk] = target - (top + sumexp.log()).squeeze(1)
-        logits.mul_(-g / sumexp).scatter_add_(1, y[:, None], g)                 # g (onehot - softmax)
-        grad_h[s:s + chunk] = logits @ w
+        out[s : s + chunk] = target - (top + sumexp.log()).squeeze(1)
+        logits.mul_(-g / sumexp).scatter_add_(1, y[:, None], g)  # g (onehot - softmax)
+        grad_h[s : s + chunk] = logits @ w
         grad_w.addmm_(logits.T, h)
     return out, grad_h, grad_w
 
@@ -96,8 +104,16 @@ def grad_in_forward(hidden, lm_head, input_ids, upstream, chunk=512):
 IMPLS = ["naive", "chunked", "compiled", "checkpointed", "grad_in_forward"]
 
 
-def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int = 0, chunk: int = 512,
-          compiled_chunk: int = 2048) -> dict:
+def child(
+    impl: str,
+    seq: int,
+    vocab: int,
+    hidden: int,
+    iters: int,
+    warmup: int = 0,
+    chunk: int = 512,
+    compiled_chunk: int = 2048,
+) -> dict:
     import torch
 
     import logprob_kernels
@@ -113,23 +129,27 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int 
     grad_out = torch.randn(1, seq - 1, device=device)
 
     def naive():
-        logits = (h @ w.T).float()                                        # [1, T, V] fp32
+        logits = (h @ w.T).float()  # [1, T, V] fp32
         logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
         z = logits[0, seq - 1, 7] - logits[0, seq - 1, 11]
         return logp, z
 
     def chunked(h, w, ids, slot, blocks=None):
         """What policy.forward computes: the chunked log-probs, z_H - z_L at the slot (fp32)."""
-        z = losses.readout_logits(h[torch.arange(1), slot.clamp(min=0)], w, 7, 11)          # [1]
-        return logprob_kernels.token_logprobs(h, w, ids, chunk_tokens=chunk, blocks=blocks), torch.where(slot >= 0, z, 0.0)
+        z = losses.readout_logits(h[torch.arange(1), slot.clamp(min=0)], w, 7, 11)  # [1]
+        return logprob_kernels.token_logprobs(h, w, ids, chunk_tokens=chunk, blocks=blocks), torch.where(
+            slot >= 0, z, 0.0
+        )
 
     blocks = logprob_kernels.compile_logprob_blocks("inductor", compiled_chunk) if impl == "compiled" else None
 
-    fn = {"naive": naive,
-          "chunked": lambda: chunked(h, w, ids, slot),
-          "compiled": lambda: chunked(h, w, ids, slot, blocks),
-          "checkpointed": lambda: checkpointed(h, w, ids, slot, 7, 11, chunk_tokens=chunk),
-          "grad_in_forward": lambda: grad_in_forward(h, w, ids, grad_out, chunk=chunk)}[impl]
+    fn = {
+        "naive": naive,
+        "chunked": lambda: chunked(h, w, ids, slot),
+        "compiled": lambda: chunked(h, w, ids, slot, blocks),
+        "checkpointed": lambda: checkpointed(h, w, ids, slot, 7, 11, chunk_tokens=chunk),
+        "grad_in_forward": lambda: grad_in_forward(h, w, ids, grad_out, chunk=chunk),
+    }[impl]
 
     def once() -> float:
         """One forward + backward, its seconds (CUDA: from an idle device to an idle device)."""
@@ -137,7 +157,7 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int 
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        if impl == "grad_in_forward":   # fp32 CPU prototype: gradients come out of the forward
+        if impl == "grad_in_forward":  # fp32 CPU prototype: gradients come out of the forward
             logp, z = fn()[0], None
         else:
             logp, z = fn()
@@ -146,7 +166,7 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int 
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    base = rss_mib()                   # CPU: RSS has no reset, so its baseline precedes the warm-up
+    base = rss_mib()  # CPU: RSS has no reset, so its baseline precedes the warm-up
     for _ in range(warmup):
         once()
     h.grad = w.grad = None
@@ -156,8 +176,13 @@ def child(impl: str, seq: int, vocab: int, hidden: int, iters: int, warmup: int 
         base = torch.cuda.memory_allocated() / 2**20
     times = [once() for _ in range(iters)]
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else rss_mib()
-    return {"impl": impl, "peak_mib": peak - base, "seconds": statistics.median(times), "device": str(device),
-            "seconds_all": times}
+    return {
+        "impl": impl,
+        "peak_mib": peak - base,
+        "seconds": statistics.median(times),
+        "device": str(device),
+        "seconds_all": times,
+    }
 
 
 def main() -> None:
@@ -174,15 +199,29 @@ def main() -> None:
     parser.add_argument("--child", choices=IMPLS)
     args = parser.parse_args()
     if args.iters < 1 or args.warmup < 0 or args.chunk < 1 or args.compiled_chunk < 1 or args.repeats < 1:
-        parser.error(f"--iters, --repeats, --chunk and --compiled-chunk must be >= 1 and --warmup >= 0; got "
-                     f"iters={args.iters} repeats={args.repeats} chunk={args.chunk} "
-                     f"compiled_chunk={args.compiled_chunk} warmup={args.warmup}")
+        parser.error(
+            f"--iters, --repeats, --chunk and --compiled-chunk must be >= 1 and --warmup >= 0; got "
+            f"iters={args.iters} repeats={args.repeats} chunk={args.chunk} "
+            f"compiled_chunk={args.compiled_chunk} warmup={args.warmup}"
+        )
     unknown = sorted(set(args.impls) - set(IMPLS))
     if unknown or "naive" not in args.impls:
         parser.error(f"--impls must include naive (the reference) and name only {', '.join(IMPLS)}; got {args.impls}")
     if args.child:
-        print(json.dumps(child(args.child, args.seq[0], args.vocab, args.hidden, args.iters, args.warmup, args.chunk,
-                               args.compiled_chunk)))
+        print(
+            json.dumps(
+                child(
+                    args.child,
+                    args.seq[0],
+                    args.vocab,
+                    args.hidden,
+                    args.iters,
+                    args.warmup,
+                    args.chunk,
+                    args.compiled_chunk,
+                )
+            )
+        )
         return
     load_before = os.getloadavg()[0]
     per_seq, device = {}, "cpu"
@@ -190,15 +229,40 @@ def main() -> None:
         runs = {impl: [] for impl in args.impls}
         for _ in range(args.repeats):
             for impl in args.impls:
-                out = subprocess.run([sys.executable, __file__, "--child", impl, "--seq", str(seq), "--vocab", str(args.vocab),
-                                      "--hidden", str(args.hidden), "--iters", str(args.iters),
-                                      "--warmup", str(args.warmup), "--chunk", str(args.chunk),
-                                      "--compiled-chunk", str(args.compiled_chunk)],
-                                     capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        impl,
+                        "--seq",
+                        str(seq),
+                        "--vocab",
+                        str(args.vocab),
+                        "--hidden",
+                        str(args.hidden),
+                        "--iters",
+                        str(args.iters),
+                        "--warmup",
+                        str(args.warmup),
+                        "--chunk",
+                        str(args.chunk),
+                        "--compiled-chunk",
+                        str(args.compiled_chunk),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 runs[impl].append(json.loads(out.stdout.strip().splitlines()[-1]))
         device = runs["naive"][0]["device"]
-        med = {impl: {"peak_mib": round(statistics.median(r["peak_mib"] for r in rs), 1),
-                      "seconds": round(statistics.median(r["seconds"] for r in rs), 3)} for impl, rs in runs.items()}
+        med = {
+            impl: {
+                "peak_mib": round(statistics.median(r["peak_mib"] for r in rs), 1),
+                "seconds": round(statistics.median(r["seconds"] for r in rs), 3),
+            }
+            for impl, rs in runs.items()
+        }
         entry = {f"{impl}_{key}": value for impl, m in med.items() for key, value in m.items()}
         for impl in args.impls:
             if impl != "naive":
@@ -208,13 +272,24 @@ def main() -> None:
         per_seq[str(seq)] = entry
         print(json.dumps({"seq": seq, **entry}), file=sys.stderr)
     result = {
-        "bench": "logprobs_readout", "command": " ".join(["python"] + sys.argv), "device": device,
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus", "vocab": args.vocab, "hidden": args.hidden,
-        "repeats": args.repeats, "iters": args.iters, "warmup": args.warmup, "chunk_tokens": args.chunk,
+        "bench": "logprobs_readout",
+        "command": " ".join(["python"] + sys.argv),
+        "device": device,
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "vocab": args.vocab,
+        "hidden": args.hidden,
+        "repeats": args.repeats,
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "chunk_tokens": args.chunk,
         "compiled_chunk_tokens": args.compiled_chunk,
-        **{key: max(e[key] for e in per_seq.values()) for key in next(iter(per_seq.values())) if key.endswith("_ratio")},
-        "target_peak_mem_ratio": 0.25, "target_time_ratio": 1.0,
-        "by_seq": per_seq, "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        **{
+            key: max(e[key] for e in per_seq.values()) for key in next(iter(per_seq.values())) if key.endswith("_ratio")
+        },
+        "target_peak_mem_ratio": 0.25,
+        "target_time_ratio": 1.0,
+        "by_seq": per_seq,
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     report(result, f"logprobs_{device}")
 

@@ -43,22 +43,48 @@ import memfit  # noqa: E402
 import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
+import sampling  # noqa: E402
 from bench.results_io import report  # noqa: E402
 from schema import Config  # noqa: E402
 
 SHAPES = {
-    "qwen3-1.7b": memfit.QWEN3_SHAPES["Qwen/Qwen3-1.7B"],      # its config.json: tied embeddings
-    "small": dict(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False),
+    "qwen3-1.7b": memfit.QWEN3_SHAPES["Qwen/Qwen3-1.7B"],  # its config.json: tied embeddings
+    "small": dict(
+        vocab_size=151936,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        tie_word_embeddings=False,
+    ),
     # for the tests of the benchmarks' own logic: the figures mean nothing
-    "test": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=2, num_key_value_heads=1, head_dim=32, tie_word_embeddings=False),
+    "test": dict(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        tie_word_embeddings=False,
+    ),
 }
 
 # Dense (no sparsity) bf16 tensor-core peak, FLOP/s, by a substring of torch.cuda.get_device_name().
 DENSE_BF16_PEAK = [
-    ("H200", 989e12), ("GH200", 989e12), ("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12),
-    ("H800", 989e12), ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
+    ("H200", 989e12),
+    ("GH200", 989e12),
+    ("H100 NVL", 835e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),
+    ("H800", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
 ]
 
 
@@ -72,12 +98,17 @@ def dense_bf16_peak(name: str) -> float | None:
 def model_flops_per_step(shape: dict, rows: int, seq: int, scored: int) -> float:
     """scored: tokens per row whose log-prob is computed (the completion): only they meet lm_head."""
     h, inter, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
-    heads, kv, hd, vocab = shape["num_attention_heads"], shape["num_key_value_heads"], shape["head_dim"], shape["vocab_size"]
+    heads, kv, hd, vocab = (
+        shape["num_attention_heads"],
+        shape["num_key_value_heads"],
+        shape["head_dim"],
+        shape["vocab_size"],
+    )
     per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter
     tokens = rows * seq
-    attention = 2 * 2 * layers * heads * hd * (seq + 1) / 2 * tokens      # QK^T and AV, causal, forward
+    attention = 2 * 2 * layers * heads * hd * (seq + 1) / 2 * tokens  # QK^T and AV, causal, forward
     forward = 2 * layers * per_layer * tokens + 2 * vocab * h * rows * scored + attention
-    return 3 * forward                                                    # forward + backward (2x)
+    return 3 * forward  # forward + backward (2x)
 
 
 class NoStep:
@@ -103,8 +134,12 @@ def profile_step(step, cuda: bool, top: int = 30) -> dict:
         step()
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
-    return {"sorted_by": key, "top": [{"name": e.key[:100], "self_ms": round(getattr(e, key) / 1e3, 3), "calls": e.count}
-                                      for e in events[:top]]}
+    return {
+        "sorted_by": key,
+        "top": [
+            {"name": e.key[:100], "self_ms": round(getattr(e, key) / 1e3, 3), "calls": e.count} for e in events[:top]
+        ],
+    }
 
 
 def main() -> None:
@@ -114,18 +149,37 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--seq", type=int, default=4096 if cuda else 512)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--prompt", type=int, default=None, help="prompt tokens of each row (default 256, seq/4 up to 512)")
-    parser.add_argument("--activation-checkpointing", action="store_true",
-                        help="recompute each decoder layer in backward (parallel.enable_activation_checkpointing)")
-    parser.add_argument("--compile-layers", choices=["auto", "on", "off"], default="auto",
-                        help="torch.compile the decoder layers and log-prob blocks (policy.compile_update); auto: as training, on CUDA only")
-    parser.add_argument("--optimizer", choices=["none", "adamw"], default="none",
-                        help="adamw: a real AdamW step (its state counts in the peak memory); none: no step")
-    parser.add_argument("--profile", action="store_true",
-                        help="after the timed steps, profile one more (torch.profiler) and report its top operators")
+    parser.add_argument(
+        "--prompt", type=int, default=None, help="prompt tokens of each row (default 256, seq/4 up to 512)"
+    )
+    parser.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute each decoder layer in backward (parallel.enable_activation_checkpointing)",
+    )
+    parser.add_argument(
+        "--compile-layers",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="torch.compile the decoder layers and log-prob blocks (policy.compile_update); "
+        "auto: as training, on CUDA only",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=["none", "adamw"],
+        default="none",
+        help="adamw: a real AdamW step (its state counts in the peak memory); none: no step",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed steps, profile one more (torch.profiler) and report its top operators",
+    )
     args = parser.parse_args()
     if args.prompt is not None and not 0 < args.prompt < args.seq - 12:
-        parser.error(f"--prompt must leave a completion of more than 12 tokens: 0 < prompt < seq - 12, got {args.prompt}")
+        parser.error(
+            f"--prompt must leave a completion of more than 12 tokens: 0 < prompt < seq - 12, got {args.prompt}"
+        )
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     device = torch.device("cuda" if cuda else "cpu")
@@ -136,12 +190,21 @@ def main() -> None:
         model = Qwen3ForCausalLM(model_config).float()
     if args.activation_checkpointing:
         parallel.enable_activation_checkpointing(model)
-    compiled = config.compiles_layers(Config(compile_layers={"on": True, "off": False}.get(args.compile_layers, "auto")),
-                                      device.type)
+    compiled = config.compiles_layers(
+        Config(compile_layers={"on": True, "off": False}.get(args.compile_layers, "auto")), device.type
+    )
     prompt = args.prompt or (256 if args.seq > 512 else args.seq // 4)
-    cfg = config.load_config("tiny", [f"group_size={args.rows}", f"per_device_batch_size={args.rows}", "grad_accum=1",
-                                     f"precision={'bf16' if cuda else 'fp32'}", f"max_prompt_tokens={prompt}",
-                                     f"max_completion_tokens={args.seq - prompt}"])
+    cfg = config.load_config(
+        "tiny",
+        [
+            f"group_size={args.rows}",
+            f"per_device_batch_size={args.rows}",
+            "grad_accum=1",
+            f"precision={'bf16' if cuda else 'fp32'}",
+            f"max_prompt_tokens={prompt}",
+            f"max_completion_tokens={args.seq - prompt}",
+        ],
+    )
     rng = torch.Generator().manual_seed(0)
     rollouts = []
     for _ in range(args.rows):
@@ -153,11 +216,13 @@ def main() -> None:
     correct = torch.tensor([float(i % 2) for i in range(args.rows)])
     valid = batch.slot_pos >= 0
     high_id, low_id = shape["vocab_size"] - 2, shape["vocab_size"] - 1
-    optimizer = NoStep(model) if args.optimizer == "none" else credo.make_optimizer(model, cfg, device.type)   # as training's
-    policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # random weights: no tokenizer
+    optimizer = (
+        NoStep(model) if args.optimizer == "none" else credo.make_optimizer(model, cfg, device.type)
+    )  # as training's
+    policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # random weights: no tokenizer
     if compiled:
         pol.compile_update(policy)
-    out = credo.Outcomes(correct=correct, fmt=valid.float(), valid=valid, reported=None)
+    out = sampling.Outcomes(correct=correct, fmt=valid.float(), valid=valid, reported=None)
     plan = config.confidence_plan(cfg)
 
     def step():
@@ -177,17 +242,29 @@ def main() -> None:
     name = torch.cuda.get_device_name() if cuda else f"{platform.machine()} {os.cpu_count()} cpus"
     peak = dense_bf16_peak(name) if cuda else None
     result = {
-        "bench": "mfu", "command": " ".join(["python"] + sys.argv), "device": device.type, "device_name": name,
-        "shape": args.shape, **{k: shape[k] for k in ("num_hidden_layers", "hidden_size", "vocab_size")},
-        "rows": args.rows, "seq": args.seq, "prompt": prompt, "tokens": args.rows * args.seq, "precision": cfg.precision,
-        "activation_checkpointing": args.activation_checkpointing, "compile_layers": compiled,
+        "bench": "mfu",
+        "command": " ".join(["python"] + sys.argv),
+        "device": device.type,
+        "device_name": name,
+        "shape": args.shape,
+        **{k: shape[k] for k in ("num_hidden_layers", "hidden_size", "vocab_size")},
+        "rows": args.rows,
+        "seq": args.seq,
+        "prompt": prompt,
+        "tokens": args.rows * args.seq,
+        "precision": cfg.precision,
+        "activation_checkpointing": args.activation_checkpointing,
+        "compile_layers": compiled,
         "optimizer": args.optimizer,
-        "step_s": round(seconds, 4), "step_s_all": [round(t, 4) for t in times],
+        "step_s": round(seconds, 4),
+        "step_s_all": [round(t, 4) for t in times],
         "warmup_s": [round(t, 2) for t in warmup],
-        "model_tflop_per_step": round(flops / 1e12, 3), "achieved_tflop_s": round(flops / seconds / 1e12, 3),
+        "model_tflop_per_step": round(flops / 1e12, 3),
+        "achieved_tflop_s": round(flops / seconds / 1e12, 3),
         "tokens_per_s": round(args.rows * args.seq / seconds, 1),
         "dense_bf16_peak_tflop_s": peak / 1e12 if peak else None,
-        "mfu": round(flops / seconds / peak, 4) if peak else None, "target_mfu": 0.40,
+        "mfu": round(flops / seconds / peak, 4) if peak else None,
+        "target_mfu": 0.40,
     }
     if cuda:
         result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)

@@ -66,21 +66,34 @@ def strategies(batches: list[list[int]], micro: int, group: int, capacity: int) 
     for lengths in batches:
         n = len(lengths)
         tokens += sum(lengths)
-        plans = {"consecutive": consecutive(n, micro),
-                 "credo_padded": pol.micro_batches(lengths, budget, group, whole_groups=True, packed=False),
-                 "credo_packed": pol.micro_batches(lengths, budget, group, whole_groups=True, packed=True)}
+        plans = {
+            "consecutive": consecutive(n, micro),
+            "credo_padded": pol.micro_batches(lengths, budget, group, whole_groups=True, packed=False),
+            "credo_packed": pol.micro_batches(lengths, budget, group, whole_groups=True, packed=True),
+        }
         for name, plan in plans.items():
             counts[name] += len(plan)
-            slots[name] += sum(lengths[i] for b in plan for i in b) if name == "credo_packed" else \
-                sum(len(b) * max(lengths[i] for i in b) for b in plan)
+            slots[name] += (
+                sum(lengths[i] for b in plan for i in b)
+                if name == "credo_packed"
+                else sum(len(b) * max(lengths[i] for i in b) for b in plan)
+            )
             if name in split:
                 split[name] += sum(lengths[i] for b in plan if not pol.holds_whole_groups(b, group) for i in b)
         slots["packed_rows"] += sum(lengths) / (1 - packed_rows_pad(lengths, capacity))
-    return {f"{name}_pad_fraction": round(1 - tokens / s, 4) for name, s in slots.items()} | {
-        f"{name}_micro_batches": round(c / len(batches), 2) for name, c in counts.items()} | {
-        f"{name}_split_group_token_fraction": round(t / tokens, 4) for name, t in split.items()} | {
-        "micro": micro, "group": group, "budget_tokens": budget, "batches": len(batches),
-        "rows_per_batch": len(batches[0]), "packed_row_capacity": capacity}
+    return (
+        {f"{name}_pad_fraction": round(1 - tokens / s, 4) for name, s in slots.items()}
+        | {f"{name}_micro_batches": round(c / len(batches), 2) for name, c in counts.items()}
+        | {f"{name}_split_group_token_fraction": round(t / tokens, 4) for name, t in split.items()}
+        | {
+            "micro": micro,
+            "group": group,
+            "budget_tokens": budget,
+            "batches": len(batches),
+            "rows_per_batch": len(batches[0]),
+            "packed_row_capacity": capacity,
+        }
+    )
 
 
 def synthetic_math(batches: int, seed: int = 0) -> list[list[int]]:
@@ -88,7 +101,7 @@ def synthetic_math(batches: int, seed: int = 0) -> list[list[int]]:
     out = []
     for _ in range(batches):
         lengths = []
-        for _ in range(16):                                  # 16 questions x G = 8
+        for _ in range(16):  # 16 questions x G = 8
             prompt = rng.randint(60, 400)
             lengths += [prompt + min(8192, max(16, int(rng.lognormvariate(7.31, 0.8)))) for _ in range(8)]
         out.append(lengths)
@@ -101,8 +114,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--no-loop", action="store_true", help="skip the real tiny run")
     args = parser.parse_args()
-    result = {"bench": "padding", "command": " ".join(["python"] + sys.argv),
-              "machine": f"{platform.machine()} {os.cpu_count()} cpus"}
+    result = {
+        "bench": "padding",
+        "command": " ".join(["python"] + sys.argv),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+    }
     math_batches = synthetic_math(args.batches)
     result["math_g8_mb2"] = strategies(math_batches, 2, 8, 1024 + 8192)
     result["math_g8_mb16"] = strategies(math_batches, 16, 8, 1024 + 8192)
@@ -110,11 +126,20 @@ def main() -> None:
         from bench.bench_tiny import tiny_run
 
         seen: list[tuple[list[int], int, int]] = []
-        tiny_run(args.steps, [], on_batch=lambda batch, cfg: seen.append(
-            (batch.attention_mask.sum(dim=1).tolist(), cfg.per_device_batch_size, cfg.group_size)))
+        tiny_run(
+            args.steps,
+            [],
+            on_batch=lambda batch, cfg: seen.append(
+                (batch.attention_mask.sum(dim=1).tolist(), cfg.per_device_batch_size, cfg.group_size)
+            ),
+        )
         cfg = config.load_config("tiny")
-        result["tiny"] = strategies([lengths for lengths, _, _ in seen], seen[0][1], seen[0][2],
-                                    cfg.max_prompt_tokens + cfg.max_completion_tokens)
+        result["tiny"] = strategies(
+            [lengths for lengths, _, _ in seen],
+            seen[0][1],
+            seen[0][2],
+            cfg.max_prompt_tokens + cfg.max_completion_tokens,
+        )
     result["pad_fraction"] = result["math_g8_mb2"]["credo_packed_pad_fraction"]
     result["target_pad_fraction"] = 0.10
     report(result, "padding")

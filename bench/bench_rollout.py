@@ -45,19 +45,31 @@ def engines_side_by_side(questions: int, repeats: int) -> dict:
     times = {"vllm": [], "hf": []}
     tokens = {"vllm": [], "hf": []}
     with tempfile.TemporaryDirectory() as tmp:
-        engines = {name: eng.make_engine(dataclasses.replace(cfg, engine=name), config.confidence_plan(cfg), model, tokenizer, cfg.model, Path(tmp) / name,
-                                        torch.float32) for name in times}
+        engines = {
+            name: eng.make_engine(
+                dataclasses.replace(cfg, engine=name),
+                config.confidence_plan(cfg),
+                model,
+                tokenizer,
+                cfg.model,
+                Path(tmp) / name,
+                torch.float32,
+            )
+            for name in times
+        }
         for round_ in range(repeats + 1):
             for name, engine in engines.items():
                 start = time.perf_counter()
                 samples = engine.generate(prompts, cfg.group_size, seed=round_)
                 elapsed = time.perf_counter() - start
-                if round_:   # round 0: warm-up
+                if round_:  # round 0: warm-up
                     times[name].append(elapsed)
                     tokens[name].append(sum(len(s.token_ids) for s in samples))
     tok_s = {name: statistics.median(t / s for t, s in zip(tokens[name], times[name])) for name in times}
     return {
-        "questions": questions, "group_size": cfg.group_size, "max_completion_tokens": cfg.max_completion_tokens,
+        "questions": questions,
+        "group_size": cfg.group_size,
+        "max_completion_tokens": cfg.max_completion_tokens,
         "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1),
         **{f"{name}_tok_s": round(v, 1) for name, v in tok_s.items()},
         **{f"{name}_generated_tokens": tokens[name] for name in times},
@@ -74,9 +86,12 @@ def main() -> None:
     parser.add_argument("--no-loop", action="store_true", help="skip the tiny run (step-time shares)")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    result = {"bench": "rollout", "command": " ".join(["python"] + sys.argv),
-              "machine": f"{platform.machine()} {os.cpu_count()} cpus",
-              **engines_side_by_side(args.questions, args.repeats)}
+    result = {
+        "bench": "rollout",
+        "command": " ".join(["python"] + sys.argv),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        **engines_side_by_side(args.questions, args.repeats),
+    }
     if not args.no_loop:
         loop = tiny_run(args.steps, [])
         result["tiny_loop"] = {k: v for k, v in loop.items() if k not in ("bench", "machine")}

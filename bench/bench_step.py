@@ -54,10 +54,11 @@ import losses  # noqa: E402
 import methods  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
+import sampling  # noqa: E402
 from bench.results_io import report  # noqa: E402
 
 TRL_PY = ROOT / ".cache" / "bench-trl-venv" / "bin" / "python"
-STEP = 1000   # past warm-up: alpha and kappa at their full values
+STEP = 1000  # past warm-up: alpha and kappa at their full values
 
 # name: (prompt tokens range, completion tokens range, rollouts, micro-batch)
 SHAPES = {"tiny": ((20, 60), (16, 64), 16, 4), "l4h256": ((32, 192), (32, 384), 8, 4)}
@@ -68,6 +69,7 @@ def build_model(name: str):
     tiny_dir = ROOT / ".cache" / "tiny" / "model"
     if not (tiny_dir / "config.json").exists():
         import tiny
+
         tiny.ensure(ROOT / ".cache" / "tiny")
     policy = pol.load_policy(str(tiny_dir), torch.device("cpu"))
     model, tokenizer, high_id, low_id = policy.model, policy.tokenizer, policy.high_id, policy.low_id
@@ -75,9 +77,18 @@ def build_model(name: str):
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
         torch.manual_seed(0)
-        config = Qwen3Config(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                             num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
-                             tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id)
+        config = Qwen3Config(
+            vocab_size=151936,
+            hidden_size=256,
+            intermediate_size=768,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         model = Qwen3ForCausalLM(config).float()
         high_id, low_id = 151934, 151935
     saved = ROOT / ".cache" / "bench" / name
@@ -121,10 +132,10 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
     for k in range(0, n, micro):
         rows = list(range(k, min(k + micro, n)))
         ids, attention = batch.input_ids[rows], batch.attention_mask[rows]
-        logits = model(input_ids=ids, attention_mask=attention).logits.float()          # [n, T, V]
+        logits = model(input_ids=ids, attention_mask=attention).logits.float()  # [n, T, V]
         logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
         slot = batch.slot_pos[rows]
-        at_slot = logits[torch.arange(len(rows)), slot.clamp(min=0)]                   # [n, V]
+        at_slot = logits[torch.arange(len(rows)), slot.clamp(min=0)]  # [n, V]
         z = torch.where(slot >= 0, at_slot[:, high_id] - at_slot[:, low_id], 0.0)
         conf = losses.readout(z, torch.zeros_like(z))
         c = methods.credit(correct[rows], fmt[rows], conf.detach(), valid[rows], cfg, kappa)
@@ -144,14 +155,19 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
 def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> credo.StepStats:
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
-    policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))   # the update reads no tokenizer
-    out = credo.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None)
+    policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
+    out = sampling.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None)
     return credo.train_on_batch(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
 
 
 def make_optimizer(model, cfg):
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                             eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=cfg.lr,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+    )
 
 
 def max_param_diff(a, b) -> float:
@@ -160,17 +176,34 @@ def max_param_diff(a, b) -> float:
 
 
 def start_trl(saved: Path, rollouts, stats, batch, cfg, micro: int) -> subprocess.Popen:
-    adv = losses.token_advantages(stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask)
+    adv = losses.token_advantages(
+        stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask
+    )
     token_adv = [adv[i][batch.completion_mask[i]].tolist() for i in range(len(rollouts))]
-    spec = {"model_dir": str(saved), "tokenizer_dir": str(saved), "micro": micro, "group": cfg.group_size,
-            "prompts": [r.prompt_ids for r in rollouts], "completions": [r.completion_ids for r in rollouts],
-            "token_advantages": token_adv, "lr": cfg.lr, "betas": [cfg.adam_beta1, cfg.adam_beta2],
-            "adam_eps": cfg.adam_eps, "weight_decay": cfg.weight_decay, "clip_eps": cfg.clip_eps,
-            "threads": torch.get_num_threads()}
+    spec = {
+        "model_dir": str(saved),
+        "tokenizer_dir": str(saved),
+        "micro": micro,
+        "group": cfg.group_size,
+        "prompts": [r.prompt_ids for r in rollouts],
+        "completions": [r.completion_ids for r in rollouts],
+        "token_advantages": token_adv,
+        "lr": cfg.lr,
+        "betas": [cfg.adam_beta1, cfg.adam_beta2],
+        "adam_eps": cfg.adam_eps,
+        "weight_decay": cfg.weight_decay,
+        "clip_eps": cfg.clip_eps,
+        "threads": torch.get_num_threads(),
+    }
     path = saved / "trl_inputs.json"
     path.write_text(json.dumps(spec))
-    return subprocess.Popen([str(TRL_PY), str(ROOT / "bench" / "trl_step_worker.py"), str(path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(TRL_PY), str(ROOT / "bench" / "trl_step_worker.py"), str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def trl_step(proc: subprocess.Popen) -> float:
@@ -190,9 +223,17 @@ def step_inputs(name: str, group: int = 4) -> tuple:
     reference's `micro` rows are bounded."""
     prompt_range, completion_range, n, micro = SHAPES[name]
     model, tokenizer, high_id, low_id, saved = build_model(name)
-    cfg = config.load_config("tiny", [f"group_size={group}", f"per_device_batch_size={micro}", f"grad_accum={n // micro}",
-                                     "precision=fp32", f"max_prompt_tokens={prompt_range[1]}",
-                                     f"max_completion_tokens={completion_range[1]}"])
+    cfg = config.load_config(
+        "tiny",
+        [
+            f"group_size={group}",
+            f"per_device_batch_size={micro}",
+            f"grad_accum={n // micro}",
+            "precision=fp32",
+            f"max_prompt_tokens={prompt_range[1]}",
+            f"max_completion_tokens={completion_range[1]}",
+        ],
+    )
     rollouts = synthetic_rollouts(n, group, model.config.vocab_size, prompt_range, completion_range)
     batch = pol.collate(rollouts, tokenizer.pad_token_id)
     valid = batch.slot_pos >= 0
@@ -206,8 +247,7 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     lengths = batch.attention_mask.sum(dim=1).tolist()
     tokens = int(sum(lengths))
 
-    paths = {"credo": lambda m, o: credo_step(m, o, *args),
-             "reference": lambda m, o: reference_step(m, o, *args)}
+    paths = {"credo": lambda m, o: credo_step(m, o, *args), "reference": lambda m, o: reference_step(m, o, *args)}
     if use_padded:
         paths["padded"] = lambda m, o: credo_step(m, o, *args, packed=False)
     models = {key: copy.deepcopy(model) for key in paths}
@@ -231,8 +271,8 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
         else:
             try:
                 trl = start_trl(saved, rollouts, first["credo"], batch, cfg, micro)
-                trl_step(trl)   # warm-up
-            except Exception as error:   # report why, never a made-up number
+                trl_step(trl)  # warm-up
+            except Exception as error:  # report why, never a made-up number
                 trl_error = f"{type(error).__name__}: {error}"[-2000:]
                 trl = None
     times = {key: [] for key in [*paths, *(["trl"] if trl else [])]}
@@ -249,10 +289,16 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     med = {key: statistics.median(v) for key, v in times.items()}
     widths = [len(range(k, min(k + micro, n))) * max(lengths) for k in range(0, n, micro)]
     result = {
-        "model": name, "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
-        "vocab": model.config.vocab_size, "rollouts": n, "micro_batch": micro, "tokens": tokens,
+        "model": name,
+        "layers": model.config.num_hidden_layers,
+        "hidden": model.config.hidden_size,
+        "vocab": model.config.vocab_size,
+        "rollouts": n,
+        "micro_batch": micro,
+        "tokens": tokens,
         "micro_batch_tokens": cfg.micro_batch_tokens,
-        "credo_micro_batches": first["credo"].micro_batches, "reference_micro_batches": len(widths),
+        "credo_micro_batches": first["credo"].micro_batches,
+        "reference_micro_batches": len(widths),
         "credo_pad_fraction": round(first["credo"].pad_fraction, 4),
         "reference_pad_fraction": round(1 - tokens / sum(widths), 4),
         **{f"{key}_tok_s": round(tokens / s, 1) for key, s in med.items()},
@@ -274,9 +320,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-trl", action="store_true")
     parser.add_argument("--no-padded", action="store_true")
-    parser.add_argument("--threads", type=int, default=0 if torch.cuda.is_available() else 1,
-                        help="torch threads of every path (0: torch's default). 1 on a CPU: on a shared machine "
-                             "OpenMP barriers of 2+ threads collapse when other jobs take the cores")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0 if torch.cuda.is_available() else 1,
+        help="torch threads of every path (0: torch's default). 1 on a CPU: on a shared machine "
+        "OpenMP barriers of 2+ threads collapse when other jobs take the cores",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -287,11 +337,15 @@ def main() -> None:
     trl_values = [r["speedup_vs_trl"] for r in per_model.values()]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     result = {
-        "bench": "train_step", "command": " ".join(["python"] + sys.argv), "device": device,
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus", "threads": torch.get_num_threads(),
+        "bench": "train_step",
+        "command": " ".join(["python"] + sys.argv),
+        "device": device,
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "threads": torch.get_num_threads(),
         "speedup_vs_reference": min(r["speedup_vs_reference"] for r in per_model.values()),
         "speedup_vs_trl": min(trl_values) if all(v is not None for v in trl_values) else None,
-        "target_speedup": 1.5, "by_model": per_model,
+        "target_speedup": 1.5,
+        "by_model": per_model,
         "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     errors = {name: r["trl_error"] for name, r in per_model.items() if "trl_error" in r}

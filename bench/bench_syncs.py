@@ -33,6 +33,7 @@ import config  # noqa: E402
 import credo  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
+import sampling  # noqa: E402
 from bench.bench_mfu import SHAPES, NoStep  # noqa: E402
 from bench.results_io import report  # noqa: E402
 from schema import Config  # noqa: E402
@@ -90,32 +91,58 @@ def main() -> int:
     cuda = device.type == "cuda"
     torch.manual_seed(0)
     with torch.device(device):
-        model = Qwen3ForCausalLM(Qwen3Config(**shape, max_position_embeddings=max(4096, args.seq), pad_token_id=0)).float()
-    compiled = config.compiles_layers(Config(compile_layers={"on": True, "off": False}.get(args.compile_layers, "auto")), device.type)
+        model = Qwen3ForCausalLM(
+            Qwen3Config(**shape, max_position_embeddings=max(4096, args.seq), pad_token_id=0)
+        ).float()
+    compiled = config.compiles_layers(
+        Config(compile_layers={"on": True, "off": False}.get(args.compile_layers, "auto")), device.type
+    )
     prompt = args.seq // 4
     # groups of one rollout: each micro-batch holds whole groups in both layouts, so the two
     # runs do the same work (a row's c comes from its own training forward) in 1 or `rows` pieces
-    cfg = config.load_config("tiny", ["group_size=1", f"per_device_batch_size={args.rows}", "grad_accum=1",
-                                     f"precision={'bf16' if cuda else 'fp32'}", f"max_prompt_tokens={prompt}", f"max_completion_tokens={args.seq - prompt}"])
+    cfg = config.load_config(
+        "tiny",
+        [
+            "group_size=1",
+            f"per_device_batch_size={args.rows}",
+            "grad_accum=1",
+            f"precision={'bf16' if cuda else 'fp32'}",
+            f"max_prompt_tokens={prompt}",
+            f"max_completion_tokens={args.seq - prompt}",
+        ],
+    )
     rng = torch.Generator().manual_seed(0)
     rollouts = []
     for i in range(args.rows):
-        length = args.seq - 8 * i                                    # distinct lengths, as real rollouts have
+        length = args.seq - 8 * i  # distinct lengths, as real rollouts have
         ids = torch.randint(3, shape["vocab_size"] - 2, (length,), generator=rng).tolist()
         c = length - prompt
-        rollouts.append(ro.Rollout("q0", ids[:prompt], ids[prompt:], "", "stop", ro.Segments(c - 12, c - 11, c - 3, c - 2, None, True, True, True)))
+        rollouts.append(
+            ro.Rollout(
+                "q0",
+                ids[:prompt],
+                ids[prompt:],
+                "",
+                "stop",
+                ro.Segments(c - 12, c - 11, c - 3, c - 2, None, True, True, True),
+            )
+        )
     batch = pol.collate(rollouts, 0)
     valid = batch.slot_pos >= 0
-    out = credo.Outcomes(correct=torch.tensor([float(i % 2) for i in range(args.rows)]), fmt=valid.float(), valid=valid, reported=None)
+    out = sampling.Outcomes(
+        correct=torch.tensor([float(i % 2) for i in range(args.rows)]), fmt=valid.float(), valid=valid, reported=None
+    )
     policy = pol.Policy(model, None, shape["vocab_size"] - 2, shape["vocab_size"] - 1, pol.compute_dtype(cfg))
     if compiled:
         pol.compile_update(policy)
     plan, optimizer = config.confidence_plan(cfg), NoStep(model)
-    layouts = {"one": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.rows * args.seq),
-               "each_row": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.seq)}
+    layouts = {
+        "one": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.rows * args.seq),
+        "each_row": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.seq),
+    }
     counted, micro_batches = {}, {}
     for name, layout in layouts.items():
-        credo.train_on_batch(policy, optimizer, batch, out, layout, plan, 1000)          # warm-up
+        credo.train_on_batch(policy, optimizer, batch, out, layout, plan, 1000)  # warm-up
         if cuda:
             torch.cuda.synchronize()
         with warnings.catch_warnings(record=True) as records:
@@ -131,13 +158,24 @@ def main() -> int:
     extra = micro_batches["each_row"] - micro_batches["one"]
     total = {name: sum(sites.values()) for name, sites in counted.items()}
     per_mb = per_micro_batch(total["one"], total["each_row"], extra)
-    result = {"bench": "syncs", "command": " ".join(["python"] + sys.argv), "device": device.type,
-              "device_name": torch.cuda.get_device_name() if cuda else "cpu", "shape": args.shape, "rows": args.rows, "seq": args.seq,
-              "compile_layers": compiled, "micro_batches": micro_batches, "syncs": total,
-              "per_micro_batch": round(per_mb, 2), "per_step": round(total["one"] - per_mb * micro_batches["one"], 2),
-              "sites": {name: dict(sites.most_common()) for name, sites in counted.items()},
-              "target_per_micro_batch": MAX_PER_MICRO_BATCH, "meets_target": per_mb <= MAX_PER_MICRO_BATCH,
-              "host": f"{os.uname().nodename}"}
+    result = {
+        "bench": "syncs",
+        "command": " ".join(["python"] + sys.argv),
+        "device": device.type,
+        "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+        "shape": args.shape,
+        "rows": args.rows,
+        "seq": args.seq,
+        "compile_layers": compiled,
+        "micro_batches": micro_batches,
+        "syncs": total,
+        "per_micro_batch": round(per_mb, 2),
+        "per_step": round(total["one"] - per_mb * micro_batches["one"], 2),
+        "sites": {name: dict(sites.most_common()) for name, sites in counted.items()},
+        "target_per_micro_batch": MAX_PER_MICRO_BATCH,
+        "meets_target": per_mb <= MAX_PER_MICRO_BATCH,
+        "host": f"{os.uname().nodename}",
+    }
     report(result, f"syncs_{device.type}")
     return 0
 

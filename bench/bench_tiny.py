@@ -52,10 +52,16 @@ def tiny_run(steps: int, overrides: list[str], on_batch=None) -> dict:
     total = sum(med(f"t_{p}") for p in phases)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return {
-        "bench": "tiny_step", "device": device, "machine": platform.machine(), "engine": cfg.engine,
-        "steps": steps, "rollouts_per_step": cfg.per_device_batch_size * cfg.grad_accum,
-        "rollout_tok_s": round(med("rollout_tok_s"), 1), "train_tok_s": round(med("train_tok_s"), 1),
-        "step_s": round(total, 4), **{f"share_{p}": round(med(f"t_{p}") / total, 3) for p in phases},
+        "bench": "tiny_step",
+        "device": device,
+        "machine": platform.machine(),
+        "engine": cfg.engine,
+        "steps": steps,
+        "rollouts_per_step": cfg.per_device_batch_size * cfg.grad_accum,
+        "rollout_tok_s": round(med("rollout_tok_s"), 1),
+        "train_tok_s": round(med("train_tok_s"), 1),
+        "step_s": round(total, 4),
+        **{f"share_{p}": round(med(f"t_{p}") / total, 3) for p in phases},
         "pad_fraction": round(med("pad_fraction"), 4) if all("pad_fraction" in m for m in lines) else None,
         "wall_s_including_startup": round(wall, 1),
     }

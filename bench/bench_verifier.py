@@ -46,8 +46,10 @@ def math_items(count: int, first: int = 2) -> list[tuple[str, str, bool]]:
         }[style]
         correct = index % 2 == 0
         answer = same if correct else other
-        text = (f"Let me work through it step by step. After simplifying, the result is "
-                rf"\boxed{{{answer}}}. <analysis>Checked twice.</analysis> <confidence>0.8</confidence>")
+        text = (
+            f"Let me work through it step by step. After simplifying, the result is "
+            rf"\boxed{{{answer}}}. <analysis>Checked twice.</analysis> <confidence>0.8</confidence>"
+        )
         items.append((text, gold, correct))
     return items
 
@@ -65,8 +67,11 @@ def bench_math(count: int, worker_counts: list[int]) -> dict:
         verdicts = verifier.verify_math_batch(pairs, workers=workers, progress=False)
         elapsed = time.perf_counter() - start
         accuracy = sum(v == e for v, e in zip(verdicts, expected)) / len(items)
-        results[str(workers)] = {"items_per_s": round(len(items) / elapsed, 1),
-                                 "seconds": round(elapsed, 2), "agreement": round(accuracy, 3)}
+        results[str(workers)] = {
+            "items_per_s": round(len(items) / elapsed, 1),
+            "seconds": round(elapsed, 2),
+            "agreement": round(accuracy, 3),
+        }
     verifier.close()
     return results
 
@@ -87,8 +92,7 @@ def code_block(source: str) -> str:
 def bench_code(repeats: int) -> dict:
     echo = code_block("print(input())")
     one = {"kind": "stdio", "inputs": ["hello\n"], "outputs": ["hello\n"]}
-    fifty = {"kind": "stdio", "inputs": [f"{i}\n" for i in range(50)],
-             "outputs": [f"{i}\n" for i in range(50)]}
+    fifty = {"kind": "stdio", "inputs": [f"{i}\n" for i in range(50)], "outputs": [f"{i}\n" for i in range(50)]}
     call = {"kind": "call", "fn_name": "f", "inputs": [[2]], "outputs": [4]}
     check = {"kind": "assert", "entry_point": "f", "test": "def check(candidate):\n    assert candidate(2) == 4\n"}
     function = code_block("def f(x):\n    return x * x")
@@ -120,8 +124,12 @@ def main() -> None:
     result = {
         "benchmark": "verifier",
         "command": " ".join([Path(sys.executable).name] + sys.argv),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "processor": platform.machine(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "processor": platform.machine(),
+            "python": platform.python_version(),
+        },
         "math": {"items": args.math_items, "by_workers": bench_math(args.math_items, args.workers)},
         "code": bench_code(args.repeats),
     }

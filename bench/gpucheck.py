@@ -73,7 +73,7 @@ import rollout as ro  # noqa: E402
 
 STATUSES = ("pass", "fail", "skipped")
 SCHEMA = 1
-GAP_TOLERANCE = {"bf16": 0.02, "fp32": 1e-4}     # engine/trainer mean |log-prob gap| of a smoke run
+GAP_TOLERANCE = {"bf16": 0.02, "fp32": 1e-4}  # engine/trainer mean |log-prob gap| of a smoke run
 TARGETS = {"mfu_4096": 0.35, "mfu_paper": 0.45, "logprobs_time_ratio": 1.0, "logprobs_peak_mem_ratio": 0.25}
 
 
@@ -106,10 +106,10 @@ class CheckTimeout(Exception):
 class Context:
     """What every check needs: where it runs, how much work, how long it may take."""
 
-    device: str                 # "cuda" or "cpu" (test hook)
+    device: str  # "cuda" or "cpu" (test hook)
     quick: bool
-    work: Path                  # scratch directory of this run
-    timeout: float = 600.0      # seconds left to the current check
+    work: Path  # scratch directory of this run
+    timeout: float = 600.0  # seconds left to the current check
 
     @property
     def slack(self) -> float:
@@ -119,9 +119,13 @@ class Context:
 
     def env(self) -> dict:
         """The children's environment: no launcher variables; GPUs hidden on a CPU run."""
-        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false",
-               "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(ROOT / ".cache" / "vllm")),
-               "CREDO_BENCH_RESULTS": str(self.work / "bench")}
+        env = {
+            **os.environ,
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(ROOT / ".cache" / "vllm")),
+            "CREDO_BENCH_RESULTS": str(self.work / "bench"),
+        }
         for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(var, None)
         if self.device == "cpu":
@@ -131,8 +135,14 @@ class Context:
     def run(self, cmd: list[str], extra_env: dict | None = None) -> subprocess.CompletedProcess:
         """A child process in the project root, within this check's time limit."""
         try:
-            return subprocess.run(cmd, cwd=ROOT, env={**self.env(), **(extra_env or {})}, capture_output=True,
-                                  text=True, timeout=self.timeout)
+            return subprocess.run(
+                cmd,
+                cwd=ROOT,
+                env={**self.env(), **(extra_env or {})},
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+            )
         except subprocess.TimeoutExpired as err:
             printed = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
             raise CheckTimeout(f"timed out after {self.timeout:.0f} s: {' '.join(cmd)}", printed) from err
@@ -145,8 +155,11 @@ def gap_from_metrics(lines: list[str]) -> dict:
     """Steps and engine/trainer log-prob gaps of a run's metrics.jsonl lines."""
     rows = [json.loads(line) for line in lines if line.strip()]
     gaps = [r["engine_logprob_gap"] for r in rows if r.get("engine_logprob_gap") is not None]
-    return {"steps": len(rows), "gap_mean": round(sum(gaps) / len(gaps), 6) if gaps else None,
-            "gap_max": round(max(gaps), 6) if gaps else None}
+    return {
+        "steps": len(rows),
+        "gap_mean": round(sum(gaps) / len(gaps), 6) if gaps else None,
+        "gap_max": round(max(gaps), 6) if gaps else None,
+    }
 
 
 def smoke_verdict(returncode: int, figures: dict, steps: int, precision: str) -> tuple[str, str]:
@@ -183,17 +196,25 @@ def parse_pytest_verbose(stdout: str) -> dict:
     """Counts from `pytest -v` lines (`path::test PASSED [ 5%]`), for a run cut short before
     its junit XML was written."""
     outcomes = re.findall(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)", stdout, flags=re.MULTILINE)
-    count = lambda *names: sum(1 for _, o in outcomes if o in names)   # noqa: E731
-    return {"tests": len(outcomes), "passed": count("PASSED", "XPASS"), "failures": count("FAILED"),
-            "errors": count("ERROR"), "skipped": count("SKIPPED", "XFAIL"),
-            "failed": [t for t, o in outcomes if o in ("FAILED", "ERROR")]}
+    count = lambda *names: sum(1 for _, o in outcomes if o in names)  # noqa: E731
+    return {
+        "tests": len(outcomes),
+        "passed": count("PASSED", "XPASS"),
+        "failures": count("FAILED"),
+        "errors": count("ERROR"),
+        "skipped": count("SKIPPED", "XFAIL"),
+        "failed": [t for t, o in outcomes if o in ("FAILED", "ERROR")],
+    }
 
 
 def suite_verdict(counts: dict) -> tuple[str, str]:
     if counts["tests"] == 0:
         return "fail", "no test ran"
     bad = counts["failures"] + counts["errors"]
-    summary = f"{counts['passed']} passed, {counts['failures']} failed, {counts['errors']} errors, {counts['skipped']} skipped"
+    summary = (
+        f"{counts['passed']} passed, {counts['failures']} failed, {counts['errors']} errors, "
+        f"{counts['skipped']} skipped"
+    )
     return ("fail" if bad else "pass"), summary
 
 
@@ -212,7 +233,7 @@ def out_of_memory(stderr: str) -> bool:
 def weights_follow(stale: list[float], fresh: list[float], tol_mean: float, tol_max: float) -> tuple[str, str]:
     """After a push the engine's log-probs follow the trainer's (|engine - trainer| per token,
     before and after the push): close after, and clearly closer than before."""
-    mean = lambda xs: sum(xs) / len(xs)   # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     before, after, worst = mean(stale), mean(fresh), max(fresh)
     if after > tol_mean or worst > tol_max:
         return "fail", f"after the push |engine - trainer| mean {after:.4g} / max {worst:.4g} > {tol_mean} / {tol_max}"
@@ -225,7 +246,7 @@ def memory_cycle_verdict(free_awake: int, free_asleep: int, free_woken: int, min
     """torch.cuda.mem_get_info's free bytes: sleep frees at least `min_freed`, wake-up takes
     back what sleep freed (within 10 %)."""
     freed, taken = free_asleep - free_awake, free_asleep - free_woken
-    gib = lambda b: f"{b / 2**30:.2f} GiB"   # noqa: E731
+    gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     if freed < min_freed:
         return "fail", f"sleep freed {gib(freed)} < {gib(min_freed)}"
     if abs(taken - freed) > 0.1 * freed:
@@ -276,16 +297,32 @@ def check_environment(ctx: Context) -> tuple[str, str, dict]:
 def tiny_overrides(ctx: Context, steps: int) -> list[str]:
     precision = "bf16" if ctx.device == "cuda" else "fp32"
     quick = ["group_size=2", "per_device_batch_size=2", "grad_accum=1", "max_completion_tokens=16"] if ctx.quick else []
-    return [f"precision={precision}", f"max_steps={steps}", f"save_every={steps}", f"out_dir={ctx.work / 'runs'}", *quick]
+    return [
+        f"precision={precision}",
+        f"max_steps={steps}",
+        f"save_every={steps}",
+        f"out_dir={ctx.work / 'runs'}",
+        *quick,
+    ]
 
 
-def smoke_run(ctx: Context, launcher: list[str], run_name: str, steps: int, config: str, engine: str | None) -> tuple[str, str, dict]:
-    cmd = [*launcher, "credo.py", config, *(["engine=" + engine] if engine else []), *tiny_overrides(ctx, steps),
-           f"run_name={run_name}"]
+def smoke_run(
+    ctx: Context, launcher: list[str], run_name: str, steps: int, config: str, engine: str | None
+) -> tuple[str, str, dict]:
+    cmd = [
+        *launcher,
+        "credo.py",
+        config,
+        *(["engine=" + engine] if engine else []),
+        *tiny_overrides(ctx, steps),
+        f"run_name={run_name}",
+    ]
     out = ctx.run(cmd)
     metrics = ctx.work / "runs" / run_name / "metrics.jsonl"
-    figures = {"command": " ".join(cmd),
-               **gap_from_metrics(metrics.read_text().splitlines() if metrics.exists() else [])}
+    figures = {
+        "command": " ".join(cmd),
+        **gap_from_metrics(metrics.read_text().splitlines() if metrics.exists() else []),
+    }
     status, reason = smoke_verdict(out.returncode, figures, steps, "bf16" if ctx.device == "cuda" else "fp32")
     if out.returncode != 0:
         figures["stderr_tail"] = out.stderr.strip()[-1500:]
@@ -298,19 +335,35 @@ def check_smoke_train(ctx: Context):
 
 def check_smoke_torchrun(ctx: Context):
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    return smoke_run(ctx, [torchrun, "--standalone", "--nproc_per_node=1"], "gpucheck-torchrun", 1 if ctx.quick else 2,
-                     "configs/tiny.yaml", "hf")
+    return smoke_run(
+        ctx,
+        [torchrun, "--standalone", "--nproc_per_node=1"],
+        "gpucheck-torchrun",
+        1 if ctx.quick else 2,
+        "configs/tiny.yaml",
+        "hf",
+    )
 
 
 def check_numerics(ctx: Context):
     junit = ctx.work / "numerics.xml"
-    tests = ["tests/test_policy.py::test_packed_micro_batches_equal_padded_ones",
-             "tests/test_logprob_kernels.py::test_chunked_logprobs_and_readout_match_naive",
-             "tests/test_logprob_kernels.py::test_logprobs_score_only_the_masked_columns",
-             *([] if ctx.quick else ["tests/test_policy.py::test_compiled_layers_change_no_output_and_no_gradient",
-                                     "tests/test_logprob_kernels.py::test_compiled_logprob_blocks_match_the_eager_ones"])]
-    out = ctx.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
-                  {"CREDO_TEST_DEVICE": ctx.device})
+    tests = [
+        "tests/test_policy.py::test_packed_micro_batches_equal_padded_ones",
+        "tests/test_logprob_kernels.py::test_chunked_logprobs_and_readout_match_naive",
+        "tests/test_logprob_kernels.py::test_logprobs_score_only_the_masked_columns",
+        *(
+            []
+            if ctx.quick
+            else [
+                "tests/test_policy.py::test_compiled_layers_change_no_output_and_no_gradient",
+                "tests/test_logprob_kernels.py::test_compiled_logprob_blocks_match_the_eager_ones",
+            ]
+        ),
+    ]
+    out = ctx.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
+        {"CREDO_TEST_DEVICE": ctx.device},
+    )
     if not junit.exists():
         return "fail", f"pytest wrote no report (exit {out.returncode}): {out.stdout.strip()[-300:]}", {}
     counts = parse_junit(junit.read_text())
@@ -322,8 +375,11 @@ def check_bench_logprobs(ctx: Context):
     """The eager chunked kernel and the compiled one (what the update runs on CUDA, with its
     2,048-row blocks) against the naive computation; the target is judged on the one the
     update runs on this device."""
-    args = ["--seq", "256", "--vocab", "4096", "--repeats", "1", "--warmup", "1", "--iters", "1"] if ctx.quick else \
-        ["--seq", "1024", "4096", "8192", "--repeats", "1", "--warmup", "2", "--iters", "5"]
+    args = (
+        ["--seq", "256", "--vocab", "4096", "--repeats", "1", "--warmup", "1", "--iters", "1"]
+        if ctx.quick
+        else ["--seq", "1024", "4096", "8192", "--repeats", "1", "--warmup", "2", "--iters", "5"]
+    )
     out = ctx.run([sys.executable, "bench/bench_logprobs.py", *args, "--impls", "chunked", "compiled", "naive"])
     if out.returncode != 0:
         return "fail", f"exit status {out.returncode}: {out.stderr.strip()[-300:]}", {}
@@ -331,10 +387,16 @@ def check_bench_logprobs(ctx: Context):
     judged = "compiled_" if ctx.device == "cuda" else ""
     time_ratio, mem_ratio = result[f"{judged}time_ratio"], result[f"{judged}peak_mem_ratio"]
     meets = time_ratio <= TARGETS["logprobs_time_ratio"] and mem_ratio <= TARGETS["logprobs_peak_mem_ratio"]
-    return "pass", (f"{judged or 'chunked_'}kernel/naive time {time_ratio}, memory {mem_ratio} (targets <= "
-                    f"{TARGETS['logprobs_time_ratio']}, <= {TARGETS['logprobs_peak_mem_ratio']}); eager chunked "
-                    f"{result['time_ratio']}, {result['peak_mem_ratio']}; compiled {result['compiled_time_ratio']}, "
-                    f"{result['compiled_peak_mem_ratio']}"), {**result, "meets_target": meets}
+    return (
+        "pass",
+        (
+            f"{judged or 'chunked_'}kernel/naive time {time_ratio}, memory {mem_ratio} (targets <= "
+            f"{TARGETS['logprobs_time_ratio']}, <= {TARGETS['logprobs_peak_mem_ratio']}); eager chunked "
+            f"{result['time_ratio']}, {result['peak_mem_ratio']}; compiled {result['compiled_time_ratio']}, "
+            f"{result['compiled_peak_mem_ratio']}"
+        ),
+        {**result, "meets_target": meets},
+    )
 
 
 def check_host_syncs(ctx: Context):
@@ -345,35 +407,69 @@ def check_host_syncs(ctx: Context):
     if out.returncode != 0:
         return "fail", f"exit status {out.returncode}: {out.stderr.strip()[-300:]}", {}
     result = last_json_line(out.stdout)
-    return "pass", (f"{result['per_micro_batch']} per micro-batch (target <= {result['target_per_micro_batch']}), "
-                    f"{result['per_step']} per step"), result
+    return (
+        "pass",
+        (
+            f"{result['per_micro_batch']} per micro-batch (target <= {result['target_per_micro_batch']}), "
+            f"{result['per_step']} per step"
+        ),
+        result,
+    )
 
 
 def mfu_run(ctx: Context, args: list[str], target: float) -> tuple[str, str, dict]:
     out = ctx.run([sys.executable, "bench/bench_mfu.py", *args])
     if out.returncode != 0:
-        return ("fail", f"out of memory: {' '.join(args)}" if out_of_memory(out.stderr) else
-                f"exit status {out.returncode}: {out.stderr.strip()[-300:]}", {"oom": out_of_memory(out.stderr)})
+        return (
+            "fail",
+            f"out of memory: {' '.join(args)}"
+            if out_of_memory(out.stderr)
+            else f"exit status {out.returncode}: {out.stderr.strip()[-300:]}",
+            {"oom": out_of_memory(out.stderr)},
+        )
     result = last_json_line(out.stdout)
     mfu = result["mfu"]
     result["meets_target"] = mfu is not None and mfu >= target
-    shown = f"MFU {mfu} (target >= {target})" if mfu is not None else f"{result['achieved_tflop_s']} TFLOP/s (no MFU on {ctx.device})"
+    shown = (
+        f"MFU {mfu} (target >= {target})"
+        if mfu is not None
+        else f"{result['achieved_tflop_s']} TFLOP/s (no MFU on {ctx.device})"
+    )
     return "pass", f"{shown}, {result.get('peak_memory_gib', '-')} GiB peak", result
 
 
 def check_mfu_4096(ctx: Context):
-    args = ["--shape", "small", "--seq", "64", "--iters", "1"] if ctx.quick else ["--shape", "qwen3-1.7b", "--rows", "1", "--seq", "4096", "--iters", "5"]
-    status, reason, figures = mfu_run(ctx, [*args, "--profile"], TARGETS["mfu_4096"])   # what the next lever is
+    args = (
+        ["--shape", "small", "--seq", "64", "--iters", "1"]
+        if ctx.quick
+        else ["--shape", "qwen3-1.7b", "--rows", "1", "--seq", "4096", "--iters", "5"]
+    )
+    status, reason, figures = mfu_run(ctx, [*args, "--profile"], TARGETS["mfu_4096"])  # what the next lever is
     _, eager_reason, eager = mfu_run(ctx, [*args, "--compile-layers", "off"], TARGETS["mfu_4096"])
     figures["eager_layers"] = eager
     return status, f"{reason}; eager layers: {eager_reason}", figures
 
 
 def check_mfu_paper(ctx: Context):
-    args = ["--shape", "small", "--rows", "2", "--seq", "96", "--prompt", "16", "--iters", "1"] if ctx.quick else \
-        ["--shape", "qwen3-1.7b", "--rows", "2", "--seq", str(1024 + 8192), "--prompt", "1024", "--iters", "3",
-         "--optimizer", "adamw"]
-    args.append("--profile")                                                          # what the next lever is
+    args = (
+        ["--shape", "small", "--rows", "2", "--seq", "96", "--prompt", "16", "--iters", "1"]
+        if ctx.quick
+        else [
+            "--shape",
+            "qwen3-1.7b",
+            "--rows",
+            "2",
+            "--seq",
+            str(1024 + 8192),
+            "--prompt",
+            "1024",
+            "--iters",
+            "3",
+            "--optimizer",
+            "adamw",
+        ]
+    )
+    args.append("--profile")  # what the next lever is
     status, reason, figures = mfu_run(ctx, args, TARGETS["mfu_paper"])
     if status == "fail" and figures.get("oom"):
         status, reason2, figures = mfu_run(ctx, [*args, "--activation-checkpointing"], TARGETS["mfu_paper"])
@@ -382,7 +478,9 @@ def check_mfu_paper(ctx: Context):
 
 
 def child_check(ctx: Context, name: str) -> tuple[str, str, dict]:
-    out = ctx.run([sys.executable, __file__, "--child", name, "--device", ctx.device, *(["--quick"] if ctx.quick else [])])
+    out = ctx.run(
+        [sys.executable, __file__, "--child", name, "--device", ctx.device, *(["--quick"] if ctx.quick else [])]
+    )
     if out.returncode != 0:
         return "fail", f"exit status {out.returncode}: {out.stderr.strip()[-400:]}", {}
     result = last_json_line(out.stdout)
@@ -413,7 +511,7 @@ def check_pytest_suite(ctx: Context):
     paths = ["tests/test_losses.py"] if ctx.quick else ["-m", "not slow"]
     try:
         out = ctx.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", f"--junitxml={junit}", *paths])
-    except CheckTimeout as err:                    # no junit XML yet: count the -v lines printed so far
+    except CheckTimeout as err:  # no junit XML yet: count the -v lines printed so far
         counts = parse_pytest_verbose(err.stdout)
         return "fail", f"{err}; so far {suite_verdict(counts)[1]}", counts
     counts = parse_junit(junit.read_text()) if junit.exists() else parse_pytest_verbose(out.stdout)
@@ -426,7 +524,7 @@ CHECKS = {  # name -> (function, time limit in seconds)
     "smoke_train": (check_smoke_train, 120),
     "smoke_torchrun": (check_smoke_torchrun, 120),
     "numerics": (check_numerics, 240),
-    "bench_logprobs": (check_bench_logprobs, 180),   # 9 child processes; the compiled ones compile first
+    "bench_logprobs": (check_bench_logprobs, 180),  # 9 child processes; the compiled ones compile first
     "host_syncs": (check_host_syncs, 120),
     "mfu_4096": (check_mfu_4096, 180),
     "mfu_paper": (check_mfu_paper, 240),
@@ -462,10 +560,16 @@ def run_checks(ctx: Context, plan: dict[str, str | None], budget: float) -> list
 
 
 def report(checks: list[Check], device_name: str, argv: list[str]) -> dict:
-    return {"schema": SCHEMA, "command": " ".join(["python", "bench/gpucheck.py", *argv]),
-            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "device_name": device_name,
-            "host": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus", "git_commit": git_commit(),
-            "summary": summary(checks), "checks": [asdict(c) for c in checks]}
+    return {
+        "schema": SCHEMA,
+        "command": " ".join(["python", "bench/gpucheck.py", *argv]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device_name": device_name,
+        "host": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "git_commit": git_commit(),
+        "summary": summary(checks),
+        "checks": [asdict(c) for c in checks],
+    }
 
 
 def git_commit() -> str | None:
@@ -485,19 +589,30 @@ def child_environment(device: str, quick: bool) -> dict:
 
     import transformers
 
-    try:                                   # installed or not; whether it imports is vllm_engine's business
+    try:  # installed or not; whether it imports is vllm_engine's business
         vllm_version = metadata.version("vllm")
     except metadata.PackageNotFoundError:
         vllm_version = "not installed"
     cuda = torch.cuda.is_available()
-    facts = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
-             "transformers": transformers.__version__, "vllm": vllm_version, "python": platform.python_version()}
+    facts = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": cuda,
+        "transformers": transformers.__version__,
+        "vllm": vllm_version,
+        "python": platform.python_version(),
+    }
     if cuda:
         free, total = torch.cuda.mem_get_info()
-        facts.update(device_name=torch.cuda.get_device_name(), device_count=torch.cuda.device_count(),
-                     capability=".".join(map(str, torch.cuda.get_device_capability())),
-                     memory_gib=round(total / 2**30, 1), free_gib=round(free / 2**30, 1),
-                     bf16_supported=torch.cuda.is_bf16_supported(), nccl=str(torch.cuda.nccl.version()))
+        facts.update(
+            device_name=torch.cuda.get_device_name(),
+            device_count=torch.cuda.device_count(),
+            capability=".".join(map(str, torch.cuda.get_device_capability())),
+            memory_gib=round(total / 2**30, 1),
+            free_gib=round(free / 2**30, 1),
+            bf16_supported=torch.cuda.is_bf16_supported(),
+            nccl=str(torch.cuda.nccl.version()),
+        )
     else:
         facts["device_name"] = f"cpu ({platform.machine()} {os.cpu_count()} cpus)"
     return facts
@@ -518,12 +633,16 @@ def child_hf_engine(device: str, quick: bool) -> dict:
     then one row at a time (hf_engine_batch=1, the old per-request cost), medians of rounds
     after a warm-up."""
     questions, group, rounds = (2, 2, 1) if quick else (8, 8, 3)
-    cfg, model, tokenizer, prompts = tiny_world(device, ["max_completion_tokens=16" if quick else "max_completion_tokens=64"])
+    cfg, model, tokenizer, prompts = tiny_world(
+        device, ["max_completion_tokens=16" if quick else "max_completion_tokens=64"]
+    )
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     figures = {"rows": questions * group, "max_completion_tokens": cfg.max_completion_tokens, "dtype": str(dtype)}
     for label, batch, n_questions in (("batched", cfg.hf_engine_batch, questions), ("one_by_one", 1, 1)):
-        engine = eng.HFEngine(model, tokenizer, dataclasses.replace(cfg, hf_engine_batch=batch), config.confidence_plan(cfg), dtype)
-        engine.generate(prompts[:1], 1, seed=0)                                   # warm-up
+        engine = eng.HFEngine(
+            model, tokenizer, dataclasses.replace(cfg, hf_engine_batch=batch), config.confidence_plan(cfg), dtype
+        )
+        engine.generate(prompts[:1], 1, seed=0)  # warm-up
         rates = []
         for r in range(rounds):
             if device == "cuda":
@@ -534,8 +653,12 @@ def child_hf_engine(device: str, quick: bool) -> dict:
         figures[f"{label}_tokens_per_s"] = round(statistics.median(rates), 1)
         figures[f"{label}_rows"] = n_questions * group
     figures["speedup"] = round(figures["batched_tokens_per_s"] / figures["one_by_one_tokens_per_s"], 2)
-    return {"status": "pass", "reason": f"{figures['batched_tokens_per_s']} tokens/s batched, "
-            f"{figures['one_by_one_tokens_per_s']} one row at a time", **figures}
+    return {
+        "status": "pass",
+        "reason": f"{figures['batched_tokens_per_s']} tokens/s batched, "
+        f"{figures['one_by_one_tokens_per_s']} one row at a time",
+        **figures,
+    }
 
 
 def child_vllm_engine(device: str, quick: bool) -> dict:
@@ -552,7 +675,9 @@ def child_vllm_engine(device: str, quick: bool) -> dict:
 def vllm_engine_checks(device: str, run_dir: str) -> dict:
     """child_vllm_engine's checks, the engine's files under `run_dir`."""
     bf16 = device == "cuda"
-    cfg, model, tokenizer, prompts = tiny_world(device, [f"precision={'bf16' if bf16 else 'fp32'}", "max_completion_tokens=32"])
+    cfg, model, tokenizer, prompts = tiny_world(
+        device, [f"precision={'bf16' if bf16 else 'fp32'}", "max_completion_tokens=32"]
+    )
     dtype = torch.bfloat16 if bf16 else torch.float32
     engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tokenizer, cfg.model, run_dir, dtype)
     figures, problems = {"sleep_mode": engine.sleep_mode}, []
@@ -560,7 +685,9 @@ def vllm_engine_checks(device: str, run_dir: str) -> dict:
         problems.append("sleep mode is off on CUDA")
 
     first = engine.generate(prompts[:2], 2, seed=5)
-    figures["reproducible"] = [s.token_ids for s in engine.generate(prompts[:2], 2, seed=5)] == [s.token_ids for s in first]
+    figures["reproducible"] = [s.token_ids for s in engine.generate(prompts[:2], 2, seed=5)] == [
+        s.token_ids for s in first
+    ]
     if not figures["reproducible"]:
         problems.append("seeded generation is not reproducible")
 
@@ -571,12 +698,12 @@ def vllm_engine_checks(device: str, run_dir: str) -> dict:
             out = []
             for seq in sequences:
                 ids = torch.tensor([seq], device=device)
-                logp = model(input_ids=ids).logits.float().log_softmax(-1)[0, :-1]              # [L-1, V]
+                logp = model(input_ids=ids).logits.float().log_softmax(-1)[0, :-1]  # [L-1, V]
                 out.append(logp.gather(-1, ids[0, 1:, None]).squeeze(-1).tolist())
             return out
 
     generator = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():                                    # the trainer's weights change
+    with torch.no_grad():  # the trainer's weights change
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=generator, device=device) * 0.05 * p.float().std())
     want = trainer_logprobs()
@@ -585,18 +712,24 @@ def vllm_engine_checks(device: str, run_dir: str) -> dict:
         free_awake = torch.cuda.mem_get_info()[0]
         engine.sleep()
         free_asleep = torch.cuda.mem_get_info()[0]
-        engine.push_weights(model)                           # wakes the weights, pushes, wakes the KV cache
+        engine.push_weights(model)  # wakes the weights, pushes, wakes the KV cache
         free_woken = torch.cuda.mem_get_info()[0]
         status, reason = memory_cycle_verdict(free_awake, free_asleep, free_woken)
-        figures.update(free_gib={"awake": round(free_awake / 2**30, 2), "asleep": round(free_asleep / 2**30, 2),
-                                 "after_push": round(free_woken / 2**30, 2)}, memory_cycle=reason)
+        figures.update(
+            free_gib={
+                "awake": round(free_awake / 2**30, 2),
+                "asleep": round(free_asleep / 2**30, 2),
+                "after_push": round(free_woken / 2**30, 2),
+            },
+            memory_cycle=reason,
+        )
         if status == "fail":
             problems.append(reason)
     else:
         engine.push_weights(model)
         figures["memory_cycle"] = "not measured: no sleep mode without CUDA"
     fresh = engine.score(sequences)
-    gaps = lambda got: [abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)]   # noqa: E731
+    gaps = lambda got: [abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)]  # noqa: E731
     tol_mean, tol_max = (0.02, 0.25) if bf16 else (1e-4, 1e-3)
     status, reason = weights_follow(gaps(stale), gaps(fresh), tol_mean, tol_max)
     figures["weights_follow"] = reason
@@ -618,7 +751,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="the report's path (default bench/results/gpucheck-<date>-<gpu>.json)")
     parser.add_argument("--quick", action="store_true", help="small sizes everywhere (test hook; figures meaningless)")
     parser.add_argument("--budget", type=float, default=600, help="total seconds for all checks (default 600)")
-    parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)    # test hook: run without CUDA
+    parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)  # test hook: run without CUDA
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=list(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -633,8 +766,10 @@ def main(argv: list[str]) -> int:
         parser.error(str(err))
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpucheck: torch sees no CUDA device on this machine; run it where a GPU is (nothing was written)",
-              file=sys.stderr)
+        print(
+            "gpucheck: torch sees no CUDA device on this machine; run it where a GPU is (nothing was written)",
+            file=sys.stderr,
+        )
         return 2
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     with tempfile.TemporaryDirectory(prefix="gpucheck-") as work:

@@ -25,16 +25,22 @@ ROOT = Path(__file__).resolve().parent.parent
 TRL_VENV = ROOT / ".cache" / "bench-trl-venv"
 
 SUITE = {
-    "verifier": (["bench/bench_verifier.py", "--math-items", "300", "--repeats", "20"],
-                 ["bench/bench_verifier.py", "--math-items", "60", "--repeats", "5"]),
+    "verifier": (
+        ["bench/bench_verifier.py", "--math-items", "300", "--repeats", "20"],
+        ["bench/bench_verifier.py", "--math-items", "60", "--repeats", "5"],
+    ),
     "padding": (["bench/bench_padding.py", "--steps", "6"], ["bench/bench_padding.py", "--no-loop"]),
     "step": (["bench/bench_step.py", "--repeats", "5"], ["bench/bench_step.py", "--models", "tiny", "--repeats", "2"]),
     "ablation": (["bench/bench_ablation.py"], ["bench/bench_ablation.py", "--models", "tiny", "--repeats", "2"]),
-    "rollout": (["bench/bench_rollout.py", "--repeats", "3", "--steps", "10"],
-                ["bench/bench_rollout.py", "--repeats", "1", "--questions", "2", "--no-loop"]),
+    "rollout": (
+        ["bench/bench_rollout.py", "--repeats", "3", "--steps", "10"],
+        ["bench/bench_rollout.py", "--repeats", "1", "--questions", "2", "--no-loop"],
+    ),
     "mfu": (["bench/bench_mfu.py"], ["bench/bench_mfu.py", "--iters", "2", "--seq", "256"]),
-    "logprobs": (["bench/bench_logprobs.py", "--seq", "1024", "4096", "8192", "--repeats", "1"],
-                 ["bench/bench_logprobs.py", "--seq", "1024", "--repeats", "1"]),
+    "logprobs": (
+        ["bench/bench_logprobs.py", "--seq", "1024", "4096", "8192", "--repeats", "1"],
+        ["bench/bench_logprobs.py", "--seq", "1024", "--repeats", "1"],
+    ),
 }
 
 
@@ -73,13 +79,26 @@ def main() -> None:
             print(f"[bench] {name} FAILED ({out.returncode}):\n{out.stderr[-3000:]}", flush=True)
             continue
         result = json.loads(lines[-1])
-        keys = ("peak_mem_ratio", "time_ratio", "speedup_vs_reference", "speedup_vs_trl", "pad_fraction",
-                "vllm_vs_hf_tok_s_ratio", "share_rollout", "share_verify", "share_train", "share_sync",
-                "achieved_tflop_s", "mfu")
+        keys = (
+            "peak_mem_ratio",
+            "time_ratio",
+            "speedup_vs_reference",
+            "speedup_vs_trl",
+            "pad_fraction",
+            "vllm_vs_hf_tok_s_ratio",
+            "share_rollout",
+            "share_verify",
+            "share_train",
+            "share_sync",
+            "achieved_tflop_s",
+            "mfu",
+        )
         summary[name] = {k: result[k] for k in keys if k in result} | {"seconds": round(elapsed, 1)}
         if name == "verifier":
-            summary[name] |= {"math_items_per_s": {w: v["items_per_s"] for w, v in result["math"]["by_workers"].items()},
-                              "code_stdio_1_test_ms": result["code"]["stdio_1_test_ms"]}
+            summary[name] |= {
+                "math_items_per_s": {w: v["items_per_s"] for w, v in result["math"]["by_workers"].items()},
+                "code_stdio_1_test_ms": result["code"]["stdio_1_test_ms"],
+            }
         print(f"[bench] {name} ({elapsed:.0f} s): {json.dumps(summary[name])}", flush=True)
     print(json.dumps({"bench": "suite", "quick": args.quick, "failed": failed, "summary": summary}))
     sys.exit(1 if failed else 0)

@@ -34,18 +34,38 @@ def main() -> None:
         tokenizer.pad_token = tokenizer.eos_token
     micro, group = spec["micro"], spec["group"]
     n = len(spec["prompts"])
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=micro, num_generations=group,
-                      gradient_accumulation_steps=n // micro, use_cpu=not torch.cuda.is_available(), bf16=False,
-                      report_to="none", beta=0.0, loss_type="grpo", learning_rate=spec["lr"],
-                      max_completion_length=max(len(c) for c in spec["completions"]), logging_steps=10**9,
-                      epsilon=spec["clip_eps"])
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
-                          train_dataset=Dataset.from_dict({"prompt": ["x"] * group}), processing_class=tokenizer)
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=micro,
+        num_generations=group,
+        gradient_accumulation_steps=n // micro,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        report_to="none",
+        beta=0.0,
+        loss_type="grpo",
+        learning_rate=spec["lr"],
+        max_completion_length=max(len(c) for c in spec["completions"]),
+        logging_steps=10**9,
+        epsilon=spec["clip_eps"],
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["x"] * group}),
+        processing_class=tokenizer,
+    )
     trainer.current_gradient_accumulation_steps = n // micro
     model = trainer.model
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], betas=tuple(spec["betas"]), eps=spec["adam_eps"],
-                                  weight_decay=spec["weight_decay"])
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=spec["lr"],
+        betas=tuple(spec["betas"]),
+        eps=spec["adam_eps"],
+        weight_decay=spec["weight_decay"],
+    )
     pad = tokenizer.pad_token_id
     p_width = max(len(p) for p in spec["prompts"])
     c_width = max(len(c) for c in spec["completions"])
@@ -55,11 +75,11 @@ def main() -> None:
     completion_mask = torch.zeros((n, c_width), dtype=torch.long)
     advantages = torch.zeros((n, c_width))
     for i, (p, c, a) in enumerate(zip(spec["prompts"], spec["completions"], spec["token_advantages"])):
-        prompt_ids[i, p_width - len(p):] = torch.tensor(p)       # TRL left-pads prompts
-        prompt_mask[i, p_width - len(p):] = 1
-        completion_ids[i, :len(c)] = torch.tensor(c)
-        completion_mask[i, :len(c)] = 1
-        advantages[i, :len(c)] = torch.tensor(a)
+        prompt_ids[i, p_width - len(p) :] = torch.tensor(p)  # TRL left-pads prompts
+        prompt_mask[i, p_width - len(p) :] = 1
+        completion_ids[i, : len(c)] = torch.tensor(c)
+        completion_mask[i, : len(c)] = 1
+        advantages[i, : len(c)] = torch.tensor(a)
     for line in sys.stdin:
         if not line.strip():
             break
@@ -67,9 +87,14 @@ def main() -> None:
         total = 0.0
         for k in range(0, n, micro):
             rows = slice(k, k + micro)
-            inputs = {"prompt_ids": prompt_ids[rows], "prompt_mask": prompt_mask[rows],
-                      "completion_ids": completion_ids[rows], "completion_mask": completion_mask[rows],
-                      "advantages": advantages[rows], "num_items_in_batch": completion_mask.sum()}
+            inputs = {
+                "prompt_ids": prompt_ids[rows],
+                "prompt_mask": prompt_mask[rows],
+                "completion_ids": completion_ids[rows],
+                "completion_mask": completion_mask[rows],
+                "advantages": advantages[rows],
+                "num_items_in_batch": completion_mask.sum(),
+            }
             loss = trainer.compute_loss(model, inputs)
             loss.backward()
             total += float(loss)

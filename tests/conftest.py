@@ -1,10 +1,11 @@
 """Shared fixtures: the real third-party parts (`real_part`, `qwen3_tokenizer`: found through
 realparts.resolve, skipped with a reason naming `bash run.sh fixtures` where a checkout lacks them, a
 failure under CI=true; every test that uses them is marked `real_parts`), the tiny local world (built
-once by tiny.py, cached under .cache/tiny), the toy world (`toy_world`: built in the background from the start of a session that needs it),
-the Hugging Face hub faked (`hub`, from fixture records) or offline (`hub_offline`), the code
-sandbox's isolation modes and leftover checks (helpers in sandbox_cases.py), and the device
-of the tests that can run on a GPU (`device`: cpu unless CREDO_TEST_DEVICE=cuda)."""
+once by tiny.py, cached under .cache/tiny), the toy world (`toy_world`: built in the background
+from the start of a session that needs it), the Hugging Face hub faked (`hub`, from fixture
+records) or offline (`hub_offline`), the code sandbox's isolation modes and leftover checks
+(helpers in sandbox_cases.py), and the device of the tests that can run on a GPU (`device`: cpu
+unless CREDO_TEST_DEVICE=cuda)."""
 
 import glob
 import os
@@ -25,7 +26,7 @@ import verifier
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_DIR = ROOT / ".cache" / "tiny"
-REAL_PART_FIXTURES = ("real_part", "qwen3_tokenizer")        # what makes a test a `real_parts` test
+REAL_PART_FIXTURES = ("real_part", "qwen3_tokenizer")  # what makes a test a `real_parts` test
 
 # Under xdist each worker gets a temporary directory of its own (tempfile's, and TMPDIR for the
 # processes it starts), named by the run and the worker, and removed when the worker ends: the
@@ -48,14 +49,14 @@ def tiny_dir() -> Path:
     """The tiny model/tokenizer/data; `bash run.sh setup` builds it, or this fixture does."""
     import tiny
 
-    return tiny.ensure(TINY_DIR)              # built when missing, or built from other tiny.py / rollout.py
+    return tiny.ensure(TINY_DIR)  # built when missing, or built from other tiny.py / rollout.py
 
 
 # The toy world's warm start is minutes of one core, and only the toy runs need it. A session
 # whose tests include them starts the build at once, in a background process; the fixture waits
 # for it. In one process the toy tests come last and the build is niced, taking the cycles the
 # other tests leave idle; under xdist they come first, on one worker, which waits for the build
-# while the other workers run the rest. The world is the same (toy.build_world, one thread, seeded).
+# while the other workers run the rest. The world is the same (toy_build.build_world, one thread, seeded).
 _BACKGROUND = {}
 
 
@@ -63,30 +64,39 @@ def pytest_configure(config):
     # xdist marks a grouped test through its node id, which pytest 9.2 no longer lets a plugin
     # change: --dist loadgroup then groups nothing, silently (pytest-xdist#1386).
     if getattr(config.option, "dist", "no") == "loadgroup" and pytest.version_tuple[:2] >= (9, 2):
-        raise pytest.UsageError(f"pytest {pytest.__version__} with --dist loadgroup: pytest-xdist would not group the "
-                                f"tests (pytest-xdist#1386); requirements/common.txt pins pytest < 9.2")
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with --dist loadgroup: pytest-xdist would not group the "
+            f"tests (pytest-xdist#1386); requirements/common.txt pins pytest < 9.2"
+        )
 
 
 def pytest_collection_finish(session):
-    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":     # under xdist, one worker starts it
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":  # under xdist, one worker starts it
         return
     if not any("toy_world" in getattr(item, "fixturenames", ()) for item in session.items):
         return
-    import toy
+    import toy_build
 
-    if toy.world_is_current():
+    if toy_build.world_is_current():
         return
     log = ROOT / ".cache" / "toy-build.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         nice = [] if "PYTEST_XDIST_WORKER" in os.environ else ["nice", "-n", "10"]
-        _BACKGROUND["toy"] = (subprocess.Popen([*nice, sys.executable, "-c", "import toy; toy.build_world()"],
-                                               cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), log)
+        _BACKGROUND["toy"] = (
+            subprocess.Popen(
+                [*nice, sys.executable, "-c", "import toy_build; toy_build.build_world()"],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            ),
+            log,
+        )
 
 
 def pytest_sessionfinish(session):
     proc, _ = _BACKGROUND.pop("toy", (None, None))
-    if proc is not None and proc.poll() is None:    # the session ended before the toy run needed it
+    if proc is not None and proc.poll() is None:  # the session ended before the toy run needed it
         proc.kill()
         proc.wait()
     if WORKER_TMP is not None:
@@ -95,15 +105,16 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(scope="session")
 def toy_world() -> Path:
-    """The toy world under .cache/toy (toy.build_world): the background build's (which another
+    """The toy world under .cache/toy (toy_build.build_world): the background build's (which another
     worker's build_world waits for, under its lock), or built here."""
-    import toy
+    import toy_build
 
     proc, log = _BACKGROUND.get("toy", (None, None))
     if proc is not None and proc.wait() != 0:
-        raise RuntimeError(f"building the toy world in the background failed (exit {proc.returncode}): "
-                           f"{log.read_text()[-2000:]}")
-    return toy.build_world()
+        raise RuntimeError(
+            f"building the toy world in the background failed (exit {proc.returncode}): {log.read_text()[-2000:]}"
+        )
+    return toy_build.build_world()
 
 
 @pytest.fixture(scope="session")
@@ -120,8 +131,13 @@ def tiny_run(tiny_dir, tmp_path_factory) -> Path:
     out = shared / "tiny-run"
     with tiny.build_lock(out):
         if not (out / "credo" / "ckpt" / "step_000001").exists():
-            result = subprocess.run([sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=credo", f"out_dir={out}"],
-                                    cwd=ROOT, capture_output=True, text=True, timeout=900)
+            result = subprocess.run(
+                [sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=credo", f"out_dir={out}"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return out / "credo"
 
@@ -170,7 +186,7 @@ TOY_GROUP = "toy"
 ONE_WORKER_MODULES = ("test_client", "test_credo", "test_data", "test_rollout", "test_bench")
 
 
-@pytest.hookimpl(tryfirst=True)            # before xdist's own hook, which reads the groups
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if set(REAL_PART_FIXTURES) & set(getattr(item, "fixturenames", ())):
@@ -179,7 +195,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(TOY_GROUP))
         elif item.path.stem in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
-    if "PYTEST_XDIST_WORKER" in os.environ:       # stable: the rest keep their order
+    if "PYTEST_XDIST_WORKER" in os.environ:  # stable: the rest keep their order
         items.sort(key=lambda item: "toy_world" not in getattr(item, "fixturenames", ()))
 
 
@@ -189,13 +205,17 @@ def pytest_unconfigure(config):
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return
-    count = sum("real part '" in (report.longrepr[2] if isinstance(report.longrepr, tuple) else "")
-                for report in reporter.stats.get("skipped", []))
+    count = sum(
+        "real part '" in (report.longrepr[2] if isinstance(report.longrepr, tuple) else "")
+        for report in reporter.stats.get("skipped", [])
+    )
     if count:
         missing = [name for name in realparts.PARTS if realparts.resolve(name) is None]
         reporter.write_line(
             f"{count} tests skipped: they need real third-party parts this checkout has not fetched "
-            f"({', '.join(missing)}); `bash run.sh fixtures` fetches them (docs/fixtures.md)", yellow=True)
+            f"({', '.join(missing)}); `bash run.sh fixtures` fetches them (docs/fixtures.md)",
+            yellow=True,
+        )
 
 
 @pytest.fixture
@@ -273,6 +293,6 @@ def device():
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("CREDO_TEST_DEVICE=cuda but torch sees no CUDA device; unset it to run on the CPU")
     if name == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False      # fp32 means fp32: no TF32 matmuls
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32: no TF32 matmuls
         torch.backends.cudnn.allow_tf32 = False
     return torch.device(name)

@@ -1,6 +1,7 @@
 """Test helpers for data.py and convert.py: a stand-in for the Hugging Face hub built from
 tests/fixtures/hub_records.json, and a program wrapped as a model's answer.  (The real records
-are real parts: the `real_part` fixture in conftest.py finds them.)  The `hub` fixture that installs the fake is in conftest.py."""
+are real parts: the `real_part` fixture in conftest.py finds them.)  The `hub` fixture that
+installs the fake is in conftest.py."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ class FakeHub:
         self.records = json.loads(FIXTURES.read_text())
 
     def __call__(self, repo_id, *, repo_type, revision, allow_patterns):
-        self.calls.append({"repo_id": repo_id, "repo_type": repo_type, "revision": revision,
-                           "allow_patterns": list(allow_patterns)})
+        self.calls.append(
+            {"repo_id": repo_id, "repo_type": repo_type, "revision": revision, "allow_patterns": list(allow_patterns)}
+        )
         snapshot = self.root / repo_id.replace("/", "--") / "snapshots" / FAKE_COMMIT
         for relative, records in self.records[repo_id].items():
             if any(fnmatch(relative, pattern) for pattern in allow_patterns):

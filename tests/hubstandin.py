@@ -44,20 +44,22 @@ class HubStandIn:
     def lookup(self, path: str) -> tuple[str, bytes | list] | None:
         """(revision, file bytes or tree listing) for a request path, or None."""
         parts = [unquote(p) for p in urlsplit(path).path.strip("/").split("/")]
-        if parts[:1] == ["api"] and len(parts) >= 6 and parts[4] == "tree":       # api/<kind>s/<o>/<n>/tree/<rev>
+        if parts[:1] == ["api"] and len(parts) >= 6 and parts[4] == "tree":  # api/<kind>s/<o>/<n>/tree/<rev>
             kind, repo, revision = parts[1].rstrip("s"), "/".join(parts[2:4]), parts[5]
             files = self.files.get((kind, repo, revision))
             if files is None:
                 return None
-            return revision, [{"type": "file", "path": name, "size": len(data),
-                               "oid": hashlib.sha1(data).hexdigest()} for name, data in sorted(files.items())]
+            return revision, [
+                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                for name, data in sorted(files.items())
+            ]
         kind = "dataset" if parts[:1] == ["datasets"] else "model"
         rest = parts[1:] if kind == "dataset" else parts
-        if len(rest) >= 5 and rest[2] == "resolve":                                 # <o>/<n>/resolve/<rev>/<path>
+        if len(rest) >= 5 and rest[2] == "resolve":  # <o>/<n>/resolve/<rev>/<path>
             repo, revision, name = "/".join(rest[:2]), rest[3], "/".join(rest[4:])
             data = self.files.get((kind, repo, revision), {}).get(name)
             return None if data is None else (revision, data)
-        if len(parts) >= 4:                                                          # <o>/<n>/<commit>/<path>
+        if len(parts) >= 4:  # <o>/<n>/<commit>/<path>
             repo, revision, name = "/".join(parts[:2]), parts[2], "/".join(parts[3:])
             data = self.files.get(("github", repo, revision), {}).get(name)
             return None if data is None else (revision, data)
@@ -67,7 +69,7 @@ class HubStandIn:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:      # quiet: the tests read `requests` instead
+            def log_message(self, *args) -> None:  # quiet: the tests read `requests` instead
                 pass
 
             def _answer(self, with_body: bool) -> None:
@@ -86,7 +88,9 @@ class HubStandIn:
                 revision, payload = found
                 body = json.dumps(payload).encode() if isinstance(payload, list) else payload
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json" if isinstance(payload, list) else "application/octet-stream")
+                self.send_header(
+                    "Content-Type", "application/json" if isinstance(payload, list) else "application/octet-stream"
+                )
                 self.send_header("X-Repo-Commit", revision)
                 self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
                 self.send_header("Content-Length", str(len(body)))

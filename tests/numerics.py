@@ -3,8 +3,9 @@ is well conditioned, with tolerances derived from the computation (imported by t
 
 import torch
 
-GRAD_NOISE = 1e-5   # fp32 sums of a gradient in another order (micro-batches, ranks, chunks,
-                    # packing) differ by ~3e-6 of the tensor's largest entry on the tiny model
+# fp32 sums of a gradient in another order (micro-batches, ranks, chunks, packing) differ by
+# ~3e-6 of the tensor's largest entry on the tiny model
+GRAD_NOISE = 1e-5
 
 
 def grad_atol(grad: torch.Tensor) -> float:
@@ -18,8 +19,15 @@ def assert_same_gradient(got: torch.Tensor, want: torch.Tensor, name: str = "") 
     torch.testing.assert_close(got, want, atol=grad_atol(want), rtol=1e-4, msg=name)
 
 
-def assert_same_first_adamw_step(got: torch.Tensor, want: torch.Tensor, grad: torch.Tensor, lr: float,
-                                 grad_atol: float, weight_atol: float = 1e-6, name: str = "") -> None:
+def assert_same_first_adamw_step(
+    got: torch.Tensor,
+    want: torch.Tensor,
+    grad: torch.Tensor,
+    lr: float,
+    grad_atol: float,
+    weight_atol: float = 1e-6,
+    name: str = "",
+) -> None:
     """Weights after one AdamW step from the same start, taken from gradients that agree to
     about `grad_atol` (`grad`: one side's gradient, as the optimizer saw it).
 

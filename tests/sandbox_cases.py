@@ -75,8 +75,9 @@ def _plain_config(landlock=True):
     python = "/usr/bin/python3" if root else sys.executable
     if not os.path.exists(python):
         return None
-    config = sandbox._SandboxConfig("plain", python, landlock=landlock and sandbox._landlock_abi() >= 1,
-                                    tmpfs_workdir=sandbox.tmpfs_workdirs_work())
+    config = sandbox._SandboxConfig(
+        "plain", python, landlock=landlock and sandbox._landlock_abi() >= 1, tmpfs_workdir=sandbox.tmpfs_workdirs_work()
+    )
     return config if sandbox._probe(config) is None else None
 
 
@@ -96,8 +97,11 @@ def _mode_config(name):
     """The config of mode ``name``: namespaces, plain, or plain-no-landlock
     (plain mode as on a kernel without Landlock); None where it cannot run."""
     if name not in _MODES:
-        makers = {"namespaces": _namespaces_config, "plain": _plain_config,
-                  "plain-no-landlock": lambda: _plain_config(landlock=False)}
+        makers = {
+            "namespaces": _namespaces_config,
+            "plain": _plain_config,
+            "plain-no-landlock": lambda: _plain_config(landlock=False),
+        }
         _MODES[name] = makers[name]()
     return _MODES[name]
 
@@ -156,9 +160,11 @@ def assert_defeated(kind, source, **kwargs):
     assert verdict is False
     if elapsed >= bound + SLACK_S:
         start = time.monotonic()
-        assert verifier.verify_code(attack(CORRECT["call"]), TESTS[kind]) is True      # double(), for every kind
+        assert verifier.verify_code(attack(CORRECT["call"]), TESTS[kind]) is True  # double(), for every kind
         busy = time.monotonic() - start
-        assert elapsed < bound + SLACK_S + 3 * busy, f"took {elapsed:.2f} s, bound {bound} s (a correct program: {busy:.2f} s)"
+        assert elapsed < bound + SLACK_S + 3 * busy, (
+            f"took {elapsed:.2f} s, bound {bound} s (a correct program: {busy:.2f} s)"
+        )
 
 
 # ---------------------------------------------------------------------------

@@ -11,10 +11,11 @@ import config
 import credo
 import policy as pol
 import rollout as ro
+import sampling
 from rollout import Rollout, Segments
 
-A = [1.0, 0.0, 0.0]                               # a_i of the hand-built group
-Q = [0.9, 0.2, float("nan")]                      # its reports; the third did not parse
+A = [1.0, 0.0, 0.0]  # a_i of the hand-built group
+Q = [0.9, 0.2, float("nan")]  # its reports; the third did not parse
 
 
 def load_tiny(tiny_dir):
@@ -32,15 +33,27 @@ def tiny_policy(tiny_dir, dtype: torch.dtype = torch.float32) -> pol.Policy:
 
 
 def fake_rollout(prompt_len, completion_len, answer_end, analysis_end, slot):
-    seg = Segments(answer_end=answer_end, analysis_start=answer_end, analysis_end=analysis_end, slot=slot, conf_text=None, fmt=slot is not None, has_answer=True, has_analysis=True)
+    seg = Segments(
+        answer_end=answer_end,
+        analysis_start=answer_end,
+        analysis_end=analysis_end,
+        slot=slot,
+        conf_text=None,
+        fmt=slot is not None,
+        has_answer=True,
+        has_analysis=True,
+    )
     return Rollout("q", list(range(1, prompt_len + 1)), list(range(50, 50 + completion_len)), "", "stop", seg)
 
 
-def outcomes_of(rollouts, correct) -> credo.Outcomes:
+def outcomes_of(rollouts, correct) -> sampling.Outcomes:
     """Outcomes with given a_i, F_i and the slot from the segments, no report sampled as text."""
-    return credo.Outcomes(correct=torch.as_tensor(correct, dtype=torch.float32),
-                          fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
-                          valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
+    return sampling.Outcomes(
+        correct=torch.as_tensor(correct, dtype=torch.float32),
+        fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
+        valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
+        reported=None,
+    )
 
 
 def standardized(values):
@@ -66,10 +79,20 @@ def random_qwen3(tok, tied: bool, seed: int = 0):
     """A small random Qwen3ForCausalLM with Qwen3's real vocabulary size (151,936 rows)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    cfg = Qwen3Config(vocab_size=151_936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024,
-                      tie_word_embeddings=tied, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=None)
+    cfg = Qwen3Config(
+        vocab_size=151_936,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=1024,
+        tie_word_embeddings=tied,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(seed)
     return Qwen3ForCausalLM(cfg).float()
 
@@ -79,21 +102,33 @@ def method_rollouts(cfg, tok):
     prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
     channel = config.confidence_plan(cfg).segments
     if cfg.conf_train == "sampled":
-        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence><CONF_HIGH></confidence>",
-                 "\\boxed{5} <analysis> a </analysis> <confidence><CONF_LOW></confidence>", "\\boxed{6}"]
+        texts = [
+            "\\boxed{4} <analysis> ok </analysis> <confidence><CONF_HIGH></confidence>",
+            "\\boxed{5} <analysis> a </analysis> <confidence><CONF_LOW></confidence>",
+            "\\boxed{6}",
+        ]
     elif channel == "verbalized":
-        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>0.9</confidence>",
-                 "\\boxed{5} <analysis> a carry </analysis> <confidence>0.2</confidence>", "\\boxed{6}"]
+        texts = [
+            "\\boxed{4} <analysis> ok </analysis> <confidence>0.9</confidence>",
+            "\\boxed{5} <analysis> a carry </analysis> <confidence>0.2</confidence>",
+            "\\boxed{6}",
+        ]
     elif channel == "readout_noanalysis":
         texts = ["\\boxed{4} <confidence>", "\\boxed{5} <confidence>", "\\boxed{6}"]
     else:
-        texts = ["\\boxed{4} <analysis> ok </analysis> <confidence>", "\\boxed{5} <analysis> a </analysis> <confidence>", "\\boxed{6}"]
+        texts = [
+            "\\boxed{4} <analysis> ok </analysis> <confidence>",
+            "\\boxed{5} <analysis> a </analysis> <confidence>",
+            "\\boxed{6}",
+        ]
     rollouts = []
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False)
         seg = ro.parse_segments(tok, ids, channel, "\\boxed")
-        if cfg.conf_train == "sampled":   # as make_rollouts: F needs a reserved slot token
-            seg = dataclasses.replace(seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in pol.reserved_ids(tok))
+        if cfg.conf_train == "sampled":  # as make_rollouts: F needs a reserved slot token
+            seg = dataclasses.replace(
+                seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in pol.reserved_ids(tok)
+            )
         rollouts.append(Rollout("q", prompt, ids, text, "stop", seg))
     return rollouts
 
@@ -107,15 +142,18 @@ def method_step(name, tiny_dir, correct=A, extra=()):
     """One real update of the tiny model for a config, through the loop's own helpers:
     (policy, cfg, rollouts, batch, outcomes, gradients, stats)."""
     policy = tiny_policy(tiny_dir)
-    cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32", *extra])
+    cfg = config.load_config(
+        name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32", *extra]
+    )
     plan = config.confidence_plan(cfg)
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
-    out = dataclasses.replace(outcomes_of(rollouts, correct),
-                              reported=pol.reported_confidence(rollouts, plan.rewards_read, policy.tokenizer))
+    out = dataclasses.replace(
+        outcomes_of(rollouts, correct),
+        reported=sampling.reported_confidence(rollouts, plan.rewards_read, policy.tokenizer),
+    )
     if plan.weights_read == "digit_pass":
-        out.weight_conf = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens,
-                                                 cfg.pack_sequences)
+        out.weight_conf = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences)
     recorder = GradientRecorder(policy.model.named_parameters())
     stats = credo.train_on_batch(policy, recorder, batch, out, cfg, plan, step=100)
     return policy, cfg, rollouts, batch, out, recorder.grads, stats

@@ -48,16 +48,20 @@ def test_bench_step_paths_match_credo(setup, path):
     model, batch, correct, fmt, valid, cfg, high_id, low_id = setup
     args = (batch, correct, fmt, valid, cfg, high_id, low_id)
     ours, ours_model, our_grads = one_step(bench_step.credo_step, model, cfg, *args)
-    step = bench_step.reference_step if path == "reference" else \
-        (lambda m, o, *a: bench_step.credo_step(m, o, *a, packed=False))
+    step = (
+        bench_step.reference_step
+        if path == "reference"
+        else (lambda m, o, *a: bench_step.credo_step(m, o, *a, packed=False))
+    )
     theirs, their_model, their_grads = one_step(step, model, cfg, *args)
     assert theirs.loss_pg == pytest.approx(ours.loss_pg, abs=1e-6)
     assert theirs.loss_cal == pytest.approx(ours.loss_cal, abs=1e-6)
     assert theirs.grad_norm == pytest.approx(ours.grad_norm, rel=1e-4)
     names = [n for n, _ in ours_model.named_parameters()]
-    for name, p, q, g, h in zip(names, ours_model.parameters(), their_model.parameters(), our_grads, their_grads,
-                                strict=True):
-        assert_same_gradient(h, g, name)                         # full vs chunked logits, padded vs packed
+    for name, p, q, g, h in zip(
+        names, ours_model.parameters(), their_model.parameters(), our_grads, their_grads, strict=True
+    ):
+        assert_same_gradient(h, g, name)  # full vs chunked logits, padded vs packed
         assert_same_first_adamw_step(q, p, g, lr=cfg.lr, grad_atol=grad_atol(g), name=name)
 
 
@@ -68,15 +72,17 @@ def test_padding_strategies_count_slots():
     assert bench_padding.packed_rows_pad([6, 6], capacity=10) == pytest.approx(0.4)
     # budget 2 x (4 + 2) = 12 tokens
     out = bench_padding.strategies([[1, 4, 1, 4]], micro=2, group=2, capacity=4)
-    assert out["consecutive_pad_fraction"] == pytest.approx(6 / 16)     # [1,4] [1,4]: 16 slots, 10 tokens
-    assert out["credo_padded_pad_fraction"] == pytest.approx(6 / 16)    # whole groups: 2 x 4 each, 4 x 4 > 12
+    assert out["consecutive_pad_fraction"] == pytest.approx(6 / 16)  # [1,4] [1,4]: 16 slots, 10 tokens
+    assert out["credo_padded_pad_fraction"] == pytest.approx(6 / 16)  # whole groups: 2 x 4 each, 4 x 4 > 12
     assert out["credo_padded_micro_batches"] == 2 and out["credo_padded_split_group_token_fraction"] == 0
-    assert out["credo_packed_pad_fraction"] == 0 and out["credo_packed_micro_batches"] == 1   # 10 tokens <= 12
+    assert out["credo_packed_pad_fraction"] == 0 and out["credo_packed_micro_batches"] == 1  # 10 tokens <= 12
     free = bench_padding.strategies([[1, 4, 1, 4]], micro=2, group=1, capacity=4)
-    assert free["credo_padded_pad_fraction"] == pytest.approx(6 / 16)   # [1,1,4] 3 x 4 = 12, [4] 4: 16 slots
+    assert free["credo_padded_pad_fraction"] == pytest.approx(6 / 16)  # [1,1,4] 3 x 4 = 12, [4] 4: 16 slots
     assert free["credo_padded_micro_batches"] == 2
-    long = bench_padding.strategies([[1, 4, 6, 6]], micro=1, group=2, capacity=6)   # budget 8: group 2 splits
-    assert long["credo_packed_micro_batches"] == 3 and long["credo_packed_split_group_token_fraction"] == round(12 / 17, 4)
+    long = bench_padding.strategies([[1, 4, 6, 6]], micro=1, group=2, capacity=6)  # budget 8: group 2 splits
+    assert long["credo_packed_micro_batches"] == 3 and long["credo_packed_split_group_token_fraction"] == round(
+        12 / 17, 4
+    )
 
 
 def test_mfu_flops_count_and_a_real_run(tmp_path):
@@ -91,16 +97,29 @@ def test_mfu_flops_count_and_a_real_run(tmp_path):
 
     from bench import bench_mfu
 
-    shape = {"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-             "num_key_value_heads": 1, "head_dim": 2, "vocab_size": 10}
+    shape = {
+        "hidden_size": 4,
+        "intermediate_size": 8,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 2,
+        "vocab_size": 10,
+    }
     assert bench_mfu.model_flops_per_step(shape, rows=2, seq=3, scored=2) == 6720
     env = {**os.environ, "CREDO_BENCH_RESULTS": str(tmp_path)}
-    result = subprocess.run([sys.executable, "bench/bench_mfu.py", "--iters", "1", "--seq", "64", "--optimizer", "adamw",
-                             "--profile"], cwd=bench_mfu.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "bench/bench_mfu.py", "--iters", "1", "--seq", "64", "--optimizer", "adamw", "--profile"],
+        cwd=bench_mfu.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads((tmp_path / "mfu_cpu.json").read_text())
     assert out["tokens"] == 64 and out["achieved_tflop_s"] > 0 and out["mfu"] is None
-    top = out["profile"]["top"]                                  # the profiled step's operators, costliest first
+    top = out["profile"]["top"]  # the profiled step's operators, costliest first
     assert out["profile"]["sorted_by"] == "self_cpu_time_total" and 0 < len(top) <= 30
     assert [op["self_ms"] for op in top] == sorted((op["self_ms"] for op in top), reverse=True)
     assert any(op["name"] == "aten::mm" for op in top)
@@ -118,10 +137,28 @@ def test_logprobs_bench_times_the_eager_and_the_compiled_kernel(tmp_path):
     from bench import bench_logprobs
 
     env = {**os.environ, "CREDO_BENCH_RESULTS": str(tmp_path)}
-    command = [sys.executable, "bench/bench_logprobs.py", "--seq", "64", "--vocab", "512", "--hidden", "16", "--repeats", "1",
-               "--compiled-chunk", "16"]
-    result = subprocess.run([*command, "--impls", "chunked", "compiled", "naive"], cwd=bench_logprobs.ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    command = [
+        sys.executable,
+        "bench/bench_logprobs.py",
+        "--seq",
+        "64",
+        "--vocab",
+        "512",
+        "--hidden",
+        "16",
+        "--repeats",
+        "1",
+        "--compiled-chunk",
+        "16",
+    ]
+    result = subprocess.run(
+        [*command, "--impls", "chunked", "compiled", "naive"],
+        cwd=bench_logprobs.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads((tmp_path / "logprobs_cpu.json").read_text())
     assert out["chunk_tokens"] == 512 and out["compiled_chunk_tokens"] == 16
@@ -129,7 +166,9 @@ def test_logprobs_bench_times_the_eager_and_the_compiled_kernel(tmp_path):
         assert out[key] > 0, key
     assert out["by_seq"]["64"]["compiled_seconds"] > 0
     for impls in (["chunked", "compiled"], ["naive", "fused"]):
-        refused = subprocess.run([*command, "--impls", *impls], cwd=bench_logprobs.ROOT, env=env, capture_output=True, text=True)
+        refused = subprocess.run(
+            [*command, "--impls", *impls], cwd=bench_logprobs.ROOT, env=env, capture_output=True, text=True
+        )
         assert refused.returncode == 2 and "--impls must include naive" in refused.stderr
 
 
@@ -159,8 +198,23 @@ def test_sync_counting_runs_its_two_layouts(tmp_path, monkeypatch, capsys):
     from bench import results_io
 
     monkeypatch.setattr(results_io, "RESULTS", tmp_path)
-    monkeypatch.setattr(sys, "argv", ["bench_syncs.py", "--device", "cpu", "--shape", "test", "--rows", "2", "--seq", "64",
-                                      "--compile-layers", "off"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "bench_syncs.py",
+            "--device",
+            "cpu",
+            "--shape",
+            "test",
+            "--rows",
+            "2",
+            "--seq",
+            "64",
+            "--compile-layers",
+            "off",
+        ],
+    )
     assert bench_syncs.main() == 0
     out = json.loads((tmp_path / "syncs_cpu.json").read_text())
     assert out["micro_batches"] == {"one": 1, "each_row": 2}
@@ -183,8 +237,14 @@ def test_the_step_bench_runs_to_its_report(tmp_path):
     from bench import bench_step
 
     env = {**os.environ, "CREDO_BENCH_RESULTS": str(tmp_path)}
-    result = subprocess.run([sys.executable, "bench/bench_step.py", "--models", "tiny", "--repeats", "1", "--no-trl"],
-                            cwd=bench_step.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "bench/bench_step.py", "--models", "tiny", "--repeats", "1", "--no-trl"],
+        cwd=bench_step.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     tiny = json.loads((tmp_path / "step_cpu.json").read_text())["by_model"]["tiny"]
     assert tiny["credo_micro_batches"] >= 1 and tiny["credo_pad_fraction"] == 0.0 and tiny["speedup_vs_reference"] > 0

@@ -12,26 +12,29 @@ def one_line_exit(main, argv, capsys) -> str:
     with pytest.raises(SystemExit) as stop:
         main(argv)
     message = stop.value.code
-    assert isinstance(message, str) and message.count("\n") == 0, message      # sys.exit(str): status 1, one line
+    assert isinstance(message, str) and message.count("\n") == 0, message  # sys.exit(str): status 1, one line
     assert "Traceback" not in message and "--debug" in message
     assert "Traceback" not in capsys.readouterr().err
     return message
 
 
-@pytest.mark.parametrize("argv, names", [
-    (["tiny", "lr=abc"], ["'lr'", "float", "'abc'"]),
-    (["tiny", "learning_rate=1e-5"], ["'learning_rate'", "did you mean lr"]),
-    (["tiny", "num_generations=8"], ["did you mean group_size"]),
-    (["no_such_config"], ["no config named 'no_such_config'", "known: "]),
-    (["tiny", "train_data=null"], ["train_data is not set"]),
-    (["tiny", "model=/nonexistent"], ["model=/nonexistent", "no such directory, and not a hub id"]),
-    (["tiny", "model=not a hub id"], ["not a hub id"]),
-    (["tiny", "lr"], ["not of the form key=value"]),
-    (["tiny", "method=ppo"], ["method='ppo' is not supported"]),
-    (["tiny", "report_to=jsonl,mlflow"], ["report_to", "mlflow"]),
-    (["tiny", "resume=/nope/ckpt/step_000001"], ["resume=/nope/ckpt/step_000001", "not a complete checkpoint"]),
-    (["--table", "nope"], ["no table 'nope'"]),
-])
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["tiny", "lr=abc"], ["'lr'", "float", "'abc'"]),
+        (["tiny", "learning_rate=1e-5"], ["'learning_rate'", "did you mean lr"]),
+        (["tiny", "num_generations=8"], ["did you mean group_size"]),
+        (["no_such_config"], ["no config named 'no_such_config'", "known: "]),
+        (["tiny", "train_data=null"], ["train_data is not set"]),
+        (["tiny", "model=/nonexistent"], ["model=/nonexistent", "no such directory, and not a hub id"]),
+        (["tiny", "model=not a hub id"], ["not a hub id"]),
+        (["tiny", "lr"], ["not of the form key=value"]),
+        (["tiny", "method=ppo"], ["method='ppo' is not supported"]),
+        (["tiny", "report_to=jsonl,mlflow"], ["report_to", "mlflow"]),
+        (["tiny", "resume=/nope/ckpt/step_000001"], ["resume=/nope/ckpt/step_000001", "not a complete checkpoint"]),
+        (["--table", "nope"], ["no table 'nope'"]),
+    ],
+)
 def test_credo_bad_input_is_one_line(argv, names, capsys):
     message = one_line_exit(credo.main, argv if argv[0] == "--table" else [*argv, "--dry-run"], capsys)
     assert message.startswith("credo: ")
@@ -52,11 +55,14 @@ def test_a_hub_id_and_a_model_directory_pass(tmp_path, capsys):
     assert "has no config.json" in message
 
 
-@pytest.mark.parametrize("argv, names", [
-    (["--ckpt", "/nonexistent", "--sets", "math500"], ["/nonexistent", "not a hub id"]),
-    (["--ckpt", "Qwen/Qwen3-1.7B", "--sets", "no_such_set"], ["unknown evaluation set 'no_such_set'"]),
-    (["--ckpt", "Qwen/Qwen3-1.7B", "--sets", "mine=/nonexistent.jsonl"], ["/nonexistent.jsonl does not exist"]),
-])
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["--ckpt", "/nonexistent", "--sets", "math500"], ["/nonexistent", "not a hub id"]),
+        (["--ckpt", "Qwen/Qwen3-1.7B", "--sets", "no_such_set"], ["unknown evaluation set 'no_such_set'"]),
+        (["--ckpt", "Qwen/Qwen3-1.7B", "--sets", "mine=/nonexistent.jsonl"], ["/nonexistent.jsonl does not exist"]),
+    ],
+)
 def test_eval_bad_input_is_one_line(argv, names, capsys):
     message = one_line_exit(ev.main, argv, capsys)
     assert message.startswith("eval: ")
@@ -64,13 +70,16 @@ def test_eval_bad_input_is_one_line(argv, names, capsys):
         assert name in message
 
 
-@pytest.mark.parametrize("argv, starts", [
-    (["data.py", "prepare", "--only", "nonsense"], "data: unknown set(s) ['nonsense']"),
-    (["toy.py", "--methods", "nonsense"], "toy: --methods 'nonsense'"),
-    (["bench/run_all.py", "--only", "nope"], "bench: --only ['nope']"),
-    (["memfit.py", "nope"], "memfit: no config named 'nope'"),
-    (["curves.py", "/nonexistent-run"], "curves.py: /nonexistent-run: no such run directory"),
-])
+@pytest.mark.parametrize(
+    "argv, starts",
+    [
+        (["data.py", "prepare", "--only", "nonsense"], "data: unknown set(s) ['nonsense']"),
+        (["toy.py", "--methods", "nonsense"], "toy: --methods 'nonsense'"),
+        (["bench/run_all.py", "--only", "nope"], "bench: --only ['nope']"),
+        (["memfit.py", "nope"], "memfit: no config named 'nope'"),
+        (["curves.py", "/nonexistent-run"], "curves.py: /nonexistent-run: no such run directory"),
+    ],
+)
 def test_the_other_commands_answer_bad_input_in_one_line(argv, starts):
     """What run.sh's prepare, toy, bench, plot targets and parallel.py's fit run (as processes)."""
     import subprocess

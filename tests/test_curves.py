@@ -13,7 +13,7 @@ import pytest
 
 import curves
 
-plt = curves.pyplot()                                     # matplotlib's pyplot on the Agg backend
+plt = curves.pyplot()  # matplotlib's pyplot on the Agg backend
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -26,8 +26,20 @@ def write_run(run_dir, records):
 
 def record(step, **values):
     """A step record with the keys the panels read (the rest of credo.step_metrics is not needed here)."""
-    base = {"step": step, "reward_ans": 0.5, "acc": 0.5, "format_rate": 1.0, "mean_c": 0.5, "ece": 0.1, "brier": 0.2,
-            "loss_cal": 0.2, "t_rollout": 4.0, "t_verify": 1.0, "t_train": 2.0, "t_sync": 0.5}
+    base = {
+        "step": step,
+        "reward_ans": 0.5,
+        "acc": 0.5,
+        "format_rate": 1.0,
+        "mean_c": 0.5,
+        "ece": 0.1,
+        "brier": 0.2,
+        "loss_cal": 0.2,
+        "t_rollout": 4.0,
+        "t_verify": 1.0,
+        "t_train": 2.0,
+        "t_sync": 0.5,
+    }
     return {**base, **values}
 
 
@@ -43,7 +55,7 @@ def test_moving_average_on_hand_computed_windows():
     # window 4: points i-1 .. i+2: [0,3,6]/3, [0,3,6,3]/4, [3,6,3]/3, [6,3]/2
     assert curves.moving_average(values, 4).tolist() == [3.0, 3.0, 4.0, 4.5]
     assert curves.moving_average(values, 1).tolist() == values
-    assert curves.moving_average(values, 100).tolist() == [3.0] * 4          # the whole curve's mean
+    assert curves.moving_average(values, 100).tolist() == [3.0] * 4  # the whole curve's mean
     assert curves.moving_average([], 5).tolist() == []
 
 
@@ -77,14 +89,17 @@ def test_a_missing_directory_or_file_and_an_empty_file_are_named(tmp_path):
         curves.read_metrics(tmp_path / "empty")
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"step": 1, "acc": 0.5', "line 2: not JSON"),                   # a line cut short
-    ("", "line 2: not JSON"),
-    ("[1, 2]", "line 2: not a step record"),
-    ('{"acc": 0.5}', "line 2: not a step record"),
-    ('{"step": "1"}', "line 2: not a step record"),
-    ('{"step": 0}', "line 2: step 0 follows step 0"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"step": 1, "acc": 0.5', "line 2: not JSON"),  # a line cut short
+        ("", "line 2: not JSON"),
+        ("[1, 2]", "line 2: not a step record"),
+        ('{"acc": 0.5}', "line 2: not a step record"),
+        ('{"step": "1"}', "line 2: not a step record"),
+        ('{"step": 0}', "line 2: step 0 follows step 0"),
+    ],
+)
 def test_a_malformed_line_is_named_with_its_number(tmp_path, line, message):
     run_dir = write_run(tmp_path / "run", [record(0)])
     with (run_dir / "metrics.jsonl").open("a") as f:
@@ -104,7 +119,10 @@ def test_the_command_line_prints_one_line_and_exits_2(tmp_path, capsys):
         curves.main([str(tmp_path / "absent")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err == f"curves.py: {tmp_path / 'absent'}: no such run directory; give the directory a training run wrote (runs/<name>)\n"
+    assert (
+        err == f"curves.py: {tmp_path / 'absent'}: no such run directory; "
+        "give the directory a training run wrote (runs/<name>)\n"
+    )
     with pytest.raises(curves.CurvesError):
         curves.main([str(tmp_path / "absent"), "--debug"])
     with pytest.raises(SystemExit):
@@ -125,8 +143,10 @@ def test_a_key_one_run_lacks_leaves_a_note_and_no_line():
     fig, ax = plt.subplots()
     curves.draw_metric(ax, "mean_c", "mean c", [("credo", credo_run, "a"), ("grpo", grpo_run, "b")], window=3)
     # the raw points and their moving average ([0.2,0.4]/2, [0.2,0.4,0.9]/3, [0.4,0.9]/2), in credo's colour only
-    assert drawn(ax) == [("C0", [0, 1, 3], [0.2, 0.4, 0.9]),
-                         ("C0", [0, 1, 3], pytest.approx([0.3, 0.5, 0.65], abs=1e-12))]
+    assert drawn(ax) == [
+        ("C0", [0, 1, 3], [0.2, 0.4, 0.9]),
+        ("C0", [0, 1, 3], pytest.approx([0.3, 0.5, 0.65], abs=1e-12)),
+    ]
     assert [t.get_text() for t in ax.texts] == ["no mean_c in grpo"]
     plt.close(fig)
 
@@ -139,7 +159,7 @@ def test_a_key_no_run_has_says_so_and_non_finite_steps_are_counted():
     ax.clear()
     nan_run = [record(0, loss_cal=0.1), record(1, loss_cal=math.nan), record(2, loss_cal=0.3)]
     curves.draw_metric(ax, "loss_cal", "calibration loss", [("a", nan_run, "a")], window=3)
-    assert drawn(ax)[1][1:] == ([0, 2], [0.2, 0.2])                      # the NaN step is a gap, not a zero
+    assert drawn(ax)[1][1:] == ([0, 2], [0.2, 0.2])  # the NaN step is a gap, not a zero
     assert [t.get_text() for t in ax.texts] == ["a: 1 non-finite steps left out"]
     plt.close(fig)
 
@@ -147,9 +167,9 @@ def test_a_key_no_run_has_says_so_and_non_finite_steps_are_counted():
 def test_the_time_split_stacks_the_four_phases_or_says_it_cannot(tmp_path):
     fig, ax = plt.subplots()
     curves.draw_time_split(ax, "run", [record(0), record(1, t_rollout=6.0)], "p", window=1)
-    assert len(ax.collections) == 4                                       # rollout, verify, train, sync
+    assert len(ax.collections) == 4  # rollout, verify, train, sync
     tops = [np.asarray(c.get_paths()[0].vertices)[:, 1].max() for c in ax.collections]
-    assert tops == [6.0, 7.0, 9.0, 9.5]                                   # cumulative seconds at step 1
+    assert tops == [6.0, 7.0, 9.0, 9.5]  # cumulative seconds at step 1
     ax.clear()
     curves.draw_time_split(ax, "run", [record(0), record(1, t_sync=None)], "p", window=1)
     assert len(ax.collections) == 0 and "no complete step time split" in ax.texts[0].get_text()
@@ -161,8 +181,13 @@ def test_the_time_split_stacks_the_four_phases_or_says_it_cannot(tmp_path):
 
 @pytest.mark.slow
 def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_dir):
-    result = subprocess.run([sys.executable, "credo.py", "tiny", "max_steps=2", "run_name=real", f"out_dir={tmp_path}"],
-                            cwd=Path(curves.__file__).parent, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "credo.py", "tiny", "max_steps=2", "run_name=real", f"out_dir={tmp_path}"],
+        cwd=Path(curves.__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     real = tmp_path / "real"
     lines = (real / "metrics.jsonl").read_text().splitlines()
@@ -177,7 +202,7 @@ def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_dir):
     assert written == [real / "curves.png", real / "curves.pdf"]
     png, pdf = (path.read_bytes() for path in written)
     assert png.startswith(PNG_SIGNATURE) and pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
-    assert plt.imread(written[0]).shape[2] == 4                            # a PNG matplotlib reads back
+    assert plt.imread(written[0]).shape[2] == 4  # a PNG matplotlib reads back
 
     runs = [("real", curves.read_metrics(real), "a"), ("grpo", curves.read_metrics(tmp_path / "grpo"), "b")]
     fig, ax = plt.subplots()

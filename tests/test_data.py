@@ -19,6 +19,7 @@ import pytest
 import yaml
 from fakehub import FAKE_COMMIT, as_answer
 
+import convert
 import data
 import rollout as ro
 import verifier
@@ -26,8 +27,19 @@ import verifier
 ROOT = Path(__file__).resolve().parent.parent
 # Sizes of the fixture sets (the real ones are tab:data's, checked by prepare()).
 FIXTURE_COUNTS = {
-    "deepscaler_train": 3, "deepscaler_test": 2, "math500": 2, "aime24": 1, "aime25": 1, "aime26": 1,
-    "amc23": 2, "amc24": 1, "deepcoder_train": 3, "deepcoder_test": 1, "humanevalplus": 3, "lcb_v5": 2, "lcb_v6": 1,
+    "deepscaler_train": 3,
+    "deepscaler_test": 2,
+    "math500": 2,
+    "aime24": 1,
+    "aime25": 1,
+    "aime26": 1,
+    "amc23": 2,
+    "amc24": 1,
+    "deepcoder_train": 3,
+    "deepcoder_test": 1,
+    "humanevalplus": 3,
+    "lcb_v5": 2,
+    "lcb_v6": 1,
 }
 
 
@@ -37,7 +49,8 @@ FIXTURE_COUNTS = {
 def test_bad_record_is_excluded_with_a_counted_reason(tmp_path, caplog):
     good = {"problem": "p", "answer": "1", "unique_id": "test/a/1.json"}
     (tmp_path / "test.jsonl").write_text(json.dumps({"problem": "p", "answer": "1"}) + "\n" + json.dumps(good) + "\n")
-    rows, excluded = data.convert_snapshot(tmp_path, data.SOURCES["math500"])
+    math500 = data.SOURCES["math500"]
+    rows, excluded = convert.convert_snapshot(tmp_path, math500.patterns, math500.convert)
     assert [r["id"] for r in rows] == ["test/a/1.json"]
     assert excluded == {"malformed record: field 'unique_id' must be a non-empty string, got None": 1}
     assert "test.jsonl#0: field 'unique_id'" in caplog.text
@@ -50,7 +63,7 @@ def test_seeded_split_is_deterministic_and_disjoint():
     rows = [{"id": f"r{i:03d}", "problem": f"p{i}"} for i in range(100)]
     train, test = data.seeded_split(rows, 70, 20, seed=7)
     again = data.seeded_split(list(reversed(rows)), 70, 20, seed=7)
-    assert (train, test) == again                                   # file order does not matter
+    assert (train, test) == again  # file order does not matter
     assert len(train) == 70 and len(test) == 20
     assert not {r["id"] for r in train} & {r["id"] for r in test}
     assert data.seeded_split(rows, 70, 20, seed=8) != (train, test)
@@ -65,7 +78,7 @@ def test_prepare_pools_dedupe_then_split(hub, tmp_path):
     test = [json.loads(x) for x in (tmp_path / "a/math/deepscaler_test.jsonl").read_text().splitlines()]
     assert not {r["id"] for r in train} & {r["id"] for r in test}
     assert first["sets"]["deepscaler_test"]["excluded"] == {"duplicate problem": 1}
-    assert len(hub.calls) == 2                                      # one download per prepare, shared by both sets
+    assert len(hub.calls) == 2  # one download per prepare, shared by both sets
 
 
 def test_count_mismatch_warns_writes_and_records_expected(hub, tmp_path, caplog):
@@ -73,7 +86,10 @@ def test_count_mismatch_warns_writes_and_records_expected(hub, tmp_path, caplog)
     assert caplog.text.count("count mismatch") == 2
     assert "aime24: expected 30 problems (tab:data), got 1" in caplog.text
     assert "aime25: expected 30 problems (tab:data), got 1" in caplog.text
-    assert {k: (v["count"], v["expected"]) for k, v in manifest["sets"].items()} == {"aime24": (1, 30), "aime25": (1, 30)}
+    assert {k: (v["count"], v["expected"]) for k, v in manifest["sets"].items()} == {
+        "aime24": (1, 30),
+        "aime25": (1, 30),
+    }
     assert (tmp_path / "out/math/aime24.jsonl").exists()
 
 
@@ -92,16 +108,28 @@ def test_short_pool_fills_the_test_set_first():
 
 def test_tab_data_counts_are_the_papers():
     counts = {name: spec.count for name, spec in data.OUTPUTS.items()}
-    assert counts == {"deepscaler_train": 9500, "deepscaler_test": 500, "math500": 500, "aime24": 30,
-                      "aime25": 30, "aime26": 30, "amc23": 46, "amc24": 45, "deepcoder_train": 9500,
-                      "deepcoder_test": 500, "humanevalplus": 163, "lcb_v5": 279, "lcb_v6": 131}
+    assert counts == {
+        "deepscaler_train": 9500,
+        "deepscaler_test": 500,
+        "math500": 500,
+        "aime24": 30,
+        "aime25": 30,
+        "aime26": 30,
+        "amc23": 46,
+        "amc24": 45,
+        "deepcoder_train": 9500,
+        "deepcoder_test": 500,
+        "humanevalplus": 163,
+        "lcb_v5": 279,
+        "lcb_v6": 131,
+    }
 
 
 def test_lcb_windows_select_by_contest_date(hub, tmp_path):
     manifest = data.prepare(tmp_path, only="lcb_v5,lcb_v6", expected=FIXTURE_COUNTS)
     v5 = [json.loads(x)["id"] for x in (tmp_path / "code/lcb_v5.jsonl").read_text().splitlines()]
     v6 = [json.loads(x)["id"] for x in (tmp_path / "code/lcb_v6.jsonl").read_text().splitlines()]
-    assert v5 == ["3400", "abc370_a"] and v6 == ["3500"]             # 2024-07-20 and 2025-05-03 fall outside
+    assert v5 == ["3400", "abc370_a"] and v6 == ["3500"]  # 2024-07-20 and 2025-05-03 fall outside
     assert manifest["sets"]["lcb_v5"]["count"] == 2
 
 
@@ -111,10 +139,18 @@ def test_lcb_windows_select_by_contest_date(hub, tmp_path):
 def test_download_request(hub, tmp_path):
     data.prepare(tmp_path, only="math500,humanevalplus", expected=FIXTURE_COUNTS)
     assert hub.calls == [
-        {"repo_id": "HuggingFaceH4/MATH-500", "repo_type": "dataset", "revision": "main",
-         "allow_patterns": ["test.jsonl"]},
-        {"repo_id": "evalplus/humanevalplus", "repo_type": "dataset",
-         "revision": "d32357cf319e50e9c8d8dab5ea876c72b0fd321b", "allow_patterns": ["data/test-*.parquet"]},
+        {
+            "repo_id": "HuggingFaceH4/MATH-500",
+            "repo_type": "dataset",
+            "revision": "main",
+            "allow_patterns": ["test.jsonl"],
+        },
+        {
+            "repo_id": "evalplus/humanevalplus",
+            "repo_type": "dataset",
+            "revision": "d32357cf319e50e9c8d8dab5ea876c72b0fd321b",
+            "allow_patterns": ["data/test-*.parquet"],
+        },
     ]
 
 
@@ -143,16 +179,26 @@ def test_amc24_needs_a_local_file(hub, tmp_path):
 
 def test_local_files_are_read_as_rows_and_refused_where_they_cannot_serve(hub, tmp_path):
     local = tmp_path / "pool.jsonl"
-    local.write_text("".join(json.dumps({"id": f"d{i}", "problem": f"{i}+{i}", "answer": 2 * i}) + "\n" for i in range(3)))
-    manifest = data.prepare(tmp_path / "out", only="deepscaler_test", local={"deepscaler": str(local)},
-                            expected={"deepscaler_train": 1, "deepscaler_test": 2}, seed=5)
+    local.write_text(
+        "".join(json.dumps({"id": f"d{i}", "problem": f"{i}+{i}", "answer": 2 * i}) + "\n" for i in range(3))
+    )
+    manifest = data.prepare(
+        tmp_path / "out",
+        only="deepscaler_test",
+        local={"deepscaler": str(local)},
+        expected={"deepscaler_train": 1, "deepscaler_test": 2},
+        seed=5,
+    )
     test = [json.loads(x) for x in (tmp_path / "out/math/deepscaler_test.jsonl").read_text().splitlines()]
-    assert len(test) == 2 and all(row["answer"] == str(2 * int(row["id"][1:])) for row in test)   # a source: still split
+    assert len(test) == 2 and all(row["answer"] == str(2 * int(row["id"][1:])) for row in test)  # a source: still split
     assert manifest["sets"]["deepscaler_test"]["source"] == str(local) and hub.calls == []
     with pytest.raises(FileNotFoundError, match=r"--local amc24=nowhere/amc24.jsonl: no such file"):
         data.prepare(tmp_path / "out", only="amc24", local={"amc24": "nowhere/amc24.jsonl"})
-    with pytest.raises(ValueError, match=r"--local amc: set 'amc23' selects rows of source 'amc' by year or date, "
-                                         r"which normalized rows do not carry; pass --local amc23=path.jsonl instead"):
+    with pytest.raises(
+        ValueError,
+        match=r"--local amc: set 'amc23' selects rows of source 'amc' by year or date, "
+        r"which normalized rows do not carry; pass --local amc23=path.jsonl instead",
+    ):
         data.prepare(tmp_path / "out", only="amc23", local={"amc": str(local)})
 
 
@@ -192,14 +238,21 @@ def real_snapshots(real_part) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def real_prepared(real_snapshots, tmp_path_factory):
     """``prepare --snapshot`` over every real source (once: HumanEval+ runs six canonical
-    solutions in the sandbox); the output folder, manifest and warnings."""
+    solutions in the sandbox); the output folder, manifest and warnings (data.py's and convert.py's)."""
     out, lines = tmp_path_factory.mktemp("real"), _Lines()
     data.logger.addHandler(lines)
+    convert.logger.addHandler(lines)  # a malformed record's warning comes from convert_snapshot
     try:
-        assert data.main(["prepare", "--out", str(out), "--only", REAL_SETS]
-                         + [f"--snapshot={name}={path}" for name, path in real_snapshots.items()]) == 0
+        assert (
+            data.main(
+                ["prepare", "--out", str(out), "--only", REAL_SETS]
+                + [f"--snapshot={name}={path}" for name, path in real_snapshots.items()]
+            )
+            == 0
+        )
     finally:
         data.logger.removeHandler(lines)
+        convert.logger.removeHandler(lines)
     return out, json.loads((out / "manifest.json").read_text()), lines.lines
 
 
@@ -221,27 +274,48 @@ def test_prepare_snapshot_converts_every_real_set(real_prepared, real_snapshots)
     out, manifest, warnings = real_prepared
     n_deepscaler, distinct = _deepscaler_distinct(real_snapshots["deepscaler"])
     amc23 = sum("/2023_AMC" in r["url"] for r in _parquet_rows(real_snapshots["amc"], "data/train-*.parquet"))
-    expected = {"math500": 500, "aime24": 30, "aime25": 30, "amc23": amc23, "deepscaler_test": 500,
-                "deepscaler_train": min(9500, distinct - 500), "humanevalplus": 164}
+    expected = {
+        "math500": 500,
+        "aime24": 30,
+        "aime25": 30,
+        "amc23": amc23,
+        "deepscaler_test": 500,
+        "deepscaler_train": min(9500, distinct - 500),
+        "humanevalplus": 164,
+    }
     counts = {name: (entry["count"], entry["expected"]) for name, entry in manifest["sets"].items()}
     assert counts == {name: (n, data.OUTPUTS[name].count) for name, n in expected.items()}
-    assert amc23 == 40                                      # AMC 12A 22 + 12B 18 of 2023, in either copy
-    assert sorted(warnings) == sorted(f"count mismatch: {name}: expected {tab} problems (tab:data), got {n}"
-                                      for name, (n, tab) in counts.items() if n != tab)
+    assert amc23 == 40  # AMC 12A 22 + 12B 18 of 2023, in either copy
+    assert sorted(warnings) == sorted(
+        f"count mismatch: {name}: expected {tab} problems (tab:data), got {n}"
+        for name, (n, tab) in counts.items()
+        if n != tab
+    )
     assert manifest["sets"]["deepscaler_test"]["excluded"] == {"duplicate problem": n_deepscaler - distinct}
-    assert all(entry["revision"] == "local snapshot" and entry["snapshot"] == real_snapshots[entry_source]
-               for entry, entry_source in ((manifest["sets"][n], data.OUTPUTS[n].source) for n in manifest["sets"]))
-    raw_aime24 = {f"aime24-{r['id']}": str(r["answer"]) for r in _parquet_rows(real_snapshots["aime24"], "data/train-*.parquet")}
-    assert {r["id"]: r["answer"] for r in _jsonl(out / "math/aime24.jsonl")} == raw_aime24    # as given (e.g. "025")
+    assert all(
+        entry["revision"] == "local snapshot" and entry["snapshot"] == real_snapshots[entry_source]
+        for entry, entry_source in ((manifest["sets"][n], data.OUTPUTS[n].source) for n in manifest["sets"])
+    )
+    raw_aime24 = {
+        f"aime24-{r['id']}": str(r["answer"]) for r in _parquet_rows(real_snapshots["aime24"], "data/train-*.parquet")
+    }
+    assert {r["id"]: r["answer"] for r in _jsonl(out / "math/aime24.jsonl")} == raw_aime24  # as given (e.g. "025")
     assert {r["id"]: r["answer"] for r in _jsonl(out / "math/aime25.jsonl")}["aime25-1"] == "70"
     # HumanEval+: six tasks got outputs from their canonical solution; inputs whose output is an
     # int over 4300 digits (83: 29, 139: 49) or over 1 MiB (15: 21, 100: 1, 130: 10) were dropped
     assert manifest["sets"]["humanevalplus"]["excluded"] == {
         "canonical solution failed or its value cannot be sent, e.g. an int over 4300 digits (inputs)": 78,
-        "expected output over 1048576 bytes (inputs)": 32}
+        "expected output over 1048576 bytes (inputs)": 32,
+    }
     tests = {r["id"]: r["tests"] for r in _jsonl(out / "code/humanevalplus.jsonl")}
     assert {task: len(tests[f"HumanEval/{task}"]["inputs"]) for task in (14, 15, 83, 100, 130, 139)} == {
-        14: 905, 15: 114, 83: 80, 100: 111, 130: 105, 139: 78}
+        14: 905,
+        15: 114,
+        83: 80,
+        100: 111,
+        130: 105,
+        139: 78,
+    }
     assert tests["HumanEval/32"]["property"] == {"name": "polynomial_root", "atol": 0.0001}
 
 
@@ -254,16 +328,19 @@ def test_every_humanevalplus_canonical_solution_passes_its_converted_tests(real_
         record = records[row["id"]]
         return verifier.verify_code(as_answer(record["prompt"] + record["canonical_solution"]), row["tests"])
 
-    with ThreadPoolExecutor(max_workers=2) as pool:       # verify_code is thread-safe; the sandboxes run in parallel
+    with ThreadPoolExecutor(max_workers=2) as pool:  # verify_code is thread-safe; the sandboxes run in parallel
         verdicts = dict(zip((row["id"] for row in rows), pool.map(canonical_passes, rows)))
     assert [task for task, ok in verdicts.items() if not ok] == [] and len(verdicts) == 164
 
 
-@pytest.mark.parametrize(("task", "program", "passes"), [
-    ("HumanEval/32", "def find_zero(xs):\n    return 0.0", False),
-    ("HumanEval/14", "def all_prefixes(s):\n    return [s[:i] for i in range(len(s))]", False),
-    ("HumanEval/139", "def special_factorial(n):\n    return n", False),
-])
+@pytest.mark.parametrize(
+    ("task", "program", "passes"),
+    [
+        ("HumanEval/32", "def find_zero(xs):\n    return 0.0", False),
+        ("HumanEval/14", "def all_prefixes(s):\n    return [s[:i] for i in range(len(s))]", False),
+        ("HumanEval/139", "def special_factorial(n):\n    return n", False),
+    ],
+)
 def test_humanevalplus_converted_tests_judge_other_programs(real_prepared, task, program, passes):
     out, _, _ = real_prepared
     tests = next(r["tests"] for r in _jsonl(out / "code/humanevalplus.jsonl") if r["id"] == task)
@@ -288,14 +365,17 @@ def test_a_missing_training_split_is_prepared_on_first_use(tmp_path, capsys, rea
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())["sets"]
     assert list(manifest) == ["deepscaler_train"] and manifest["deepscaler_train"]["count"] == len(rows) > 0
     assert f"wrote {len(rows)} problems to {path}" in out
-    assert not data.prepare_on_first_use(path)                          # there now: nothing to do
-    assert not data.prepare_on_first_use(tmp_path / "mine" / "rows.jsonl")   # not a set prepare writes
+    assert not data.prepare_on_first_use(path)  # there now: nothing to do
+    assert not data.prepare_on_first_use(tmp_path / "mine" / "rows.jsonl")  # not a set prepare writes
     assert not (tmp_path / "mine").exists()
 
 
 def test_first_use_without_the_hub_names_the_dataset_and_the_offline_route(tmp_path, hub_offline):
-    with pytest.raises(RuntimeError, match=r"could not download the dataset 'agentica-org/DeepScaleR-Preview-Dataset'"
-                                           r".*bash run.sh prepare --snapshot deepscaler=DIR"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"could not download the dataset 'agentica-org/DeepScaleR-Preview-Dataset'"
+        r".*bash run.sh prepare --snapshot deepscaler=DIR",
+    ):
         data.prepare_on_first_use(tmp_path / "data" / "math" / "deepscaler_train.jsonl")
     assert not (tmp_path / "data" / "math" / "deepscaler_train.jsonl").exists()
 
@@ -314,7 +394,7 @@ def test_missing_field_names_file_line_and_field(tmp_path):
 
 def test_missing_prepared_data_says_how_to_make_it(tmp_path, monkeypatch):
     train_data = yaml.safe_load((ROOT / "configs" / "math.yaml").read_text())["train_data"]
-    monkeypatch.chdir(tmp_path)                       # not prepared here, whatever the checkout holds
+    monkeypatch.chdir(tmp_path)  # not prepared here, whatever the checkout holds
     with pytest.raises(FileNotFoundError, match=r"data/math/deepscaler_train.jsonl.*bash run.sh prepare"):
         data.load_rows(train_data, "math")
 
@@ -345,16 +425,27 @@ def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
     snapshot shaped like agentica-org/DeepScaleR-Preview-Dataset (one JSON list)."""
     snapshot = tmp_path / "snapshot"
     snapshot.mkdir()
-    (snapshot / "deepscaler.json").write_text(json.dumps([
-        {"problem": "What is $1+1$?", "answer": "2", "solution": "..."},
-        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1", "solution": "..."},
-    ]))
+    (snapshot / "deepscaler.json").write_text(
+        json.dumps(
+            [
+                {"problem": "What is $1+1$?", "answer": "2", "solution": "..."},
+                {"problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1", "solution": "..."},
+            ]
+        )
+    )
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append((a, k)) or str(snapshot))
     rows = data.load_rows("agentica-org/DeepScaleR-Preview-Dataset", "math")
-    assert calls == [(("agentica-org/DeepScaleR-Preview-Dataset",), {"repo_type": "dataset", "allow_patterns": ["*.json", "*.jsonl"]})]
-    assert rows == [{"id": "deepscaler-0", "problem": "What is $1+1$?", "answer": "2"},
-                    {"id": "deepscaler-1", "problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1"}]
+    assert calls == [
+        (
+            ("agentica-org/DeepScaleR-Preview-Dataset",),
+            {"repo_type": "dataset", "allow_patterns": ["*.json", "*.jsonl"]},
+        )
+    ]
+    assert rows == [
+        {"id": "deepscaler-0", "problem": "What is $1+1$?", "answer": "2"},
+        {"id": "deepscaler-1", "problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.", "answer": "1"},
+    ]
 
     def offline(*args, **kwargs):
         raise OSError("Name or service not known")
@@ -383,7 +474,8 @@ def test_code_rows_need_tests_in_the_verifier_schema(tmp_path):
 
 def test_eval_sets_are_prepared_sets_of_the_same_domain_and_size():
     assert {name: (spec["domain"], spec["problems"]) for name, spec in data.EVAL_SETS.items()} == {
-        name: (data.OUTPUTS[name].domain, data.OUTPUTS[name].count) for name in data.EVAL_SETS}
+        name: (data.OUTPUTS[name].domain, data.OUTPUTS[name].count) for name in data.EVAL_SETS
+    }
     assert list(data.SET_TITLES) == list(data.EVAL_SETS)
     assert set(data.OUTPUTS) - set(data.EVAL_SETS) == {"deepscaler_train", "deepcoder_train"}
 

@@ -28,8 +28,13 @@ def test_describe_checkpoint_reads_the_runs_config(tmp_path):
     (tmp_path / "credo-s44" / "ckpt" / "step_000003.tmp").mkdir()
     ckpt = ev.describe_checkpoint(str(tmp_path / "credo-s44"), None, None)
     assert ckpt.path == str(tmp_path / "credo-s44" / "ckpt" / "step_000002")
-    assert (ckpt.label, ckpt.method, ckpt.channel, ckpt.train_domain, ckpt.seed) == \
-        ("credo-s44/step_000002", "CREDO", "readout", "math", 44)
+    assert (ckpt.label, ckpt.method, ckpt.channel, ckpt.train_domain, ckpt.seed) == (
+        "credo-s44/step_000002",
+        "CREDO",
+        "readout",
+        "math",
+        44,
+    )
     assert ckpt.cfg.channel == "readout_noanalysis"
     write_run(tmp_path, "rlcr-s43", config.load_config("rlcr", ["domain=code"]), (5,))
     rlcr = ev.describe_checkpoint(str(tmp_path / "rlcr-s43" / "ckpt" / "step_000005"), None, None)
@@ -42,9 +47,18 @@ def test_describe_checkpoint_of_a_base_model():
     """Anything without a config.yaml is a base model: the Base row, the verbalized channel, the
     budgets of --config, no training domain or seed."""
     base = ev.describe_checkpoint("Qwen/Qwen3-8B", None, None, "tiny")
-    assert (base.path, base.label, base.method, base.channel, base.train_domain, base.seed) == \
-        ("Qwen/Qwen3-8B", "Qwen3-8B", "Base", "verbalized", None, None)
-    assert base.cfg.model == "Qwen/Qwen3-8B" and base.cfg.max_completion_tokens == config.load_config("tiny").max_completion_tokens
+    assert (base.path, base.label, base.method, base.channel, base.train_domain, base.seed) == (
+        "Qwen/Qwen3-8B",
+        "Qwen3-8B",
+        "Base",
+        "verbalized",
+        None,
+        None,
+    )
+    assert (
+        base.cfg.model == "Qwen/Qwen3-8B"
+        and base.cfg.max_completion_tokens == config.load_config("tiny").max_completion_tokens
+    )
 
 
 def test_a_run_without_a_finished_checkpoint_is_refused(tmp_path):
@@ -80,10 +94,27 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
     result = subprocess.run(
-        [sys.executable, "eval.py", "--ckpt", f"{tiny_dir / 'model'},Tiny CREDO={ckpt.parent.parent}",
-         "--sets", f"tiny={tmp_path / 'small.jsonl'}:math", "--n", "3", "--out", str(out), "--config", "tiny",
-         "--base-seeds", "43,44"],
-        cwd=config.ROOT, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "eval.py",
+            "--ckpt",
+            f"{tiny_dir / 'model'},Tiny CREDO={ckpt.parent.parent}",
+            "--sets",
+            f"tiny={tmp_path / 'small.jsonl'}:math",
+            "--n",
+            "3",
+            "--out",
+            str(out),
+            "--config",
+            "tiny",
+            "--base-seeds",
+            "43,44",
+        ],
+        cwd=config.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
@@ -91,7 +122,10 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
     # the base model once per evaluation seed; the run directory stands for its latest checkpoint
     assert len(by_source["readout"]) == 6 * 3 and len(by_source["verbalized"]) == len(by_source["digit"]) == 2 * 6 * 3
     assert {(r["method"], r["run"]) for r in by_source["readout"]} == {("Tiny CREDO", "credo/step_000001")}
-    assert {(r["method"], r["run"], r["seed"]) for r in by_source["digit"]} == {("Base", "model/e43", 43), ("Base", "model/e44", 44)}
+    assert {(r["method"], r["run"], r["seed"]) for r in by_source["digit"]} == {
+        ("Base", "model/e43", 43),
+        ("Base", "model/e44", 44),
+    }
     readouts = [r["c"] for r in by_source["readout"] if r["c"] is not None]
     digits = [r["c"] for r in by_source["digit"] if r["c"] is not None]
     assert readouts and all(0 < c < 1 for c in readouts)
@@ -111,19 +145,46 @@ def test_eval_plan_gives_each_checkpoint_its_own_settings(tmp_path, tiny_dir):
     the records only."""
     model = str(tiny_dir / "model")
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps([{"label": "as-readout", "path": model, "channel": "readout", "method": "Tiny-r"},
-                                {"label": "as-verbalized", "path": model}]))
+    plan.write_text(
+        json.dumps(
+            [
+                {"label": "as-readout", "path": model, "channel": "readout", "method": "Tiny-r"},
+                {"label": "as-verbalized", "path": model},
+            ]
+        )
+    )
     problems = (tiny_dir / "math_test.jsonl").read_text().splitlines()[:2]
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
     result = subprocess.run(
-        [sys.executable, "eval.py", "--plan", str(plan), "--sets",
-         f"tiny={tmp_path / 'small.jsonl'}:math", "--n", "2", "--engine", "hf", "--config", "tiny", "--out", str(out),
-         "--no-report"],
-        cwd=config.ROOT, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "eval.py",
+            "--plan",
+            str(plan),
+            "--sets",
+            f"tiny={tmp_path / 'small.jsonl'}:math",
+            "--n",
+            "2",
+            "--engine",
+            "hf",
+            "--config",
+            "tiny",
+            "--out",
+            str(out),
+            "--no-report",
+        ],
+        cwd=config.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert f"[eval] 12 records in {out / 'samples.jsonl'}" in result.stdout      # 2 x 2 readout, 2 x (2 x 2) verbalized
+    assert f"[eval] 12 records in {out / 'samples.jsonl'}" in result.stdout  # 2 x 2 readout, 2 x (2 x 2) verbalized
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert {(r["run"], r["method"], r["source"]) for r in records} == {
-        ("as-readout", "Tiny-r", "readout"), ("as-verbalized", "Base", "verbalized"), ("as-verbalized", "Base", "digit")}
-    assert sorted(p.name for p in out.iterdir()) == ["samples.jsonl"]           # no tables, no figures
+        ("as-readout", "Tiny-r", "readout"),
+        ("as-verbalized", "Base", "verbalized"),
+        ("as-verbalized", "Base", "digit"),
+    }
+    assert sorted(p.name for p in out.iterdir()) == ["samples.jsonl"]  # no tables, no figures

@@ -24,7 +24,7 @@ def brier():
     """The page's method, registered as the page says (its second python block: the first is
     the signature), and removed again afterwards."""
     example = doc_blocks("python")[1]
-    assert "@register_method(\"brier\"" in example
+    assert '@register_method("brier"' in example
     exec(compile(example, f"{DOC} (the worked example)", "exec"), vars(methods))  # noqa: S102 (our own docs)
     try:
         yield methods.METHODS["brier"]
@@ -44,8 +44,13 @@ def brier_config(tmp_path, brier):
 
 def test_the_example_rewards_by_hand(brier):
     assert brier.reads == "model" and brier.help.startswith("Brier:")
-    g = methods.GroupOutcomes(correct=torch.tensor([1.0, 0.0, 1.0, 0.0]), fmt=torch.ones(4),
-                              conf=torch.tensor([0.9, 0.2, float("nan"), 0.5]), target=torch.zeros(4), group_size=4)
+    g = methods.GroupOutcomes(
+        correct=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        fmt=torch.ones(4),
+        conf=torch.tensor([0.9, 0.2, float("nan"), 0.5]),
+        target=torch.zeros(4),
+        group_size=4,
+    )
     rewards = brier.rewards(g, {})
     assert rewards.answer.tolist() == [1.0, 0.0, 1.0, 0.0]
     assert rewards.confidence.tolist() == pytest.approx([-0.01, -0.04, -1.0, -0.25])
@@ -67,11 +72,12 @@ def test_the_example_trains_one_tiny_step(tiny_dir, brier_config, tmp_path):
     the page's method: every rollout's rewards are the example's, from its own a and c."""
     keys = {key: value for key, value in yaml.safe_load(brier_config.read_text()).items() if key != "inherit"}
     overrides = [f"{key}={value}" for key, value in keys.items()]
-    cfg = config.load_config("tiny", [*overrides, "max_steps=1", "engine=hf", f"out_dir={tmp_path / 'runs'}",
-                                      "save_rollouts=true"])
+    cfg = config.load_config(
+        "tiny", [*overrides, "max_steps=1", "engine=hf", f"out_dir={tmp_path / 'runs'}", "save_rollouts=true"]
+    )
     run_dir = credo.train(cfg)
     (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics["step"] == 0 and metrics["loss"] == metrics["loss"]            # one step, a finite loss
+    assert metrics["step"] == 0 and metrics["loss"] == metrics["loss"]  # one step, a finite loss
     rows = [json.loads(line) for line in (run_dir / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
     assert len(rows) == cfg.per_device_batch_size * cfg.grad_accum
     for row in rows:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = sorted(path.stem for path in ROOT.glob("*.py"))   # our modules: the checkout's top-level .py files
-ENTRY_POINTS = ("credo", "eval")                            # run, never imported
+MODULES = sorted(path.stem for path in ROOT.glob("*.py"))  # our modules: the checkout's top-level .py files
+ENTRY_POINTS = ("credo", "eval")  # run, never imported
 MAX_LINES = 600
-MAX_LOOP_LINES = 500                                        # credo.py: the loop, read end to end first
-MAX_CHAIN = 7                                               # modules in the longest import chain from an entry point
+MAX_LOOP_LINES = 500  # credo.py: the loop, read end to end first
+MAX_CHAIN = 7  # modules in the longest import chain from an entry point
 
 
 def imports_of_ours(name: str) -> list[tuple[str, int, bool]]:
@@ -25,8 +25,11 @@ def imports_of_ours(name: str) -> list[tuple[str, int, bool]]:
             nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in child.names] if isinstance(child, ast.Import) else [child.module or ""]
-                found.extend((imported.split(".")[0], child.lineno, nested) for imported in names
-                             if imported.split(".")[0] in MODULES)
+                found.extend(
+                    (imported.split(".")[0], child.lineno, nested)
+                    for imported in names
+                    if imported.split(".")[0] in MODULES
+                )
             visit(child, nested)
 
     visit(ast.parse((ROOT / f"{name}.py").read_text()), False)
@@ -46,7 +49,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[node] = "open"
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt, path + [nxt])):
                 return cycle
         state[node] = "done"
@@ -74,8 +77,11 @@ def test_no_module_imports_ours_inside_a_function():
 
 
 def test_nothing_imports_the_loop_or_the_evaluation_cli():
-    importers = {name: sorted(imported & set(ENTRY_POINTS)) for name, imported in import_graph().items()
-                 if imported & set(ENTRY_POINTS)}
+    importers = {
+        name: sorted(imported & set(ENTRY_POINTS))
+        for name, imported in import_graph().items()
+        if imported & set(ENTRY_POINTS)
+    }
     assert importers == {}
 
 
@@ -88,8 +94,13 @@ def test_every_module_is_short_and_opens_with_a_docstring():
     for name in MODULES:
         text = (ROOT / f"{name}.py").read_text()
         tree = ast.parse(text)
-        if not (tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant)
-                and isinstance(tree.body[0].value.value, str) and tree.body[0].value.value.strip()):
+        if not (
+            tree.body
+            and isinstance(tree.body[0], ast.Expr)
+            and isinstance(tree.body[0].value, ast.Constant)
+            and isinstance(tree.body[0].value.value, str)
+            and tree.body[0].value.value.strip()
+        ):
             undocumented.append(name)
         if len(text.splitlines()) > (MAX_LOOP_LINES if name == "credo" else MAX_LINES):
             too_long[name] = len(text.splitlines())
@@ -132,16 +143,19 @@ def test_the_configuration_loads_no_data_engine_or_verifier():
 
 
 # The verifier's layers (docs/verifier.md): exactly what each of its files imports of ours.
-@pytest.mark.parametrize("name, allowed", [
-    ("verifier", {"grading", "mathpool", "rollout", "sandbox", "typed_json"}),   # rollout: the one answer segment
-    ("grading", {"sandbox"}),
-    ("sandbox", {"sandbox_resources"}),
-    ("sandbox_resources", set()),
-    ("mathpool", set()),
-    ("typed_json", set()),
-    ("sandbox_lockdown", set()),
-    ("sandbox_child", {"sandbox_lockdown", "typed_json"}),  # spliced in, never imported
-])
+@pytest.mark.parametrize(
+    "name, allowed",
+    [
+        ("verifier", {"grading", "mathpool", "rollout", "sandbox", "typed_json"}),  # rollout: the one answer segment
+        ("grading", {"sandbox"}),
+        ("sandbox", {"sandbox_resources"}),
+        ("sandbox_resources", set()),
+        ("mathpool", set()),
+        ("typed_json", set()),
+        ("sandbox_lockdown", set()),
+        ("sandbox_child", {"sandbox_lockdown", "typed_json"}),  # spliced in, never imported
+    ],
+)
 def test_the_verifier_layers(name, allowed):
     assert import_graph()[name] == allowed
 
@@ -155,7 +169,12 @@ def test_every_parse_of_python_source_goes_through_the_lock():
         for node in ast.walk(ast.parse((ROOT / f"{name}.py").read_text())):
             if isinstance(node, ast.FunctionDef):
                 for inner in ast.walk(node):
-                    if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "parse"
-                            and isinstance(inner.func.value, ast.Name) and inner.func.value.id == "ast"):
+                    if (
+                        isinstance(inner, ast.Call)
+                        and isinstance(inner.func, ast.Attribute)
+                        and inner.func.attr == "parse"
+                        and isinstance(inner.func.value, ast.Name)
+                        and inner.func.value.id == "ast"
+                    ):
                         calls.append((name, node.name))
     assert sorted(set(calls)) == [("grading", "parse_python")]

@@ -29,14 +29,18 @@ def close(actual, expected, atol=1e-6):
 def test_chunked_logprobs_and_readout_match_naive(chunk, device):
     n, length, h, v = 3, 7, 16, 50
     hidden, head, ids = random_case(0, n, length, h, v, device)
-    slot = T([6, -1, 2]).long().to(device)   # row 0: the slot is the last position (generation stopped at the tag); row 1: none
-    logp = token_logprobs(hidden, head, ids, chunk_tokens=chunk)                                     # [N, L-1]
-    h_slot = hidden[torch.arange(n, device=device), slot.clamp(min=0)]                               # [N, H]
-    z = torch.where(slot >= 0, readout_logits(h_slot, head, high_id=7, low_id=11), 0.0)             # [N], as policy.forward
+    slot = (
+        T([6, -1, 2]).long().to(device)
+    )  # row 0: the slot is the last position (generation stopped at the tag); row 1: none
+    logp = token_logprobs(hidden, head, ids, chunk_tokens=chunk)  # [N, L-1]
+    h_slot = hidden[torch.arange(n, device=device), slot.clamp(min=0)]  # [N, H]
+    z = torch.where(slot >= 0, readout_logits(h_slot, head, high_id=7, low_id=11), 0.0)  # [N], as policy.forward
 
-    logits = hidden.float() @ head.float().T                                  # naive [N, L, V]
+    logits = hidden.float() @ head.float().T  # naive [N, L, V]
     naive_logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    naive_z = torch.stack([logits[0, 6, 7] - logits[0, 6, 11], logits.new_zeros(()), logits[2, 2, 7] - logits[2, 2, 11]])
+    naive_z = torch.stack(
+        [logits[0, 6, 7] - logits[0, 6, 11], logits.new_zeros(()), logits[2, 2, 7] - logits[2, 2, 11]]
+    )
     assert z.dtype == torch.float32
     assert logp.shape == (n, length - 1)
     torch.testing.assert_close(logp, naive_logp, atol=1e-5, rtol=0)
@@ -54,16 +58,16 @@ def test_logprobs_at_a_temperature_by_hand():
     """logits (0, ln 4) at T = 2 are (0, ln 2): pi_T = (1/3, 2/3). d log pi_T(1) / d logits =
     (onehot - pi_T) / T = (-1/6, 1/6); with h = 1 that is the head's gradient, and the hidden
     state's is W . that = ln 4 / 6."""
-    hidden = T([[[1.0], [1.0]]], dtype=torch.float64).requires_grad_()             # [1, 2, 1]
-    head = T([[0.0], [math.log(4.0)]], dtype=torch.float64).requires_grad_()       # [2, 1]
+    hidden = T([[[1.0], [1.0]]], dtype=torch.float64).requires_grad_()  # [1, 2, 1]
+    head = T([[0.0], [math.log(4.0)]], dtype=torch.float64).requires_grad_()  # [2, 1]
     ids = torch.tensor([[0, 1]])
-    logp = token_logprobs(hidden, head, ids, temperature=2.0)                       # [1, 1]
+    logp = token_logprobs(hidden, head, ids, temperature=2.0)  # [1, 1]
     assert logp.item() == pytest.approx(math.log(2 / 3), abs=1e-7)
     logp.sum().backward()
     close(head.grad[:, 0], [-1 / 6, 1 / 6])
     assert hidden.grad[0, 0, 0].item() == pytest.approx(math.log(4.0) / 6, abs=1e-6)
-    assert hidden.grad[0, 1, 0].item() == 0.0                                       # the last position predicts nothing
-    assert token_logprobs(hidden, head, ids).item() == pytest.approx(math.log(4 / 5), abs=1e-7)   # T = 1
+    assert hidden.grad[0, 1, 0].item() == 0.0  # the last position predicts nothing
+    assert token_logprobs(hidden, head, ids).item() == pytest.approx(math.log(4 / 5), abs=1e-7)  # T = 1
     with pytest.raises(ValueError, match="temperature"):
         token_logprobs(hidden, head, ids, temperature=0.0)
 
@@ -75,7 +79,9 @@ def test_logprobs_at_a_temperature_match_naive(chunk, device):
     hidden, head, ids = random_case(3, n, length, h, v, device)
     mask = torch.tensor([[False, True, True, True, True], [True, True, True, False, False]], device=device)
     logp = token_logprobs(hidden, head, ids, chunk_tokens=chunk, score_mask=mask, temperature=0.7)
-    naive = torch.log_softmax((hidden.float() @ head.float().T)[:, :-1] / 0.7, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    naive = (
+        torch.log_softmax((hidden.float() @ head.float().T)[:, :-1] / 0.7, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    )
     torch.testing.assert_close(logp[mask], naive[mask], atol=1e-5, rtol=0)
     weights = torch.randn(n, length - 1).to(device)
     got = torch.autograd.grad((logp * weights).sum(), (hidden, head))
@@ -92,7 +98,9 @@ def test_logprobs_score_only_the_masked_columns(device):
     hidden = torch.randn(n, length, h, dtype=torch.float64).to(device).requires_grad_()
     head = torch.randn(v, h, dtype=torch.float64).to(device).requires_grad_()
     ids = torch.randint(0, v, (n, length)).to(device)
-    mask = torch.tensor([[False, False, True, True, True], [False, True, True, False, False]], device=device)  # [N, L-1]
+    mask = torch.tensor(
+        [[False, False, True, True, True], [False, True, True, False, False]], device=device
+    )  # [N, L-1]
     full = token_logprobs(hidden, head, ids, chunk_tokens=2)
     part = token_logprobs(hidden, head, ids, chunk_tokens=2, score_mask=mask)
     torch.testing.assert_close(part[mask], full[mask], atol=1e-6, rtol=0)
@@ -102,13 +110,15 @@ def test_logprobs_score_only_the_masked_columns(device):
     want = torch.autograd.grad((full * weights * mask).sum(), (hidden, head))
     for got, expected in zip(grads, want):
         torch.testing.assert_close(got.float(), expected.float(), atol=1e-5, rtol=1e-5)
-    assert float(grads[0][0, 0].abs().sum()) == 0.0      # column 0 of row 0 is not scored: no gradient
+    assert float(grads[0][0, 0].abs().sum()) == 0.0  # column 0 of row 0 is not scored: no gradient
 
 
 # The compiled blocks: through aot_eager (dynamo's capture, AOT autograd's split, the graph's
 # in-place accumulation) and once through inductor's fused C++ kernels on the CPU (about 10 s
 # of compilation); with CREDO_TEST_DEVICE=cuda (gpucheck), inductor's GPU kernels.
-@pytest.mark.parametrize("backend", ["inductor"] if os.environ.get("CREDO_TEST_DEVICE") == "cuda" else ["aot_eager", "inductor"])
+@pytest.mark.parametrize(
+    "backend", ["inductor"] if os.environ.get("CREDO_TEST_DEVICE") == "cuda" else ["aot_eager", "inductor"]
+)
 def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
     """logprob_kernels.compile_logprob_blocks: the same log-probs and gradients as the eager chunked
     kernel (fp32, to 1e-5), over blocks of 4 rows (a shorter last block), all columns or a
@@ -124,7 +134,7 @@ def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
     assert blocks.chunk_tokens == 4
     weights = torch.randn(n, length - 1).to(device)
     some = torch.zeros(n * (length - 1), dtype=torch.bool)
-    some[torch.randperm(n * (length - 1))[:14]] = True                    # 14 of 24 columns: blocks of 4, 4, 4, 2
+    some[torch.randperm(n * (length - 1))[:14]] = True  # 14 of 24 columns: blocks of 4, 4, 4, 2
     masks = [None, some.reshape(n, length - 1), torch.zeros(n, length - 1, dtype=torch.bool)]
     for mask in masks:
         eager = token_logprobs(hidden, head, ids, chunk_tokens=3, score_mask=mask, temperature=0.7)
@@ -137,7 +147,7 @@ def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
     graphs = counters["stats"]["unique_graphs"]
-    assert graphs >= 2                                                     # forward and backward blocks compiled
-    token_logprobs(hidden[:, :7], head, ids[:, :7], blocks=blocks).sum().backward()   # 18 rows: blocks of 4 and 2
-    assert counters["stats"]["unique_graphs"] == graphs                    # no recompilation (T = 1 either)
+    assert graphs >= 2  # forward and backward blocks compiled
+    token_logprobs(hidden[:, :7], head, ids[:, :7], blocks=blocks).sum().backward()  # 18 rows: blocks of 4 and 2
+    assert counters["stats"]["unique_graphs"] == graphs  # no recompilation (T = 1 either)
     torch._dynamo.reset()

@@ -17,8 +17,13 @@ TIMEOUT_S = 900
 
 
 def tiny(out_dir, *overrides, check=True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", "save_every=100", *overrides], cwd=ROOT,
-                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = subprocess.run(
+        ["bash", "run.sh", "tiny", f"out_dir={out_dir}", "save_every=100", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     if check:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
@@ -33,9 +38,14 @@ SYNCED_GAP = 1e-3
 
 def metrics(run_dir) -> list[dict]:
     """metrics.jsonl without the wall-clock entries and the engine's float noise (SYNCED_GAP)."""
-    return [{k: v for k, v in json.loads(line).items()
-             if not (k.startswith("t_") or k.endswith("tok_s") or k == "engine_logprob_gap")}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {
+            k: v
+            for k, v in json.loads(line).items()
+            if not (k.startswith("t_") or k.endswith("tok_s") or k == "engine_logprob_gap")
+        }
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def logprob_gaps(run_dir) -> list[float]:
@@ -52,10 +62,25 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
     straight = tmp_path / "straight"
     first = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in first] == [0, 1, 2]
-    for key in ("loss_pg", "loss_cal", "acc", "format_rate", "readout_rate", "mean_c", "ece", "brier",
-                "grad_norm", "rollout_tok_s", "train_tok_s", "t_rollout", "t_verify", "t_train", "t_sync"):
+    for key in (
+        "loss_pg",
+        "loss_cal",
+        "acc",
+        "format_rate",
+        "readout_rate",
+        "mean_c",
+        "ece",
+        "brier",
+        "grad_norm",
+        "rollout_tok_s",
+        "train_tok_s",
+        "t_rollout",
+        "t_verify",
+        "t_train",
+        "t_sync",
+    ):
         assert key in first[0]
-    assert max(logprob_gaps(straight)) < SYNCED_GAP          # engine and trainer hold the same weights
+    assert max(logprob_gaps(straight)) < SYNCED_GAP  # engine and trainer hold the same weights
     ckpt = straight / "ckpt" / "step_000003"
     for name in ("model.safetensors", "tokenizer.json", "optimizer.pt", "rng.pt", "trainer_state.json", "config.yaml"):
         assert (ckpt / name).exists(), name
@@ -75,15 +100,28 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
 
     # Preempted by a real SIGTERM (logging to TensorBoard and an offline W&B run across the resume).
     run_dir = tmp_path / "preempted"
-    proc = subprocess.Popen(["bash", "run.sh", "tiny", f"out_dir={tmp_path}", "save_every=100", "max_steps=3",
-                             "run_name=preempted", "report_to=tensorboard,wandb"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            "bash",
+            "run.sh",
+            "tiny",
+            f"out_dir={tmp_path}",
+            "save_every=100",
+            "max_steps=3",
+            "run_name=preempted",
+            "report_to=tensorboard,wandb",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while not ((run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").read_text().strip()):
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first step was logged"
             time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGTERM)               # run.sh execs python: this is the trainer itself
+        os.kill(proc.pid, signal.SIGTERM)  # run.sh execs python: this is the trainer itself
         output, _ = proc.communicate(timeout=TIMEOUT_S)
     finally:
         if proc.poll() is None:
@@ -91,15 +129,15 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
     stopped_at = len(metrics(run_dir))
-    assert 1 <= stopped_at < 3                          # it finished the step in flight, and no more
+    assert 1 <= stopped_at < 3  # it finished the step in flight, and no more
     stopped = run_dir / "ckpt" / f"step_{stopped_at:06d}"
     assert json.loads((stopped / "trainer_state.json").read_text())["step"] == stopped_at
     assert f"SIGTERM: stopped after step {stopped_at} of 3" in output and "resume=auto" in output
 
     tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto", "report_to=tensorboard,wandb")
-    assert metrics(run_dir) == metrics(straight)         # the same losses, rewards, questions
-    assert max(logprob_gaps(run_dir)) < SYNCED_GAP        # the resumed engine got the checkpoint's weights
-    assert rollouts(run_dir) == rollouts(straight)       # ... and the same samples, byte for byte
+    assert metrics(run_dir) == metrics(straight)  # the same losses, rewards, questions
+    assert max(logprob_gaps(run_dir)) < SYNCED_GAP  # the resumed engine got the checkpoint's weights
+    assert rollouts(run_dir) == rollouts(straight)  # ... and the same samples, byte for byte
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert list((run_dir / "wandb").glob("offline-run-*"))
 
@@ -119,13 +157,16 @@ def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
     with pytest.raises(FileExistsError, match="already holds a run .1 logged steps, no checkpoint."):
         checkpoint.resume_point(dataclasses.replace(cfg, resume=None), run_dir)
     (run_dir / "ckpt" / "step_000004").mkdir(parents=True)
-    (run_dir / "ckpt" / "step_000008.tmp").mkdir()                   # unfinished: never resumed from
+    (run_dir / "ckpt" / "step_000008.tmp").mkdir()  # unfinished: never resumed from
     assert checkpoint.resume_point(cfg, run_dir) == run_dir / "ckpt" / "step_000004"
     # an explicit checkpoint must be complete; overwrite=true clears the old run for a fresh one
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         checkpoint.resume_point(dataclasses.replace(cfg, resume=str(run_dir / "ckpt" / "step_000004")), run_dir)
     (run_dir / "ckpt" / "step_000004" / "trainer_state.json").write_text('{"step": 4, "data_cursor": 8}')
-    assert checkpoint.resume_point(dataclasses.replace(cfg, resume=str(run_dir / "ckpt" / "step_000004")), run_dir).name == "step_000004"
+    assert (
+        checkpoint.resume_point(dataclasses.replace(cfg, resume=str(run_dir / "ckpt" / "step_000004")), run_dir).name
+        == "step_000004"
+    )
     assert checkpoint.resume_point(dataclasses.replace(cfg, resume=None, overwrite=True), run_dir) is None
     (run_dir / "rollouts").mkdir()
     checkpoint.clear_run(run_dir)

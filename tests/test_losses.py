@@ -36,12 +36,14 @@ def test_docstring_examples_hold():
 
 # eq:readout ----------------------------------------------------------------------------
 
+
 def test_readout_is_sigmoid_of_logit_difference():
     c = readout(T([0.0, math.log(3.0), 5.0]), T([0.0, 0.0, 5.0 + math.log(4.0)]))
     close(c, [0.5, 0.75, 0.2])
 
 
 # eq:grpo advantages ---------------------------------------------------------------------
+
 
 def test_group_standardize_uses_population_std_per_group():
     # group 1: [1, 0] mean .5, std .5 -> [1, -1]; group 2: [3, 1] -> [1, -1]
@@ -65,6 +67,7 @@ def test_group_size_must_divide_batch():
 
 # eq:calloss -------------------------------------------------------------------------------
 
+
 def test_hybrid_target_mixes_outcome_and_group_mean():
     # group 1 mean 0.25, group 2 mean 1.0
     t = hybrid_target(T([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]), gamma=0.5, group_size=4)
@@ -79,7 +82,7 @@ def test_calibration_loss_averages_over_valid_only():
 
 
 def test_calibration_gradient_is_exact_pathwise_derivative():
-    z = T([1.0, -0.5, 2.0, 0.3], requires_grad=True)        # z_H - z_L
+    z = T([1.0, -0.5, 2.0, 0.3], requires_grad=True)  # z_H - z_L
     target = T([1.0, 0.0, 0.25, 0.7])
     valid = T([True, True, False, True])
     c = readout(z, torch.zeros(4))
@@ -90,7 +93,7 @@ def test_calibration_gradient_is_exact_pathwise_derivative():
 
 
 def test_calibration_loss_with_no_valid_readout_is_zero_and_differentiable():
-    z = T([0.0, 0.4], requires_grad=True)   # the loop sets z = 0 where no slot exists
+    z = T([0.0, 0.4], requires_grad=True)  # the loop sets z = 0 where no slot exists
     loss = calibration_loss(readout(z, torch.zeros(2)), T([1.0, 0.0]), T([False, False]))
     assert loss.item() == 0.0
     loss.backward()
@@ -98,6 +101,7 @@ def test_calibration_loss_with_no_valid_readout_is_zero_and_differentiable():
 
 
 # eq:sw ----------------------------------------------------------------------------------------
+
 
 def test_discrepancy_weights_center_on_valid_group_mean_and_clip():
     a = T([1.0, 0.0, 1.0, 0.0, 1.0, 1.0])
@@ -125,6 +129,7 @@ def test_discrepancy_weights_carry_no_gradient():
 
 # eq:rewards3 and app:rewardshape ----------------------------------------------------------------
 
+
 def test_credo_reward_shapes():
     a, f = T([1.0, 0.0, 1.0]), T([1.0, 1.0, 0.0])
     c, t = T([0.8, 0.4, NAN]), T([0.75, 0.25, 0.75])
@@ -139,6 +144,7 @@ def test_credo_reward_shapes():
 
 # eq:rewards (baselines) --------------------------------------------------------------------------
 
+
 def test_rlcr_reward_and_missing_report():
     close(rlcr_reward(T([1.0, 0.0, 0.0, 1.0]), T([0.6, 0.6, NAN, 1.0])), [1 - 0.16, -0.36, -1.0, 1.0])
 
@@ -151,6 +157,7 @@ def test_dcpo_rewards_mix_group_accuracy():
 
 
 # eq:total ----------------------------------------------------------------------------------------
+
 
 def test_answer_and_analysis_tokens_get_their_own_advantage():
     # rollout 0: 3 answer tokens, 2 analysis tokens, then the slot, then padding
@@ -165,6 +172,7 @@ def test_answer_and_analysis_tokens_get_their_own_advantage():
 
 
 # eq:grpo -----------------------------------------------------------------------------------------
+
 
 def test_clipped_policy_loss_clips_and_averages_per_sequence():
     # seq 0 (2 tokens): rho = [1.5, 0.5]; A = [+1, -1]
@@ -189,4 +197,4 @@ def test_readout_logits_by_hand():
     head = T([[0.0, 0.0], [3.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
     z = readout_logits(T([[1.0, 5.0], [-2.0, 0.5], [0.0, 7.0]], dtype=torch.float64), head, high_id=1, low_id=2)
     assert z.dtype == torch.float32 and z.tolist() == [2.0, -4.0, 0.0]
-    close(readout(z, torch.zeros(3)), [1 / (1 + math.exp(-2.0)), 1 / (1 + math.exp(4.0)), 0.5])   # eq:readout
+    close(readout(z, torch.zeros(3)), [1 / (1 + math.exp(-2.0)), 1 / (1 + math.exp(4.0)), 0.5])  # eq:readout

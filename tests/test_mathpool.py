@@ -37,8 +37,7 @@ def test_verify_math_works_off_the_main_thread():
 def test_power_tower_returns_within_bound():
     start = time.monotonic()
     verdicts = verifier.verify_math_batch(
-        [(r"\boxed{2^{2^{2^{2^{2^{2}}}}}}", "5"), (r"\boxed{9^{9^{9^{9^{9}}}}}", "5")],
-        workers=2, timeout_s=3.0,
+        [(r"\boxed{2^{2^{2^{2^{2^{2}}}}}}", "5"), (r"\boxed{9^{9^{9^{9^{9}}}}}", "5")], workers=2, timeout_s=3.0
     )
     assert verdicts == [False, False]
     assert time.monotonic() - start < 3.0 + SLACK_S
@@ -71,12 +70,20 @@ def test_close_stops_workers_and_pool_restarts():
 def test_math_worker_warms_up_before_ready():
     """The first grade (sympy, the LaTeX parser, math-verify's regex caches) happens before
     the worker says ready, so a cold start never eats an item's alarm budget."""
-    code = ("import os, sys, verifier\n"
-            "assert verifier._math_worker_main(os.getppid()) == 0\n"
-            "from math_verify.parser import lazy_latex_regex\n"
-            "sys.stderr.write(str(lazy_latex_regex.cache_info().currsize))\n")
-    done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
-                          cwd=Path(verifier.__file__).parent, timeout=300, check=True)
+    code = (
+        "import os, sys, verifier\n"
+        "assert verifier._math_worker_main(os.getppid()) == 0\n"
+        "from math_verify.parser import lazy_latex_regex\n"
+        "sys.stderr.write(str(lazy_latex_regex.cache_info().currsize))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        cwd=Path(verifier.__file__).parent,
+        timeout=300,
+        check=True,
+    )
     assert done.stdout == b'{"ready": true}\n'
     assert int(done.stderr.decode().strip().splitlines()[-1]) > 0
 
@@ -84,12 +91,20 @@ def test_math_worker_warms_up_before_ready():
 def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
     """A worker (this is what `python verifier.py --math-worker PID` runs) grades with
     math-verify and the standard library only: no torch, no code that runs in a sandbox."""
-    code = ("import os, sys, verifier\n"
-            "assert verifier._math_worker_main(os.getppid()) == 0\n"
-            "heavy = ('torch', 'transformers', 'vllm', 'sandbox_child', 'sandbox_lockdown')\n"
-            "sys.stderr.write(repr(sorted(name for name in heavy if name in sys.modules)))\n")
-    done = subprocess.run([sys.executable, "-c", code], input=b"", capture_output=True,
-                          cwd=Path(verifier.__file__).parent, timeout=300, check=True)
+    code = (
+        "import os, sys, verifier\n"
+        "assert verifier._math_worker_main(os.getppid()) == 0\n"
+        "heavy = ('torch', 'transformers', 'vllm', 'sandbox_child', 'sandbox_lockdown')\n"
+        "sys.stderr.write(repr(sorted(name for name in heavy if name in sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=b"",
+        capture_output=True,
+        cwd=Path(verifier.__file__).parent,
+        timeout=300,
+        check=True,
+    )
     assert done.stdout == b'{"ready": true}\n'
     assert done.stderr.decode().strip().splitlines()[-1] == "[]"
 

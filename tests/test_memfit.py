@@ -27,7 +27,7 @@ def test_parameter_count_of_the_memory_estimate(tiny_dir):
     cfg = config.load_config("math")
     one_gpu = memfit.estimate_memory(cfg, memfit.QWEN3_SHAPES["Qwen/Qwen3-8B"], 1, 80.0, checkpointing=True)
     eight = memfit.estimate_memory(cfg, memfit.QWEN3_SHAPES["Qwen/Qwen3-8B"], 8, 80.0, checkpointing=True)
-    assert not one_gpu["fits"] and one_gpu["update_gib"] > 16 * 8.19e9 / 2**30    # AdamW in fp32 alone: 122 GiB
+    assert not one_gpu["fits"] and one_gpu["update_gib"] > 16 * 8.19e9 / 2**30  # AdamW in fp32 alone: 122 GiB
     assert eight["fits"]
 
 
@@ -36,4 +36,4 @@ def test_the_fit_table_has_a_cell_for_every_model_memory_and_world():
     rows = table.splitlines()[2:]
     assert len(rows) == 2 * len(memfit.QWEN3_SHAPES)
     assert all(row.count("|") == 6 for row in rows)
-    assert "| Qwen3-8B | 8.2 B | 80 GiB | no (" in table      # the row docs/distributed.md cites
+    assert "| Qwen3-8B | 8.2 B | 80 GiB | no (" in table  # the row docs/distributed.md cites

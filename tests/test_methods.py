@@ -13,25 +13,34 @@ NAN = float("nan")
 
 def group(conf):
     """One group of G = 2: right and wrong, both well formatted; t for gamma = 0.5."""
-    return methods.GroupOutcomes(correct=torch.tensor([1.0, 0.0]), fmt=torch.tensor([1.0, 1.0]),
-                                 conf=torch.tensor(conf), target=torch.tensor([0.75, 0.25]), group_size=2)
+    return methods.GroupOutcomes(
+        correct=torch.tensor([1.0, 0.0]),
+        fmt=torch.tensor([1.0, 1.0]),
+        conf=torch.tensor(conf),
+        target=torch.tensor([0.75, 0.25]),
+        group_size=2,
+    )
 
 
 def test_the_paper_s_methods_are_registered_with_what_they_read():
     reads = {name: m.reads for name, m in methods.METHODS.items()}
     assert {name: reads[name] for name in ("credo", "grpo", "rlcr", "dcpo")} == {
-        "credo": "model", "grpo": "nothing", "rlcr": "report", "dcpo": "report"}
+        "credo": "model",
+        "grpo": "nothing",
+        "rlcr": "report",
+        "dcpo": "report",
+    }
     assert all(m.help and "\n" not in m.help for m in methods.METHODS.values())
 
 
 def test_each_method_s_rewards_by_hand():
     cfg = Config(beta=0.5, answer_reward_shape="additive", dcpo_lambda=0.5)
-    credo = methods.METHODS["credo"].rewards(group([0.8, 0.4]), cfg)           # r_ans = beta F + a, F (1 - (t - c)^2)
+    credo = methods.METHODS["credo"].rewards(group([0.8, 0.4]), cfg)  # r_ans = beta F + a, F (1 - (t - c)^2)
     assert credo.answer.tolist() == [1.5, 0.5]
-    assert credo.confidence.tolist() == pytest.approx([1 - 0.05 ** 2, 1 - 0.15 ** 2])
-    grpo = methods.METHODS["grpo"].rewards(group([NAN, NAN]), cfg)              # a on every token
+    assert credo.confidence.tolist() == pytest.approx([1 - 0.05**2, 1 - 0.15**2])
+    grpo = methods.METHODS["grpo"].rewards(group([NAN, NAN]), cfg)  # a on every token
     assert grpo.answer.tolist() == grpo.confidence.tolist() == [1.0, 0.0]
-    rlcr = methods.METHODS["rlcr"].rewards(group([0.8, NAN]), cfg)              # a - (q - a)^2; no report: the worst
+    rlcr = methods.METHODS["rlcr"].rewards(group([0.8, NAN]), cfg)  # a - (q - a)^2; no report: the worst
     assert rlcr.answer.tolist() == rlcr.confidence.tolist() == pytest.approx([0.96, -1.0])
     dcpo = methods.METHODS["dcpo"].rewards(group([0.8, 0.4]), cfg)
     want = losses.dcpo_rewards(torch.tensor([1.0, 0.0]), torch.tensor([0.8, 0.4]), 0.5, 2)
@@ -40,17 +49,23 @@ def test_each_method_s_rewards_by_hand():
 
 def test_a_missing_model_c_gives_credo_no_confidence_reward():
     cfg = Config(beta=0.5, answer_reward_shape="additive")
-    g = methods.GroupOutcomes(correct=torch.tensor([1.0, 0.0]), fmt=torch.tensor([1.0, 0.0]),
-                              conf=torch.tensor([0.8, NAN]), target=torch.tensor([0.75, 0.25]), group_size=2)
+    g = methods.GroupOutcomes(
+        correct=torch.tensor([1.0, 0.0]),
+        fmt=torch.tensor([1.0, 0.0]),
+        conf=torch.tensor([0.8, NAN]),
+        target=torch.tensor([0.75, 0.25]),
+        group_size=2,
+    )
     assert methods.METHODS["credo"].rewards(g, cfg).confidence.tolist() == pytest.approx([0.9975, 0.0])
 
 
 def test_credit_standardises_the_rewards_of_the_named_method():
     cfg = Config(group_size=2, gamma=0.5, method="rlcr", w_min=0.5, w_max=2.0, conf_advantage=True)
-    got = methods.credit(torch.tensor([1.0, 0.0]), torch.ones(2), torch.tensor([0.8, 0.3]),
-                         torch.tensor([True, False]), cfg, kappa=0.0)
+    got = methods.credit(
+        torch.tensor([1.0, 0.0]), torch.ones(2), torch.tensor([0.8, 0.3]), torch.tensor([True, False]), cfg, kappa=0.0
+    )
     assert got.target.tolist() == [0.75, 0.25]
-    assert got.r_ans.tolist() == pytest.approx([0.96, -1.0])                   # row 1's report is not valid: missing
+    assert got.r_ans.tolist() == pytest.approx([0.96, -1.0])  # row 1's report is not valid: missing
     assert got.adv_ans.tolist() == pytest.approx([1.0, -1.0], abs=1e-4) and got.w.tolist() == [1.0, 1.0]
 
 

@@ -21,6 +21,7 @@ def test_docstring_examples_hold():
 
 # ECE: ten equal-width bins, the ece_bin_index convention ------------------------------------
 
+
 def test_ece_values_on_bin_edges():
     # bins: 0.0 -> 0, 0.3 -> 3, 0.7 -> 7, 1.0 -> 9, 0.35 -> 3, 0.69 -> 6
     # per-bin sum(a - c): bin 3: (1 - .3) + (0 - .35) = .35; bin 6: -.69; bin 7: .3; bins 0, 9: 0
@@ -60,12 +61,13 @@ def naive_ece(conf, correct) -> float:
 def test_ece_agrees_with_the_definition_on_random_pools():
     rng = np.random.default_rng(0)
     for _ in range(5):
-        conf = np.round(rng.random(200), 1)            # many values exactly on k/10
+        conf = np.round(rng.random(200), 1)  # many values exactly on k/10
         correct = (rng.random(200) < conf).astype(float)
         assert metrics.ece(conf, correct) == pytest.approx(naive_ece(conf.tolist(), correct.tolist()), abs=1e-9)
 
 
 # AUROC, Brier ----------------------------------------------------------------------------
+
 
 def test_auroc_ties_count_one_half():
     # pairs (pos, neg): (.9,.5) 1, (.9,.1) 1, (.5,.5) 1/2, (.5,.1) 1 -> 3.5 / 4
@@ -96,7 +98,7 @@ def test_auroc_and_brier_agree_with_scikit_learn():
         n = int(rng.integers(20, 300))
         conf = rng.random(n)
         if trial % 2:
-            conf = np.round(conf, 1)                    # heavy ties
+            conf = np.round(conf, 1)  # heavy ties
         correct = (rng.random(n) < conf).astype(int)
         if correct.min() == correct.max():
             continue
@@ -105,6 +107,7 @@ def test_auroc_and_brier_agree_with_scikit_learn():
 
 
 # Selective prediction (app:data) ---------------------------------------------------------
+
 
 def test_selective_curve_aurc_and_acc_at_tau_with_ties():
     # distinct values .9 > .6 > .2; cov = 2/6, 5/6, 1; acc = 1/2, 3/5, 3/6; risk = .5, .4, .5
@@ -133,7 +136,7 @@ def test_selective_constant_below_the_first_coverage():
     assert m["thr"] == 2
     # risk 1/6 held on [0, .6], then trapezoid to .4 at coverage 1: .6/6 + .4 (1/6 + .4) / 2
     assert m["aurc"] == pytest.approx(0.1 + 0.4 * (1 / 6 + 0.4) / 2)
-    assert m["acc@50"] == pytest.approx(5 / 6)             # below cov_1 = .6: constant acc_1
+    assert m["acc@50"] == pytest.approx(5 / 6)  # below cov_1 = .6: constant acc_1
     assert m["acc@80"] == pytest.approx(5 / 6 + 0.5 * (0.6 - 5 / 6))
     assert m["acc@90"] == pytest.approx(5 / 6 + 0.75 * (0.6 - 5 / 6))
 
@@ -141,12 +144,13 @@ def test_selective_constant_below_the_first_coverage():
 def test_single_value_pool_has_one_threshold():
     m = metrics.calibration_metrics([0.7, 0.7, 0.7, 0.7], [1, 1, 0, 1])
     assert m["thr"] == 1 and m["effective_levels"] == 1.0 and m["top_share"] == 1.0
-    assert m["aurc"] == pytest.approx(0.25)                 # constant risk .25 over [0, 1]
+    assert m["aurc"] == pytest.approx(0.25)  # constant risk .25 over [0, 1]
     assert m["acc@50"] == m["acc@90"] == pytest.approx(0.75)
     assert m["tie_tax"] == pytest.approx(0.5) and m["auroc"] == pytest.approx(0.5)
 
 
 # Collapse metrics (fig:collapse) ---------------------------------------------------------
+
 
 def test_effective_levels_top_share_and_tie_tax_by_hand():
     conf = [0.9, 0.9, 0.9, 0.5, 0.5, 0.1]
@@ -164,8 +168,21 @@ def test_effective_levels_top_share_and_tie_tax_by_hand():
 
 def test_calibration_metrics_keys_and_types():
     m = metrics.calibration_metrics(np.array([0.1, 0.4, 0.8]), np.array([False, True, True]))
-    assert list(m) == ["n", "acc", "ece", "auroc", "brier", "aurc", "acc@50", "acc@80", "acc@90", "thr",
-                       "effective_levels", "top_share", "tie_tax"]
+    assert list(m) == [
+        "n",
+        "acc",
+        "ece",
+        "auroc",
+        "brier",
+        "aurc",
+        "acc@50",
+        "acc@80",
+        "acc@90",
+        "thr",
+        "effective_levels",
+        "top_share",
+        "tie_tax",
+    ]
     assert isinstance(m["n"], int) and isinstance(m["thr"], int)
     assert all(type(v) is float for k, v in m.items() if k not in ("n", "thr"))
     json.dumps(m, allow_nan=False)
@@ -189,6 +206,7 @@ def test_bad_pools_raise(conf, correct, message):
 
 # Equal-mass bins and Wilson intervals (fig:reliability) ----------------------------------
 
+
 def test_equal_mass_bins_equal_sizes_without_ties():
     bins = metrics.equal_mass_bins(np.linspace(0, 1, 100)[::-1], 10)
     assert [b.size for b in bins] == [10] * 10
@@ -199,13 +217,14 @@ def test_equal_mass_bins_never_split_ties():
     rng = np.random.default_rng(2)
     for n_bins in (2, 3, 5, 10):
         for _ in range(20):
-            conf = rng.choice(np.round(np.linspace(0, 1, 11), 1), size=int(rng.integers(1, 200)),
-                              p=rng.dirichlet(np.full(11, 0.3)))
+            conf = rng.choice(
+                np.round(np.linspace(0, 1, 11), 1), size=int(rng.integers(1, 200)), p=rng.dirichlet(np.full(11, 0.3))
+            )
             bins = metrics.equal_mass_bins(conf, n_bins)
             assert 1 <= len(bins) <= n_bins
             assert sorted(np.concatenate(bins).tolist()) == list(range(conf.size))
             for low, high in zip(bins[:-1], bins[1:], strict=True):
-                assert conf[low].max() < conf[high].min()   # ascending and no value in two bins
+                assert conf[low].max() < conf[high].min()  # ascending and no value in two bins
 
 
 def test_equal_mass_bins_big_tie_group_gets_its_own_bin_and_cap_holds():
@@ -220,7 +239,7 @@ def test_wilson_interval_by_hand():
     # k=8, n=10, z=1.96: centre (.8 + .19208) / 1.38416, half 1.96 sqrt(.016 + .009604) / 1.38416
     lo, hi = metrics.wilson_interval(8, 10)
     assert lo == pytest.approx(0.490162, abs=1e-5) and hi == pytest.approx(0.943318, abs=1e-5)
-    lo, hi = metrics.wilson_interval(0, 10)                     # (0, 2 * .19208 / 1.38416)
+    lo, hi = metrics.wilson_interval(0, 10)  # (0, 2 * .19208 / 1.38416)
     assert lo == 0.0 and hi == pytest.approx(0.277539, abs=1e-5)
     with pytest.raises(ValueError, match="n >= 1"):
         metrics.wilson_interval(0, 0)

@@ -35,15 +35,20 @@ import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 import runlog  # noqa: E402
+import sampling  # noqa: E402
 
 # The ranks here are CPU ranks over gloo: GPUs are hidden from them, or on a GPU machine
 # init_world would take the CUDA path (two ranks on one GPU).
-ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false",
-       "VLLM_CACHE_ROOT": str(ROOT / ".cache" / "vllm"), "CUDA_VISIBLE_DEVICES": ""}
+ENV = {
+    **os.environ,
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_CACHE_ROOT": str(ROOT / ".cache" / "vllm"),
+    "CUDA_VISIBLE_DEVICES": "",
+}
 for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
     ENV.pop(var, None)
 TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2"]
-
 
 
 @pytest.fixture(autouse=True)
@@ -56,14 +61,26 @@ def cpu_only(monkeypatch):
 # Two questions x G = 4: some right, some wrong, one without a readout, so that A^ans,
 # A^conf, w and L_cal are all non-trivial.
 GROUPS = [
-    ("What is 2 + 2?", ["2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
-                        "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
-                        "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
-                        "\\boxed{3}"], [1.0, 0.0, 1.0, 0.0]),
-    ("What is 3 * 5?", ["3 * 5 = 15. \\boxed{15} <analysis> the product </analysis> <confidence>",
-                        "3 * 5 = 35. \\boxed{35} <analysis> a slip </analysis> <confidence>",
-                        "3 * 5 = 8. \\boxed{8} <analysis> I added </analysis> <confidence>",
-                        "3 * 5 = 15. \\boxed{15} <analysis> none </analysis> <confidence>"], [1.0, 0.0, 0.0, 1.0]),
+    (
+        "What is 2 + 2?",
+        [
+            "2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
+            "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
+            "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
+            "\\boxed{3}",
+        ],
+        [1.0, 0.0, 1.0, 0.0],
+    ),
+    (
+        "What is 3 * 5?",
+        [
+            "3 * 5 = 15. \\boxed{15} <analysis> the product </analysis> <confidence>",
+            "3 * 5 = 35. \\boxed{35} <analysis> a slip </analysis> <confidence>",
+            "3 * 5 = 8. \\boxed{8} <analysis> I added </analysis> <confidence>",
+            "3 * 5 = 15. \\boxed{15} <analysis> none </analysis> <confidence>",
+        ],
+        [1.0, 0.0, 0.0, 1.0],
+    ),
 ]
 
 
@@ -85,16 +102,25 @@ class RecordingAdamW(torch.optim.AdamW):
 
 
 def group_rollouts(tokenizer, problem: str, texts: list[str]) -> list[ro.Rollout]:
-    prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    prompt = tokenizer.encode(
+        f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+    )
     out = []
     for text in texts:
         ids = tokenizer.encode(text, add_special_tokens=False)
-        out.append(ro.Rollout(problem, prompt, ids, text, "stop", ro.parse_segments(tokenizer, ids, "readout", "\\boxed")))
+        out.append(
+            ro.Rollout(problem, prompt, ids, text, "stop", ro.parse_segments(tokenizer, ids, "readout", "\\boxed"))
+        )
     return out
 
 
-def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[str], split_groups: bool = False,
-               compiled: bool = False) -> dict:
+def one_update(
+    model_dir: str,
+    activation_checkpointing: bool,
+    overrides: list[str],
+    split_groups: bool = False,
+    compiled: bool = False,
+) -> dict:
     """One optimizer step on GROUPS, as credo.train runs it: this rank's groups, global
     denominators, the root unit gathered for the update. Full tensors of the gradients and
     of the weights after the step, and the rank-averaged losses. split_groups: micro-batches
@@ -102,8 +128,9 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     compiled: the decoder layers and log-prob blocks under compile_update (aot_eager on the
     CPU), then sharded."""
     world = parallel.init_world()
-    cfg = config.load_config("tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5",
-                                     *overrides])
+    cfg = config.load_config(
+        "tiny", [f"activation_checkpointing={activation_checkpointing}", "max_grad_norm=0.5", *overrides]
+    )
     torch.manual_seed(0)
     policy = pol.load_policy(model_dir, world.load_device)
     tokenizer = policy.tokenizer
@@ -118,9 +145,12 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
 
     mine = parallel.rank_slice(GROUPS, world)
     rollouts = [r for problem, texts, _ in mine for r in group_rollouts(tokenizer, problem, texts)]
-    out = credo.Outcomes(correct=torch.tensor([a for _, _, answers in mine for a in answers]),      # [N_rank]
-                         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
-                         valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
+    out = sampling.Outcomes(
+        correct=torch.tensor([a for _, _, answers in mine for a in answers]),  # [N_rank]
+        fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
+        valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
+        reported=None,
+    )
     counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
     n_total = counts["n"] / world.world_size if world.distributed else None
     n_valid_total = counts["valid"] / world.world_size if world.distributed else None
@@ -130,8 +160,9 @@ def one_update(model_dir: str, activation_checkpointing: bool, overrides: list[s
     if split_groups:
         cfg = dataclasses.replace(cfg, micro_batch_tokens=int(batch.attention_mask.sum(dim=1).max()))
     parallel.gather_root(model)
-    stats = credo.train_on_batch(policy, optimizer, batch, out, cfg, plan, step=100,
-                                 n_total=n_total, n_valid_total=n_valid_total)
+    stats = credo.train_on_batch(
+        policy, optimizer, batch, out, cfg, plan, step=100, n_total=n_total, n_valid_total=n_valid_total
+    )
     losses = parallel.all_reduce({"loss_pg": stats.loss_pg, "loss_cal": stats.loss_cal}, world, "mean")
     weights = {name: parallel.full_tensor(p.detach()).clone() for name, p in model.named_parameters()}
     assert (stats.micro_batches > len(mine)) == split_groups
@@ -150,10 +181,25 @@ def generate_on_shards(model_dir: str) -> dict:
     tokenizer = policy.tokenizer
     policy.model = model = parallel.shard_model(policy.model, world, torch.float32)
     problem = ["What is 2 + 2?", "What is 31 * 7 + 12?"][world.rank]
-    prompt = tokenizer.encode(f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    samples = eng.HFEngine(model, tokenizer, cfg, config.confidence_plan(cfg)).generate([prompt], 4, seed=world.rank_seed(2))
-    rollouts = [ro.Rollout(problem, prompt, s.token_ids, "", s.finish_reason, ro.parse_segments(tokenizer, s.token_ids, "readout", "\\boxed"),
-                           engine_logprobs=s.logprobs, slot_repaired=s.slot_repaired) for s in samples]
+    prompt = tokenizer.encode(
+        f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+    )
+    samples = eng.HFEngine(model, tokenizer, cfg, config.confidence_plan(cfg)).generate(
+        [prompt], 4, seed=world.rank_seed(2)
+    )
+    rollouts = [
+        ro.Rollout(
+            problem,
+            prompt,
+            s.token_ids,
+            "",
+            s.finish_reason,
+            ro.parse_segments(tokenizer, s.token_ids, "readout", "\\boxed"),
+            engine_logprobs=s.logprobs,
+            slot_repaired=s.slot_repaired,
+        )
+        for s in samples
+    ]
     parallel.gather_root(model)
     plan = config.confidence_plan(cfg)
     batch = pol.training_batch(rollouts, tokenizer, plan.teacher_digits, plan.samples_slot_token)
@@ -161,17 +207,22 @@ def generate_on_shards(model_dir: str) -> dict:
         fwd = pol.forward(policy, batch)
     trainer_logp = [row[mask] for row, mask in zip(fwd.logp, batch.completion_mask)]
     parallel.release_root(model)
-    return {"lengths": [len(s.token_ids) for s in samples], "gap": runlog.engine_logprob_gap(rollouts, trainer_logp, world)}
+    return {
+        "lengths": [len(s.token_ids) for s in samples],
+        "gap": runlog.engine_logprob_gap(rollouts, trainer_logp, world),
+    }
 
 
 def worker(out_file: str, model_dir: str) -> None:
     """torchrun entry: the update without and with activation checkpointing (and compiled
     layers), and with micro-batches that split groups (advantages from a separate no-grad
     readout pass); then the HF engine generating on the shards."""
-    results = {"plain": one_update(model_dir, False, []),
-               "checkpointed": one_update(model_dir, True, []),
-               "compiled_checkpointed": one_update(model_dir, True, [], compiled=True),
-               "split_groups": one_update(model_dir, False, [], split_groups=True)}
+    results = {
+        "plain": one_update(model_dir, False, []),
+        "checkpointed": one_update(model_dir, True, []),
+        "compiled_checkpointed": one_update(model_dir, True, [], compiled=True),
+        "split_groups": one_update(model_dir, False, [], split_groups=True),
+    }
     world = parallel.init_world()
     results["generate"] = parallel.gather_on_main(generate_on_shards(model_dir), world)
     if world.is_main:
@@ -186,8 +237,14 @@ def assert_same_update(got: dict, want: dict) -> None:
     assert set(got["grads"]) == set(want["grads"])
     for name in want["grads"]:
         assert_same_gradient(got["grads"][name], want["grads"][name], name)
-        assert_same_first_adamw_step(got["weights"][name], want["weights"][name], want["grads"][name], lr=LR,
-                                     grad_atol=grad_atol(want["grads"][name]), name=name)
+        assert_same_first_adamw_step(
+            got["weights"][name],
+            want["weights"][name],
+            want["grads"][name],
+            lr=LR,
+            grad_atol=grad_atol(want["grads"][name]),
+            name=name,
+        )
 
 
 def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
@@ -196,16 +253,24 @@ def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
     checkpointed, and checkpointed around compiled forwards (compile_layers)."""
     model_dir = str(tiny_dir / "model")
     out = tmp_path / "two_ranks.pt"
-    result = subprocess.run([*TORCHRUN, str(Path(__file__)), str(out), model_dir], cwd=ROOT, env=ENV,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [*TORCHRUN, str(Path(__file__)), str(out), model_dir],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     two = torch.load(out, weights_only=False)
 
-    one = one_update(model_dir, False, [])                       # this process: no launcher, no process group
-    assert one["grad_norm"] > 0.5 and one["loss_cal"] > 0 and one["loss_pg"] != 0   # non-trivial, and clipped (0.5)
-    moved = sum(float((one["weights"][n] - w0).abs().max() > 0) for n, w0 in
-                pol.load_policy(model_dir, torch.device("cpu")).model.named_parameters())
-    assert moved == len(one["weights"])                          # every parameter took the step
+    one = one_update(model_dir, False, [])  # this process: no launcher, no process group
+    assert one["grad_norm"] > 0.5 and one["loss_cal"] > 0 and one["loss_pg"] != 0  # non-trivial, and clipped (0.5)
+    moved = sum(
+        float((one["weights"][n] - w0).abs().max() > 0)
+        for n, w0 in pol.load_policy(model_dir, torch.device("cpu")).model.named_parameters()
+    )
+    assert moved == len(one["weights"])  # every parameter took the step
     for variant in ("plain", "checkpointed", "compiled_checkpointed"):
         assert_same_update(two[variant], one)
     assert_same_update(two["split_groups"], one_update(model_dir, False, [], split_groups=True))
@@ -220,8 +285,14 @@ def test_two_ranks_give_the_one_process_loss_and_gradient(tmp_path, tiny_dir):
 
 
 def run_tiny_ranks(out_dir: Path, *overrides: str, nproc: int = 2) -> subprocess.CompletedProcess:
-    result = subprocess.run(["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides], cwd=ROOT,
-                            env={**ENV, "NPROC": str(nproc)}, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        ["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides],
+        cwd=ROOT,
+        env={**ENV, "NPROC": str(nproc)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 
@@ -241,22 +312,30 @@ def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
     assert [m["step"] for m in straight] == [0, 1, 2]
     assert all(m["world_size"] == 2 for m in straight)
     # after every push of gathered shards both engines sample from the trainer's weights
-    assert all(m["engine_logprob_gap"] < 1e-3 for m in straight)     # float noise, not a stale engine (SYNCED_GAP)
-    assert all(len(m["questions"]) == 2 for m in straight)              # the step's questions, over both ranks
-    assert len((run_dir / "rollouts" / "step_000002.jsonl").read_text().splitlines()) == 8   # both ranks' rollouts
+    assert all(m["engine_logprob_gap"] < 1e-3 for m in straight)  # float noise, not a stale engine (SYNCED_GAP)
+    assert all(len(m["questions"]) == 2 for m in straight)  # the step's questions, over both ranks
+    assert len((run_dir / "rollouts" / "step_000002.jsonl").read_text().splitlines()) == 8  # both ranks' rollouts
     ckpt = run_dir / "ckpt" / "step_000002"
-    for name in ("model.safetensors", "tokenizer.json", "sharded/.metadata", "sharded/__0_0.distcp",
-                 "sharded/__1_0.distcp", "rng/rank_00000.pt", "rng/rank_00001.pt", "config.yaml"):
+    for name in (
+        "model.safetensors",
+        "tokenizer.json",
+        "sharded/.metadata",
+        "sharded/__0_0.distcp",
+        "sharded/__1_0.distcp",
+        "rng/rank_00000.pt",
+        "rng/rank_00001.pt",
+        "config.yaml",
+    ):
         assert (ckpt / name).exists(), name
     assert json.loads((ckpt / "trainer_state.json").read_text()) == {"step": 2, "data_cursor": 4, "world_size": 2}
     straight_rollouts = (run_dir / "rollouts" / "step_000002.jsonl").read_text()
     shutil.copytree(run_dir / "ckpt" / "step_000003", tmp_path / "straight_step3")
 
-    run_tiny_ranks(tmp_path, "max_steps=3", f"resume={ckpt}")          # continues in the same run directory
+    run_tiny_ranks(tmp_path, "max_steps=3", f"resume={ckpt}")  # continues in the same run directory
     resumed = read_metrics(run_dir)
     assert [m["step"] for m in resumed] == [0, 1, 2]
     assert resumed[2]["questions"] == straight[2]["questions"]
-    assert (run_dir / "rollouts" / "step_000002.jsonl").read_text() == straight_rollouts    # the same samples
+    assert (run_dir / "rollouts" / "step_000002.jsonl").read_text() == straight_rollouts  # the same samples
     for key in ("loss_pg", "loss_cal", "grad_norm", "acc", "mean_c"):
         assert resumed[2][key] == pytest.approx(straight[2][key], abs=1e-6), key
     from safetensors.torch import load_file
@@ -276,9 +355,11 @@ def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
 
 
 def test_a_world_size_that_does_not_divide_the_questions_is_refused():
-    cfg = config.load_config("tiny")                               # 4 x 2 rollouts / G = 4 -> 2 questions
+    cfg = config.load_config("tiny")  # 4 x 2 rollouts / G = 4 -> 2 questions
     parallel.check_world(cfg, parallel.World(1, 2, 1, torch.device("cpu")))
-    with pytest.raises(ValueError, match=r"3 ranks cannot share 2 questions per step.*per_device_batch_size 4 x grad_accum 2"):
+    with pytest.raises(
+        ValueError, match=r"3 ranks cannot share 2 questions per step.*per_device_batch_size 4 x grad_accum 2"
+    ):
         parallel.check_world(cfg, parallel.World(0, 3, 0, torch.device("cpu")))
 
 
@@ -290,7 +371,9 @@ def test_rank_slices_cover_the_step_and_rank_zero_samples_like_one_process():
 
 
 def test_run_sh_refuses_a_bad_nproc():
-    result = subprocess.run(["bash", "run.sh", "tiny"], cwd=ROOT, env={**ENV, "NPROC": "two"}, capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", "run.sh", "tiny"], cwd=ROOT, env={**ENV, "NPROC": "two"}, capture_output=True, text=True
+    )
     assert result.returncode == 2 and "NPROC must be a positive integer, got 'two'" in result.stderr
 
 

@@ -47,7 +47,7 @@ def test_reserved_tokens_land_in_spare_rows(tiny_dir):
     high, low = pol.add_reserved_tokens(model, tok)
     assert (high, low) == (n_tokens, n_tokens + 1)
     assert tok.encode("<CONF_HIGH><CONF_LOW>", add_special_tokens=False) == [high, low]
-    assert model.get_input_embeddings().weight.shape[0] == rows        # not resized
+    assert model.get_input_embeddings().weight.shape[0] == rows  # not resized
     for new_id, word in ((high, "high"), (low, "low")):
         pieces = tok.encode(word, add_special_tokens=False)
         for matrix in (model.get_input_embeddings().weight, model.get_output_embeddings().weight):
@@ -64,7 +64,7 @@ def test_reserved_tokens_grow_a_full_embedding_matrix(tiny_dir):
 
     _, tok = load_tiny(tiny_dir)
     cfg = copy.deepcopy(load_tiny(tiny_dir)[0].config)
-    cfg.vocab_size = len(tok)                         # no spare row at all
+    cfg.vocab_size = len(tok)  # no spare row at all
     model = Qwen3ForCausalLM(cfg)
     high, low = pol.add_reserved_tokens(model, tok)
     assert model.get_input_embeddings().weight.shape[0] == len(tok) == low + 1
@@ -92,13 +92,15 @@ def test_reserved_tokens_on_a_random_qwen3_with_the_real_vocabulary(qwen3_tokeni
     rows = [i for i in range(151_936) if i not in (high, low)]
     assert torch.equal(embed.detach()[rows], original.get_input_embeddings().weight[rows])
 
-    policy.model.save_pretrained(tmp_path / "ckpt")                 # a CREDO checkpoint
+    policy.model.save_pretrained(tmp_path / "ckpt")  # a CREDO checkpoint
     tok.save_pretrained(tmp_path / "ckpt")
     again = pol.load_policy(str(tmp_path / "ckpt"), torch.device("cpu"))
     assert (again.high_id, again.low_id) == (high, low) and len(again.tokenizer) == len(tok)
     assert again.tokenizer.encode("<CONF_HIGH><CONF_LOW>", add_special_tokens=False) == [high, low]
-    for before, after in ((embed, again.model.get_input_embeddings().weight),
-                          (head, again.model.get_output_embeddings().weight)):
+    for before, after in (
+        (embed, again.model.get_input_embeddings().weight),
+        (head, again.model.get_output_embeddings().weight),
+    ):
         assert torch.equal(before, after)
 
 
@@ -113,7 +115,7 @@ def test_collate_places_segments_on_target_columns():
     assert batch.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 1]
     assert batch.ans_mask[0].tolist() == [0, 0, 1, 1, 0, 0, 0]
     assert batch.conf_mask[0].tolist() == [0, 0, 0, 0, 1, 1, 1]
-    assert batch.slot_pos.tolist() == [7, -1]   # the last position of row 0 predicts the slot
+    assert batch.slot_pos.tolist() == [7, -1]  # the last position of row 0 predicts the slot
     assert batch.ans_mask[1].tolist() == [0, 1, 1, 1, 0, 0, 0] and not batch.conf_mask[1].any()
     assert batch.attention_mask.sum(1).tolist() == [8, 5]
 
@@ -126,10 +128,10 @@ def test_a_repaired_tail_is_not_scored():
     assert batch.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0]
     assert batch.conf_mask[0].tolist() == [0, 0, 0, 0, 1, 1, 0]
     assert batch.slot_pos.tolist() == [7] and repaired.sampled_len == 4
-    trainer = [torch.tensor([-1.0, -1.0, -1.0, -1.5])]                 # the trainer's log-probs of the 4 sampled tokens
+    trainer = [torch.tensor([-1.0, -1.0, -1.0, -1.5])]  # the trainer's log-probs of the 4 sampled tokens
     assert runlog.engine_logprob_gap([repaired], trainer) == pytest.approx(0.125)
     digits = pol.collate([repaired], pad_id=0, teacher_digits=(list(range(10)), 10))
-    assert digits.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0, 0, 0]   # nor the teacher-forced "0."
+    assert digits.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0, 0, 0]  # nor the teacher-forced "0."
     assert digits.digit_pos.tolist() == [9]
 
 
@@ -138,7 +140,9 @@ def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokeni
     """Qwen3 glues ">" to ".8" and "\\n": at_slot ends the completion at the tag (a lone ">"),
     so eq:digitexp reads the integer digit right after <confidence> and the decimal after "0."."""
     tok = qwen3_tokenizer
-    ids = tok.encode("\\boxed{4}\n<analysis>\nok\n</analysis>\n<confidence>" + numeral + "</confidence>", add_special_tokens=False)
+    ids = tok.encode(
+        "\\boxed{4}\n<analysis>\nok\n</analysis>\n<confidence>" + numeral + "</confidence>", add_special_tokens=False
+    )
     rollout = Rollout("q", [1, 2, 3], ids, "", "stop", ro.parse_segments(tok, ids, "verbalized", "\\boxed"))
     (cut,) = pol.at_slot(tok, [rollout])
     assert cut.slot_repaired == (0 if numeral == "0.8" else 1) and cut.segments.slot == len(cut.completion_ids)
@@ -147,8 +151,8 @@ def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokeni
     row, slot, dec = batch.input_ids[0], int(batch.slot_pos[0]), int(batch.digit_pos[0])
     assert ro.decode(tok, row[: slot + 1].tolist()).endswith("</analysis>\n<confidence>") and row[slot] == 29
     assert (row[slot + 1], row[dec]) == (digits[0], point) and dec == slot + 2 == len(row) - 1
-    assert not batch.completion_mask[0, slot:].any()                  # ">" was written, not sampled
-    assert pol.at_slot(tok, [cut])[0].completion_ids == cut.completion_ids   # idempotent
+    assert not batch.completion_mask[0, slot:].any()  # ">" was written, not sampled
+    assert pol.at_slot(tok, [cut])[0].completion_ids == cut.completion_ids  # idempotent
 
 
 def test_a_rollout_longer_than_the_budget_is_refused():
@@ -160,7 +164,7 @@ def test_micro_batches_pack_whole_groups_up_to_the_budget():
     """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
     lengths = [3, 3, 2, 2, 9, 1, 4, 4]
     plan = pol.micro_batches(lengths, budget=10, group=2, whole_groups=True, packed=True)
-    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]                        # 4 + 6 = 10; 8; 10
+    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]  # 4 + 6 = 10; 8; 10
     assert all(pol.holds_whole_groups(rows, 2) for rows in plan)
     # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
     padded = pol.micro_batches(lengths, 10, 2, True, packed=False)
@@ -188,7 +192,7 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
     plan = config.confidence_plan(cfg)
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
-    assert batch.attention_mask.sum() < batch.attention_mask.numel()          # the padded batch has padding
+    assert batch.attention_mask.sum() < batch.attention_mask.numel()  # the padded batch has padding
     head = plan.cal_loss == "head"
     padded = pol.forward(policy, batch, packed=False, detach_readout=head)
     packed = pol.forward(policy, batch, packed=True, detach_readout=head)
@@ -203,8 +207,15 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
     grads = {}
     for packed_mode in (False, True):
         recorder = GradientRecorder(policy.model.named_parameters())
-        stats = credo.train_on_batch(policy, recorder, batch, outcomes_of(rollouts, A), dataclasses.replace(cfg, pack_sequences=packed_mode),
-                                     plan, step=100)
+        stats = credo.train_on_batch(
+            policy,
+            recorder,
+            batch,
+            outcomes_of(rollouts, A),
+            dataclasses.replace(cfg, pack_sequences=packed_mode),
+            plan,
+            step=100,
+        )
         grads[packed_mode] = recorder.grads
         assert (stats.pad_fraction == 0.0) == packed_mode
         policy.model.zero_grad(set_to_none=True)
@@ -236,8 +247,15 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     def run(packed: bool, rows: list[int]) -> tuple[dict, dict]:
         recorder = GradientRecorder(policy.model.named_parameters())
         sub = [rollouts[i] for i in rows]
-        stats = credo.train_on_batch(policy, recorder, batch.select(rows), outcomes_of(sub, A[: len(rows)]),
-                                     dataclasses.replace(cfg, pack_sequences=packed, group_size=len(rows)), plan, step=100)
+        stats = credo.train_on_batch(
+            policy,
+            recorder,
+            batch.select(rows),
+            outcomes_of(sub, A[: len(rows)]),
+            dataclasses.replace(cfg, pack_sequences=packed, group_size=len(rows)),
+            plan,
+            step=100,
+        )
         policy.model.zero_grad(set_to_none=True)
         return recorder.grads, stats
 
@@ -245,7 +263,7 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     eager = [run(mode, rows) for mode, rows in cases]
     pol.compile_update(policy, backend="inductor" if device.type == "cuda" else "aot_eager")
     blocks = policy.logprob_blocks
-    pol.compile_update(policy)                                                # idempotent: no second wrapper
+    pol.compile_update(policy)  # idempotent: no second wrapper
     assert policy.logprob_blocks is blocks and blocks.chunk_tokens == 2048
     compiled = [run(mode, rows) for mode, rows in cases]
     for (want, want_stats), (got, got_stats) in zip(eager, compiled):
@@ -255,12 +273,12 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
         for a, b in zip(got_stats.completion_logp, want_stats.completion_logp):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     graphs = counters["stats"]["unique_graphs"]
-    assert graphs > 0                                                         # the layers did compile
-    run(True, [1, 2]), run(False, [0, 2])                                 # new lengths, new row counts
+    assert graphs > 0  # the layers did compile
+    run(True, [1, 2]), run(False, [0, 2])  # new lengths, new row counts
     policy.model.eval()
     with torch.no_grad():
         pol.forward(policy, batch, packed=True)
-    assert counters["stats"]["unique_graphs"] == graphs                       # no recompilation
+    assert counters["stats"]["unique_graphs"] == graphs  # no recompilation
     torch._dynamo.reset()
 
 
@@ -288,8 +306,9 @@ def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
     gap, scale = float((logp16 - logp32).detach().abs().max()), float(logp32.detach().abs().max())
     assert 0 < gap < 4 * 2**-8 * (1 + scale)
     recorder = GradientRecorder(policy.model.named_parameters())
-    credo.train_on_batch(bf16, recorder, batch, outcomes_of(rollouts, [1.0, 0.0]), cfg, config.confidence_plan(cfg),
-                         step=100)
+    credo.train_on_batch(
+        bf16, recorder, batch, outcomes_of(rollouts, [1.0, 0.0]), cfg, config.confidence_plan(cfg), step=100
+    )
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())
     assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in recorder.grads.values())
 
@@ -304,25 +323,32 @@ def test_digit_expectation_and_readout_read_the_right_positions(tiny_dir, packed
     policy.model.eval()
     tok, high, low = policy.tokenizer, policy.high_id, policy.low_id
     prompt = ro.build_prompt_ids(tok, "What is 2 + 3?", "verbalized", "math")
-    texts = ["2 + 3 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>0.7</confidence>",
-             "\\boxed{6} <analysis> none </analysis> no tag"]
+    texts = [
+        "2 + 3 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>0.7</confidence>",
+        "\\boxed{6} <analysis> none </analysis> no tag",
+    ]
     rollouts = []
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False)
         rollouts.append(ro.Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
     budget = 2 * max(len(prompt) + len(r.completion_ids) + 2 for r in rollouts)
-    digit = pol.digit_expectations(policy, rollouts, budget, packed)                 # [2]
-    readout = pol.readouts(policy, rollouts, budget, packed)                         # [2]
+    digit = pol.digit_expectations(policy, rollouts, budget, packed)  # [2]
+    readout = pol.readouts(policy, rollouts, budget, packed)  # [2]
     assert digit.shape == readout.shape == (2,)
-    assert math.isnan(digit[1]) and math.isnan(readout[1])                           # no <confidence> to read
+    assert math.isnan(digit[1]) and math.isnan(readout[1])  # no <confidence> to read
 
     slot = rollouts[0].segments.slot
-    ids = prompt + rollouts[0].completion_ids[:slot] + tok.encode("0", add_special_tokens=False) + tok.encode(".", add_special_tokens=False)
+    ids = (
+        prompt
+        + rollouts[0].completion_ids[:slot]
+        + tok.encode("0", add_special_tokens=False)
+        + tok.encode(".", add_special_tokens=False)
+    )
     with torch.no_grad():
-        logits = policy.model(input_ids=torch.tensor([ids])).logits[0]              # [L, V]
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0]  # [L, V]
     d = [tok.encode(str(k), add_special_tokens=False)[0] for k in range(10)]
-    p = torch.softmax(logits[-3, [d[0], d[1]]], 0)                      # after "<confidence>"
-    q = torch.softmax(logits[-1, d], 0)                                 # after "0."
+    p = torch.softmax(logits[-3, [d[0], d[1]]], 0)  # after "<confidence>"
+    q = torch.softmax(logits[-1, d], 0)  # after "0."
     expected = float(p[1] + p[0] * (q * torch.arange(10)).sum() / 10)
     assert float(digit[0]) == pytest.approx(expected, abs=1e-5)
     assert float(readout[0]) == pytest.approx(float(torch.sigmoid(logits[-3, high] - logits[-3, low])), abs=1e-5)
@@ -335,7 +361,7 @@ def test_forward_log_probs_are_at_the_sampling_temperature_and_the_readout_is_ra
     logits' difference (eq:readout), the same at every T."""
     policy = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"), temperature=0.7)
     policy.model.eval()
-    assert policy.temperature == 0.7 and pol.sampling_temperature(0.0) == 1.0     # greedy rollouts: T = 1
+    assert policy.temperature == 0.7 and pol.sampling_temperature(0.0) == 1.0  # greedy rollouts: T = 1
     tok = policy.tokenizer
     prompt = ro.build_prompt_ids(tok, "What is 2 + 3?", "readout", "math")
     ids = tok.encode("2 + 3 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>", add_special_tokens=False)
@@ -344,10 +370,14 @@ def test_forward_log_probs_are_at_the_sampling_temperature_and_the_readout_is_ra
     with torch.no_grad():
         hot = pol.forward(policy, batch, packed=packed)
         raw = pol.forward(dataclasses.replace(policy, temperature=1.0), batch, packed=packed)
-        logits = policy.model(input_ids=batch.input_ids).logits[0].float()                  # [L, V]
-    cols = batch.completion_mask[0]                                                          # [L-1]
+        logits = policy.model(input_ids=batch.input_ids).logits[0].float()  # [L, V]
+    cols = batch.completion_mask[0]  # [L-1]
     naive = torch.log_softmax(logits[:-1] / 0.7, -1).gather(-1, batch.input_ids[0, 1:, None]).squeeze(-1)
     torch.testing.assert_close(hot.logp[0][cols], naive[cols], atol=1e-5, rtol=0)
     assert float((hot.logp[0][cols] - raw.logp[0][cols]).abs().max()) > 1e-2
     slot = int(batch.slot_pos[0])
-    assert hot.z_diff.item() == raw.z_diff.item() == pytest.approx(float(logits[slot, policy.high_id] - logits[slot, policy.low_id]), abs=1e-4)
+    assert (
+        hot.z_diff.item()
+        == raw.z_diff.item()
+        == pytest.approx(float(logits[slot, policy.high_id] - logits[slot, policy.low_id]), abs=1e-4)
+    )

@@ -26,10 +26,17 @@ LCB = realparts.PARTS["lcb"]
 
 def run_fetch(args: list[str], tmp_path: Path, endpoint: str) -> subprocess.CompletedProcess:
     """`python realparts.py fetch ARGS` in its own process, the hub and GitHub at `endpoint`, a fresh HF cache."""
-    env = dict(os.environ, HF_ENDPOINT=endpoint, CREDO_GITHUB_RAW=endpoint, HF_HOME=str(tmp_path / "hf-home"),
-               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="0")
-    return subprocess.run([sys.executable, "realparts.py", "fetch", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        HF_ENDPOINT=endpoint,
+        CREDO_GITHUB_RAW=endpoint,
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_OFFLINE="0",
+    )
+    return subprocess.run(
+        [sys.executable, "realparts.py", "fetch", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def hub_files(part: realparts.Part, files: dict[str, bytes]) -> dict:
@@ -45,6 +52,7 @@ def lcb_source(record: dict) -> bytes:
 
 # --- resolving ----------------------------------------------------------------------------------
 
+
 def test_the_resolver_looks_in_the_named_root_then_shared_then_the_cache(tmp_path, monkeypatch):
     checkout, shared, mine = tmp_path / "checkout", tmp_path / "shared", tmp_path / "mine"
     monkeypatch.setattr(realparts, "ROOT", checkout)
@@ -59,7 +67,7 @@ def test_the_resolver_looks_in_the_named_root_then_shared_then_the_cache(tmp_pat
     assert realparts.resolve("math500") == shared / "realdata" / "math500"
     monkeypatch.setenv(realparts.ENV_ROOT, str(mine))
     assert realparts.resolve("math500") == mine / "realdata" / "math500"
-    (mine / "realdata" / "math500" / "test.jsonl").unlink()                   # not whole there: the next root
+    (mine / "realdata" / "math500" / "test.jsonl").unlink()  # not whole there: the next root
     assert realparts.resolve("math500") == shared / "realdata" / "math500"
     monkeypatch.setenv(realparts.ENV_ROOT, str(tmp_path / "nowhere"))
     with pytest.raises(realparts.FixtureError, match=r"CREDO_FIXTURES=.*nowhere is not a directory"):
@@ -77,17 +85,21 @@ def test_a_part_is_whole_only_when_every_pattern_matches(tmp_path):
 
 
 def test_the_lcb_record_is_read_from_its_source_file_without_running_it():
-    record = {"question_id": "1873_A", "public_test_cases": json.dumps([{"input": "1\n", "output": "YES\n"}]),
-              "contest_date": "2023-08-21T00:00:00"}
+    record = {
+        "question_id": "1873_A",
+        "public_test_cases": json.dumps([{"input": "1\n", "output": "YES\n"}]),
+        "contest_date": "2023-08-21T00:00:00",
+    }
     built = realparts.lcb_record_from_source(lcb_source(record))
     assert built == {"kaggle_1873_A.jsonl": (json.dumps(record) + "\n").encode()}
     with pytest.raises(realparts.FixtureError, match="no `question = {...}` literal"):
         realparts.lcb_record_from_source(b"answer = {}\n")
-    with pytest.raises(ValueError):                                          # a call is not a literal: never run
+    with pytest.raises(ValueError):  # a call is not a literal: never run
         realparts.lcb_record_from_source(b"question = __import__('os').system('false')\n")
 
 
 # --- fetching through the real clients --------------------------------------------------------
+
 
 def test_fetch_writes_each_part_checks_pinned_and_records_other_checksums(tmp_path):
     tokenizer = {"tokenizer.json": b'{"not": "the real tokenizer"}', "tokenizer_config.json": b"{}"}
@@ -98,8 +110,11 @@ def test_fetch_writes_each_part_checks_pinned_and_records_other_checksums(tmp_pa
         done = run_fetch(["--only", "math500", "--root", str(root)], tmp_path, hub.url)
         assert done.returncode == 0, done.stderr[-2000:]
         assert (root / "realdata/math500/test.jsonl").read_bytes() == first
-        assert not (root / "realdata/math500/README.md").exists()            # only the part's patterns
-        assert f"math500: {root / 'realdata/math500'} (1 files" in done.stdout and "recorded at first download" in done.stdout
+        assert not (root / "realdata/math500/README.md").exists()  # only the part's patterns
+        assert (
+            f"math500: {root / 'realdata/math500'} (1 files" in done.stdout
+            and "recorded at first download" in done.stdout
+        )
         lock = json.loads((root / realparts.LOCK_NAME).read_text())
         assert lock["math500"]["revision"] == MATH500.revision
         assert lock["math500"]["files"] == {"test.jsonl": realparts.sha256_file(root / "realdata/math500/test.jsonl")}
@@ -117,7 +132,10 @@ def test_fetch_writes_each_part_checks_pinned_and_records_other_checksums(tmp_pa
         files[("dataset", MATH500.repo, MATH500.revision)]["test.jsonl"] = b'{"problem": "1+1", "answer": "3"}\n'
         changed = run_fetch(["--only", "math500", "--root", str(root)], tmp_path / "again", hub.url)
         assert changed.returncode == 1
-        assert "realdata/math500/test.jsonl: sha256" in changed.stderr and "recorded at its first download" in changed.stderr
+        assert (
+            "realdata/math500/test.jsonl: sha256" in changed.stderr
+            and "recorded at its first download" in changed.stderr
+        )
         assert (root / "realdata/math500/test.jsonl").read_bytes() == first
 
 
@@ -132,7 +150,7 @@ def test_fetch_of_the_github_part_builds_the_record(tmp_path):
 
 
 def test_an_unreachable_hub_and_an_unknown_part_are_one_line_each(tmp_path):
-    with socket.socket() as s:                          # a port nothing listens on
+    with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     down = run_fetch(["--only", "math500,lcb", "--root", str(tmp_path / "root")], tmp_path, closed)
@@ -143,8 +161,9 @@ def test_an_unreachable_hub_and_an_unknown_part_are_one_line_each(tmp_path):
     assert lines[1].startswith("fixtures: lcb: could not download") and "CREDO_GITHUB_RAW" in lines[1]
     unknown = run_fetch(["--only", "math500,qwen4"], tmp_path, closed)
     assert unknown.returncode == 2
-    assert unknown.stderr.strip() == ("fixtures: --only math500,qwen4: unknown part(s) qwen4; the parts are "
-                                      + ", ".join(realparts.PARTS))
+    assert unknown.stderr.strip() == (
+        "fixtures: --only math500,qwen4: unknown part(s) qwen4; the parts are " + ", ".join(realparts.PARTS)
+    )
 
 
 def test_fetching_the_real_parts_gives_what_the_resolver_finds(real_part, tmp_path):
@@ -167,5 +186,7 @@ def test_fetching_the_real_parts_gives_what_the_resolver_finds(real_part, tmp_pa
     for name, part in realparts.PARTS.items():
         if name != "amc":
             assert realparts.is_whole(root / part.where, part), name
-    assert (root / "realdata/lcb/kaggle_1873_A.jsonl").read_bytes() == (real_part("lcb") / "kaggle_1873_A.jsonl").read_bytes()
+    assert (root / "realdata/lcb/kaggle_1873_A.jsonl").read_bytes() == (
+        real_part("lcb") / "kaggle_1873_A.jsonl"
+    ).read_bytes()
     assert len(AutoTokenizer.from_pretrained(root / TOKENIZER.where)) == 151669

@@ -26,23 +26,43 @@ def test_docstring_examples_hold():
 
 # Records, aggregation, tables ------------------------------------------------------------
 
+
 def pool_records(run, method, seed, train_domain, set_name, source, confs, corrects):
     return [
-        {"run": run, "method": method, "seed": seed, "train_domain": train_domain, "set": set_name,
-         "set_domain": EVAL_SETS[set_name]["domain"], "problem_id": f"p{i}", "sample": 0, "source": source,
-         "c": c, "a": a, "text": "..."}
+        {
+            "run": run,
+            "method": method,
+            "seed": seed,
+            "train_domain": train_domain,
+            "set": set_name,
+            "set_domain": EVAL_SETS[set_name]["domain"],
+            "problem_id": f"p{i}",
+            "sample": 0,
+            "source": source,
+            "c": c,
+            "a": a,
+            "text": "...",
+        }
         for i, (c, a) in enumerate(zip(confs, corrects, strict=True))
     ]
 
 
 # accuracies by (run, set); confidences are arbitrary but fixed
 CREDO_CORRECT = {
-    ("credo-s1", "math500"): [1, 1, 1, 0], ("credo-s1", "aime24"): [1, 0, 0, 0], ("credo-s1", "lcb_v6"): [1, 0, 0, 0],
-    ("credo-s2", "math500"): [1, 1, 1, 1], ("credo-s2", "aime24"): [1, 1, 0, 0], ("credo-s2", "lcb_v6"): [0, 1, 1, 0],
+    ("credo-s1", "math500"): [1, 1, 1, 0],
+    ("credo-s1", "aime24"): [1, 0, 0, 0],
+    ("credo-s1", "lcb_v6"): [1, 0, 0, 0],
+    ("credo-s2", "math500"): [1, 1, 1, 1],
+    ("credo-s2", "aime24"): [1, 1, 0, 0],
+    ("credo-s2", "lcb_v6"): [0, 1, 1, 0],
 }
 GRPO_CORRECT = {
-    ("grpo-s1", "math500"): [1, 1, 0, 0], ("grpo-s1", "aime24"): [0, 0, 0, 1], ("grpo-s1", "lcb_v6"): [1, 0, 0, 0],
-    ("grpo-s2", "math500"): [1, 1, 1, 0], ("grpo-s2", "aime24"): [1, 0, 0, 0], ("grpo-s2", "lcb_v6"): [1, 1, 0, 0],
+    ("grpo-s1", "math500"): [1, 1, 0, 0],
+    ("grpo-s1", "aime24"): [0, 0, 0, 1],
+    ("grpo-s1", "lcb_v6"): [1, 0, 0, 0],
+    ("grpo-s2", "math500"): [1, 1, 1, 0],
+    ("grpo-s2", "aime24"): [1, 0, 0, 0],
+    ("grpo-s2", "lcb_v6"): [1, 1, 0, 0],
 }
 
 
@@ -56,7 +76,7 @@ def records():
         seed = int(run[-1])
         verbalized = [0.9, 0.9, 0.8, 0.9]
         if (run, set_name) == ("grpo-s1", "math500"):
-            verbalized[3] = None                           # one parse failure
+            verbalized[3] = None  # one parse failure
         out += pool_records(run, "GRPO", seed, "math", set_name, "verbalized", verbalized, correct)
         out += pool_records(run, "GRPO", seed, "math", set_name, "digit", [0.88, 0.71, 0.64, 0.52], correct)
     out += pool_records("base-e1", "Base", None, None, "math500", "verbalized", [0.9, 0.8, 0.9, 0.7], [1, 0, 1, 0])
@@ -93,8 +113,10 @@ def test_aggregate_means_stds_and_parse_failures(records):
     assert credo_math["sets"] == ["math500", "aime24"] and credo_math["runs"] == ["credo-s1", "credo-s2"]
     assert credo_math["mean"]["acc"] == pytest.approx(0.625)
     assert credo_math["std"]["acc"] == pytest.approx(0.25 / math.sqrt(2))
-    per_run_ece = [np.mean([find(agg["per_run"], row="CREDO", run=r, set=s)["values"]["ece"]
-                            for s in ("math500", "aime24")]) for r in ("credo-s1", "credo-s2")]
+    per_run_ece = [
+        np.mean([find(agg["per_run"], row="CREDO", run=r, set=s)["values"]["ece"] for s in ("math500", "aime24")])
+        for r in ("credo-s1", "credo-s2")
+    ]
     assert credo_math["mean"]["ece"] == pytest.approx(np.mean(per_run_ece))
     assert credo_math["std"]["ece"] == pytest.approx(np.std(per_run_ece, ddof=1))
 
@@ -129,8 +151,18 @@ def test_pool_with_no_parsed_confidence_keeps_accuracy():
 def test_write_tables_writes_every_file_without_nan(records, tmp_path):
     agg = report.aggregate(records)
     written = report.write_tables(agg, tmp_path)
-    expected = {"main.md", "main.csv", "main.json", "selective.md", "selective.csv", "selective.json",
-                "collapse.md", "collapse.csv", "collapse.json", "aggregate.json"}
+    expected = {
+        "main.md",
+        "main.csv",
+        "main.json",
+        "selective.md",
+        "selective.csv",
+        "selective.json",
+        "collapse.md",
+        "collapse.csv",
+        "collapse.json",
+        "aggregate.json",
+    }
     expected |= {f"perset_{d}_{s}.{ext}" for d in ("math", "code") for s in ("in", "out") for ext in ("md", "csv")}
     assert {p.name for p in written} == expected
     for path in written:
@@ -138,11 +170,11 @@ def test_write_tables_writes_every_file_without_nan(records, tmp_path):
         assert text.strip() and "nan" not in text.lower(), path.name
 
     main_md = (tmp_path / "main.md").read_text(encoding="utf-8")
-    assert "| CREDO | .625 ± .177 |" in main_md                      # acc .625, sample std .1768
+    assert "| CREDO | .625 ± .177 |" in main_md  # acc .625, sample std .1768
     assert "## In domain" in main_md and "## Out of domain" in main_md
     out_section = main_md.split("## Out of domain")[1]
     credo_out = next(line for line in out_section.splitlines() if line.startswith("| CREDO |"))
-    assert credo_out.split(" | ")[1] == "–" and "| .375 ± .177 |" in credo_out   # no math cell; code acc .25, .5
+    assert credo_out.split(" | ")[1] == "–" and "| .375 ± .177 |" in credo_out  # no math cell; code acc .25, .5
 
     with open(tmp_path / "main.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -205,6 +237,7 @@ def test_table_cells_format():
 
 # Figures ---------------------------------------------------------------------------------
 
+
 def test_make_figures_writes_png_and_pdf(records, tmp_path):
     written, failed = figures.make_figures(records, tmp_path)
     assert failed == {}
@@ -212,7 +245,7 @@ def test_make_figures_writes_png_and_pdf(records, tmp_path):
     for kind in ("reliability", "collapse", "riskcov"):
         for scope, domain in (("in", "math"), ("out", "code")):
             assert {f"{kind}_{domain}_{scope}.png", f"{kind}_{domain}_{scope}.pdf"} <= names
-    assert not any("code_in" in n or "math_out" in n for n in names)      # no records there
+    assert not any("code_in" in n or "math_out" in n for n in names)  # no records there
     for path in written:
         assert path.exists() and path.stat().st_size > 1000, path.name
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in written if p.suffix == ".png")
@@ -221,21 +254,35 @@ def test_make_figures_writes_png_and_pdf(records, tmp_path):
 def test_report_with_all_correct_and_all_wrong_bins(tmp_path, capsys):
     """Pools whose confident bins are all right and unconfident bins all wrong (common at
     the ends of a calibrated model): every table and figure is written, exit status 0."""
-    confident = pool_records("credo-s1", "CREDO", 1, "math", "math500", "readout",
-                             [0.95] * 40 + [0.05] * 40 + [0.5] * 20, [1] * 40 + [0] * 40 + [1, 0] * 10)
+    confident = pool_records(
+        "credo-s1",
+        "CREDO",
+        1,
+        "math",
+        "math500",
+        "readout",
+        [0.95] * 40 + [0.05] * 40 + [0.5] * 20,
+        [1] * 40 + [0] * 40 + [1, 0] * 10,
+    )
     hedged = pool_records("grpo-s1", "GRPO", 1, "math", "math500", "verbalized", [0.9] * 30, [1] * 30)
     records = confident + hedged
     assert ev.report(records, tmp_path) == 0
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"main.md", "main.csv", "main.json", "reliability_math_in.png", "collapse_math_in.pdf",
-            "riskcov_math_in.png"} <= names
+    assert {
+        "main.md",
+        "main.csv",
+        "main.json",
+        "reliability_math_in.png",
+        "collapse_math_in.pdf",
+        "riskcov_math_in.png",
+    } <= names
     points = reliability_points([r["c"] for r in confident], [r["a"] for r in confident])
-    assert points[0]["acc"] == 0.0 and points[-1]["acc"] == 1.0       # the bins the issue found
+    assert points[0]["acc"] == 0.0 and points[-1]["acc"] == 1.0  # the bins the issue found
     assert all(p["lo"] <= p["acc"] <= p["hi"] for p in points)
 
 
 def test_a_failing_figure_keeps_the_tables_and_the_other_figures(records, tmp_path, capsys):
-    (tmp_path / "reliability_math_in.png").mkdir()               # this figure cannot be saved
+    (tmp_path / "reliability_math_in.png").mkdir()  # this figure cannot be saved
     assert ev.report(records, tmp_path) == 1
     err = capsys.readouterr().err
     assert "figure reliability_math_in failed (IsADirectoryError" in err
@@ -246,6 +293,6 @@ def test_a_failing_figure_keeps_the_tables_and_the_other_figures(records, tmp_pa
 
 def test_figure_pools_use_each_methods_own_channel(records):
     pools = figures.figure_pools(records, "math", "in")
-    assert list(pools) == ["Base", "GRPO", "CREDO"]                        # no -d rows
+    assert list(pools) == ["Base", "GRPO", "CREDO"]  # no -d rows
     conf, correct = pools["GRPO"]
-    assert conf.size == 15 and correct.size == 15                          # 2 runs x 2 sets x 4, one unparsed
+    assert conf.size == 15 and correct.size == 15  # 2 runs x 2 sets x 4, one unparsed

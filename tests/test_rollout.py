@@ -12,6 +12,7 @@ import config
 import data
 import engine as eng
 import rollout as ro
+import sampling
 from rollout import Rollout, parse_segments, parse_verbalized_confidence, system_prompt
 
 
@@ -30,7 +31,10 @@ ANALYSIS = " <analysis> I may have slipped on a carry. </analysis>"
 
 def test_prompts_follow_the_paper():
     readout, verbal = system_prompt("readout", "math"), system_prompt("verbalized", "math")
-    assert "output exactly one token: <CONF_HIGH> if your final answer is more likely correct than not, otherwise <CONF_LOW>" in readout
+    assert (
+        "output exactly one token: <CONF_HIGH> if your final answer is more likely correct than not, "
+        "otherwise <CONF_LOW>" in readout
+    )
     assert "as a decimal number between 0 and 1 (e.g. 0.3 or 0.8)" in verbal
     assert readout.endswith("<analysis> uncertainty analysis here </analysis> <confidence><CONF_HIGH></confidence>")
     assert verbal.endswith("<confidence> confidence here </confidence>")
@@ -50,7 +54,7 @@ def test_prompt_goes_through_chat_template(tiny_tokenizer):
     text = tiny_tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system\nA conversation between User and Assistant.")
     assert text.endswith("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    assert tiny_tokenizer.convert_tokens_to_ids(ro.THINK_OPEN) in ids[-6:]        # one token, as in Qwen3
+    assert tiny_tokenizer.convert_tokens_to_ids(ro.THINK_OPEN) in ids[-6:]  # one token, as in Qwen3
     thinking = tiny_tokenizer.decode(ro.build_prompt_ids(tiny_tokenizer, "What is 2 + 2?", "readout", "math", True))
     assert thinking.endswith("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n")
 
@@ -63,10 +67,11 @@ def test_prompts_through_qwen3s_template(qwen3_tokenizer, channel, domain, think
     ids = ro.build_prompt_ids(tok, problem, channel, domain, enable_thinking=thinking)
     assert ro.decode(tok, ids) == (
         f"<|im_start|>system\n{system_prompt(channel, domain)}<|im_end|>\n<|im_start|>user\n{problem}<|im_end|>\n"
-        "<|im_start|>assistant\n" + ("" if thinking else "<think>\n\n</think>\n\n"))
+        "<|im_start|>assistant\n" + ("" if thinking else "<think>\n\n</think>\n\n")
+    )
     assert ids[:1] == [tok.convert_tokens_to_ids("<|im_start|>")] and tok.convert_tokens_to_ids("<|im_end|>") in ids
     if not thinking:
-        assert ids[-4:-2] == [151667, 271] and ids[-2:] == [151668, 271]   # <think> "\n\n" </think> "\n\n"
+        assert ids[-4:-2] == [151667, 271] and ids[-2:] == [151668, 271]  # <think> "\n\n" </think> "\n\n"
 
 
 def test_complete_readout_rollout(tiny_tokenizer):
@@ -84,7 +89,7 @@ def test_tags_split_into_single_characters(tiny_tokenizer):
     analysis = char_tokens(tok, " <analysis>") + enc(tok, " hmm ") + char_tokens(tok, "</analysis>")
     tag = char_tokens(tok, " <confidence>")
     seg = parse_segments(tok, answer + analysis + tag, "readout", "\\boxed")
-    assert seg.answer_end == len(answer) + 1   # the lone space token ends before '<', so it is answer
+    assert seg.answer_end == len(answer) + 1  # the lone space token ends before '<', so it is answer
     assert seg.slot == len(answer) + len(analysis) + len(tag)
     assert seg.fmt
 
@@ -151,11 +156,13 @@ def test_where_each_arm_stops_generating():
     def stops(name):
         return eng.stop_strings(config.confidence_plan(config.load_config(name)))
 
-    assert stops("credo") == stops("credo_noanalysis") == stops("grpo_head") == [ro.CONF_OPEN]   # read at the slot
-    assert stops("credo_digitexp") == [ro.CONF_OPEN]      # verbalized prompt, eq:digitexp read at the slot
-    assert stops("credo_sampled") == [ro.CONF_CLOSE]      # the slot token itself is sampled
-    assert stops("rlcr") == stops("rlcr_swd") == stops("grpo") == []   # the numeral is sampled as text
-    assert eng.sampling_settings(config.load_config("credo_sampled"), config.confidence_plan(config.load_config("credo_sampled")))["stop"] == [ro.CONF_CLOSE]
+    assert stops("credo") == stops("credo_noanalysis") == stops("grpo_head") == [ro.CONF_OPEN]  # read at the slot
+    assert stops("credo_digitexp") == [ro.CONF_OPEN]  # verbalized prompt, eq:digitexp read at the slot
+    assert stops("credo_sampled") == [ro.CONF_CLOSE]  # the slot token itself is sampled
+    assert stops("rlcr") == stops("rlcr_swd") == stops("grpo") == []  # the numeral is sampled as text
+    assert eng.sampling_settings(
+        config.load_config("credo_sampled"), config.confidence_plan(config.load_config("credo_sampled"))
+    )["stop"] == [ro.CONF_CLOSE]
 
     def thinking(name):
         cfg = config.load_config(name, ["enable_thinking=true"])
@@ -181,7 +188,9 @@ def test_verbalized_rollouts(tiny_tokenizer):
     assert not parse_segments(tok, unclosed, "verbalized", "\\boxed").fmt
 
 
-@pytest.mark.parametrize("text,value", [("0.9", 0.9), (".9", 0.9), ("1", 1.0), ("0.95", 0.95), (" 0 ", 0.0), ("1.0", 1.0)])
+@pytest.mark.parametrize(
+    "text,value", [("0.9", 0.9), (".9", 0.9), ("1", 1.0), ("0.95", 0.95), (" 0 ", 0.0), ("1.0", 1.0)]
+)
 def test_verbalized_numerals(text, value):
     assert parse_verbalized_confidence(text) == value
 
@@ -194,13 +203,16 @@ def test_verbalized_failures_are_nan_not_zero(text):
 # --- Qwen3's vocabulary: the tag may end inside a token (close_slot) -----------------------------
 
 HEAD = "So the answer is \\boxed{4}.\n\n<analysis>\nThe sum could be off by one.\n</analysis>\n\n<confidence"
-GT = 29   # Qwen3's id of the lone ">"
+GT = 29  # Qwen3's id of the lone ">"
 
 
 def tokens_starting_with_gt(tok) -> list[int]:
     """Every Qwen3 token whose text is ">" followed by more characters."""
-    return [i for t, i in tok.get_vocab().items()
-            if i < 151643 and len(s := tok.convert_tokens_to_string([t])) > 1 and s.startswith(">")]
+    return [
+        i
+        for t, i in tok.get_vocab().items()
+        if i < 151643 and len(s := tok.convert_tokens_to_string([t])) > 1 and s.startswith(">")
+    ]
 
 
 def test_close_slot_after_every_token_that_starts_with_gt(qwen3_tokenizer):
@@ -211,7 +223,7 @@ def test_close_slot_after_every_token_that_starts_with_gt(qwen3_tokenizer):
     assert len(merged) == 265 and enc(tok, ">") == [GT]
     head = enc(tok, HEAD)
     for token in merged:
-        assert parse_segments(tok, head + [token], "readout", "\\boxed").slot_misaligned    # what it was before
+        assert parse_segments(tok, head + [token], "readout", "\\boxed").slot_misaligned  # what it was before
         closed = ro.close_slot(tok, head + [token])
         assert closed == head + [GT], ro.decode(tok, [token])
         seg = parse_segments(tok, closed, "readout", "\\boxed")
@@ -221,31 +233,60 @@ def test_close_slot_after_every_token_that_starts_with_gt(qwen3_tokenizer):
 
 # Plausible texts after `<confidence` (the reserved tokens written as text, a tokenizer
 # without them): where the engine stops (the first token that completes the tag).
-CONTINUATIONS = ["\n", "\n\n", " ", "  ", "<CONF_HIGH>", "<CONF_LOW>", "</confidence>", "<", "<|im_end|>", ".", ",",
-                 ":", "The", "I", "High", "high", "Low", "0.8", ".8", "1", "\n<CONF_HIGH>", " <CONF_HIGH>",
-                 "\n\n<CONF_LOW>", "**", "(", "[", "{", '"', "'", "-"]
+CONTINUATIONS = [
+    "\n",
+    "\n\n",
+    " ",
+    "  ",
+    "<CONF_HIGH>",
+    "<CONF_LOW>",
+    "</confidence>",
+    "<",
+    "<|im_end|>",
+    ".",
+    ",",
+    ":",
+    "The",
+    "I",
+    "High",
+    "high",
+    "Low",
+    "0.8",
+    ".8",
+    "1",
+    "\n<CONF_HIGH>",
+    " <CONF_HIGH>",
+    "\n\n<CONF_LOW>",
+    "**",
+    "(",
+    "[",
+    "{",
+    '"',
+    "'",
+    "-",
+]
 
 
 def test_close_slot_on_plausible_continuations(qwen3_tokenizer):
     tok, merges = qwen3_tokenizer, 0
     for rest in CONTINUATIONS:
         ids = enc(tok, HEAD + ">" + rest)
-        stopped = ids[: ro.tokens_covering(ro.PrefixLengths(tok, ids), len(HEAD) + 1)]   # as a stop string cuts
+        stopped = ids[: ro.tokens_covering(ro.PrefixLengths(tok, ids), len(HEAD) + 1)]  # as a stop string cuts
         closed = ro.close_slot(tok, stopped)
         merges += closed != stopped
         assert ro.decode(tok, closed) == HEAD + ">" and closed[-1] == GT
         assert parse_segments(tok, closed, "readout", "\\boxed").slot == len(closed)
-        assert ro.close_slot(tok, closed) == closed                                       # idempotent
-    assert merges == 20     # 20 of these 30 continuations glue ">" to what follows
+        assert ro.close_slot(tok, closed) == closed  # idempotent
+    assert merges == 20  # 20 of these 30 continuations glue ">" to what follows
 
 
 def test_close_slot_leaves_other_completions_alone(qwen3_tokenizer):
     tok = qwen3_tokenizer
     at_tag = enc(tok, HEAD + ">")
-    assert ro.close_slot(tok, at_tag) == at_tag                          # the tag ends on a token boundary
+    assert ro.close_slot(tok, at_tag) == at_tag  # the tag ends on a token boundary
     no_tag = enc(tok, "So the answer is \\boxed{4}. <analysis> hmm </analysis>\n")
     assert ro.close_slot(tok, no_tag) == no_tag and ro.close_slot(tok, []) == []
-    numeral = enc(tok, HEAD + ">\n0.8</confidence>")                    # the tag ends before the last token
+    numeral = enc(tok, HEAD + ">\n0.8</confidence>")  # the tag ends before the last token
     assert ro.close_slot(tok, numeral) == numeral
     seg = parse_segments(tok, numeral, "readout", "\\boxed")
     assert seg.slot_misaligned and ro.decode(tok, [numeral[seg.tag_token]]) == ">\n"
@@ -260,21 +301,28 @@ def test_close_slot_names_a_tokenizer_that_cannot_write_the_tag():
     words.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]")
     assert ro.decode(tok, [3, 1, 2]) == "x<confidence>\n" and enc(tok, ">") == [0]
-    with pytest.raises(ValueError, match=rf"tokenizer {type(tok).__name__}\('in memory'\) cannot encode '>'.*'x<confidence'"):
+    with pytest.raises(
+        ValueError, match=rf"tokenizer {type(tok).__name__}\('in memory'\) cannot encode '>'.*'x<confidence'"
+    ):
         ro.close_slot(tok, [3, 1, 2])
 
 
 def split_is_at(tok, ids, k: int, text: str, char_pos: int) -> bool:
     """The first k tokens end at or before `char_pos` of `text` and token k (if any) crosses it."""
     head = ro.decode(tok, ids[:k])
-    return text.startswith(head) and len(head) <= char_pos and (k == len(ids) or len(ro.decode(tok, ids[: k + 1])) > char_pos)
+    return (
+        text.startswith(head)
+        and len(head) <= char_pos
+        and (k == len(ids) or len(ro.decode(tok, ids[: k + 1])) > char_pos)
+    )
 
 
 REALISTIC = {
     "glued to words and braces": "x=\\boxed{4}<analysis>the carry</analysis><confidence>",
     "crlf": "Step 1: 2+2.\r\nSo \\boxed{4}.\r\n<analysis>\r\nA slip is possible.\r\n</analysis>\r\n<confidence>",
     "cjk": "答案是 \\boxed{4}。<analysis>我可能算错了进位。</analysis>\n<confidence>",
-    "code blocks": "```python\nprint(2 + 2 > 3)\n```\n\\boxed{4}```<analysis>\n```python\nx = 1\n```\n</analysis>\n<confidence>",
+    "code blocks": "```python\nprint(2 + 2 > 3)\n```\n\\boxed{4}```"
+    "<analysis>\n```python\nx = 1\n```\n</analysis>\n<confidence>",
     "spaced tags": "\\boxed{4} <analysis> maybe 5 </analysis> <confidence>",
 }
 
@@ -293,11 +341,11 @@ def test_segments_on_realistic_qwen3_completions(qwen3_tokenizer, case):
 def test_missing_and_truncated_tags_on_qwen3(qwen3_tokenizer):
     tok = qwen3_tokenizer
     cases = {
-        "\\boxed{4}\n<confidence>": (False, None),                                      # no analysis
-        "\\boxed{4}\n<analysis>\nThe carry": (False, None),                            # truncated in the analysis
-        "\\boxed{4}\n<analysis>\nok</analysis>\n": (False, None),                      # stopped before the tag
-        "\\boxed{4}\n<analysis>\nok</analysis>\n<confid": (False, None),               # truncated inside the tag
-        "4\n<analysis>\nok</analysis>\n<confidence>": (False, "slot"),                 # no boxed answer: F = 0
+        "\\boxed{4}\n<confidence>": (False, None),  # no analysis
+        "\\boxed{4}\n<analysis>\nThe carry": (False, None),  # truncated in the analysis
+        "\\boxed{4}\n<analysis>\nok</analysis>\n": (False, None),  # stopped before the tag
+        "\\boxed{4}\n<analysis>\nok</analysis>\n<confid": (False, None),  # truncated inside the tag
+        "4\n<analysis>\nok</analysis>\n<confidence>": (False, "slot"),  # no boxed answer: F = 0
     }
     for text, (fmt, slot) in cases.items():
         ids = ro.close_slot(tok, enc(tok, text))
@@ -317,19 +365,21 @@ def test_verbalized_numerals_on_qwen3(qwen3_tokenizer, numeral):
     assert seg.fmt and parse_verbalized_confidence(seg.conf_text) == float(numeral)
     cut, repaired = ro.through_slot(tok, ids)
     assert ro.decode(tok, cut) == HEAD + ">" and cut[-1] == GT
-    assert repaired == (1 if numeral[0] in ".\n" else 0)        # ">." and ">\\n" are tokens; ">0", "> " are not
+    assert repaired == (1 if numeral[0] in ".\n" else 0)  # ">." and ">\\n" are tokens; ">0", "> " are not
     assert ro.through_slot(tok, cut) == (cut, 0)
 
 
-THOUGHT = ("<think>\nThe format asks for <analysis> </analysis> and then <confidence><CONF_HIGH></confidence>; "
-           "maybe \\boxed{5}? No: 2 + 2 = 4.\n</think>\n\n")
+THOUGHT = (
+    "<think>\nThe format asks for <analysis> </analysis> and then <confidence><CONF_HIGH></confidence>; "
+    "maybe \\boxed{5}? No: 2 + 2 = 4.\n</think>\n\n"
+)
 
 
 def test_thinking_blocks_that_mention_the_tags(qwen3_tokenizer):
     tok = qwen3_tokenizer
     answer = "So \\boxed{4}.\n<analysis>\nA slip is possible.\n</analysis>\n<confidence"
     ids = ro.close_slot(tok, enc(tok, THOUGHT + answer + ">\n"))
-    assert ids[0] == 151667 and THOUGHT.count("</think>") == 1                         # <think> is one token
+    assert ids[0] == 151667 and THOUGHT.count("</think>") == 1  # <think> is one token
     seg = parse_segments(tok, ids, "readout", "\\boxed")
     text = THOUGHT + answer + ">"
     assert split_is_at(tok, ids, seg.answer_end, text, text.find("<analysis>", len(THOUGHT)))
@@ -356,15 +406,18 @@ def test_thinking_rollouts_are_cut_at_the_slot_after_the_block(qwen3_tokenizer):
         ids = head + enc(tok, glue) + [tok.eos_token_id]
         logprobs = [-0.5] * len(ids)
         sample = eng.closed_sample(tok, ids, logprobs, "stop", stop=[], cut=True)
-        assert ro.decode(tok, sample.token_ids).endswith("</analysis>\n<confidence>") and sample.slot_repaired == repaired
+        assert (
+            ro.decode(tok, sample.token_ids).endswith("</analysis>\n<confidence>") and sample.slot_repaired == repaired
+        )
         assert sample.token_ids[: len(head)] == head and len(sample.logprobs) == len(sample.token_ids) - repaired
         seg = parse_segments(tok, sample.token_ids, "readout", "\\boxed")
         assert seg.slot == len(sample.token_ids) and seg.fmt
-    stopped_in_thought = enc(tok, THOUGHT.split("<confidence>")[0] + "<confidence>")   # what a stop string gives
+    stopped_in_thought = enc(tok, THOUGHT.split("<confidence>")[0] + "<confidence>")  # what a stop string gives
     assert parse_segments(tok, stopped_in_thought, "readout", "\\boxed").slot is None
     untagged = enc(tok, "<think>\nhmm\n</think>\n\nNo idea.") + [tok.eos_token_id]
     sample = eng.closed_sample(tok, untagged, [-1.0] * len(untagged), "stop", stop=[], cut=True)
     assert (sample.token_ids, sample.slot_repaired, len(sample.logprobs)) == (untagged, 0, len(untagged))
+
 
 def test_rollout_doctests():
     import doctest
@@ -385,8 +438,17 @@ def policy(tiny_dir):
     torch.manual_seed(0)
     # Sampled at T = 0.7 with top-k off: the engine's log-probs (vLLM's processed ones) are then
     # exactly pi_T, which the trainer computes (the top-k test below turns truncation on)
-    cfg = config.load_config("tiny", ["group_size=3", "per_device_batch_size=3", "grad_accum=2", "max_completion_tokens=48",
-                                      "temperature=0.7", "top_k=0"])
+    cfg = config.load_config(
+        "tiny",
+        [
+            "group_size=3",
+            "per_device_batch_size=3",
+            "grad_accum=2",
+            "max_completion_tokens=48",
+            "temperature=0.7",
+            "top_k=0",
+        ],
+    )
     loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
     model, tok, high, low = loaded.model, loaded.tokenizer, loaded.high_id, loaded.low_id
     rows = data.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
@@ -399,7 +461,9 @@ def vllm_engine(policy, tmp_path_factory):
     import torch
 
     cfg, model, tok, *_ = policy
-    engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tok, cfg.model, tmp_path_factory.mktemp("run"), torch.float32)
+    engine = eng.make_engine(
+        cfg, config.confidence_plan(cfg), model, tok, cfg.model, tmp_path_factory.mktemp("run"), torch.float32
+    )
     yield engine
     engine.close()
 
@@ -410,14 +474,26 @@ def trainer_logprobs(policy, samples, prompts, group, temperature=None):
     import policy as pol
 
     cfg, model, tok, high, low, *_ = policy
-    rollouts = [Rollout("q", prompts[i // group], s.token_ids, "", s.finish_reason,
-                        parse_segments(tok, s.token_ids, "readout", "\\boxed"), s.logprobs, s.slot_repaired)
-                for i, s in enumerate(samples)]
+    rollouts = [
+        Rollout(
+            "q",
+            prompts[i // group],
+            s.token_ids,
+            "",
+            s.finish_reason,
+            parse_segments(tok, s.token_ids, "readout", "\\boxed"),
+            s.logprobs,
+            s.slot_repaired,
+        )
+        for i, s in enumerate(samples)
+    ]
     batch = pol.collate(rollouts, tok.pad_token_id)
     import torch
 
     with torch.no_grad():
-        logp = pol.forward(pol.Policy(model, tok, high, low, torch.float32, temperature=temperature or cfg.temperature), batch).logp
+        logp = pol.forward(
+            pol.Policy(model, tok, high, low, torch.float32, temperature=temperature or cfg.temperature), batch
+        ).logp
     out = []
     for i, r in enumerate(rollouts):
         p, c = len(r.prompt_ids), r.sampled_len
@@ -432,7 +508,7 @@ def test_vllm_engine_samples_groups_reproducibly(policy, vllm_engine):
     for s in samples:
         assert 0 < len(s.token_ids) <= 48 and len(s.logprobs) == len(s.token_ids)
         assert s.finish_reason in ("stop", "length")
-    assert len({tuple(s.token_ids) for s in samples}) > 2           # rollouts differ within a group
+    assert len({tuple(s.token_ids) for s in samples}) > 2  # rollouts differ within a group
     again = vllm_engine.generate(prompts, group_size=3, seed=7)
     assert [s.token_ids for s in again] == [s.token_ids for s in samples]
     other = vllm_engine.generate(prompts, group_size=3, seed=8)
@@ -448,7 +524,9 @@ def test_vllm_engine_takes_more_prompt_tokens_than_one_step_holds(policy, vllm_e
     assert sum(len(p) for p in prompts) * 4 > 4 * 8192
     samples = vllm_engine.generate(prompts, group_size=4, seed=5)
     assert len(samples) == 160 and all(s.token_ids for s in samples)
-    assert [s.token_ids for s in vllm_engine.generate(prompts[:2], group_size=4, seed=5)] == [s.token_ids for s in samples[:8]]
+    assert [s.token_ids for s in vllm_engine.generate(prompts[:2], group_size=4, seed=5)] == [
+        s.token_ids for s in samples[:8]
+    ]
 
 
 def test_vllm_logprobs_match_the_trainer_forward(policy, vllm_engine):
@@ -464,8 +542,10 @@ def test_vllm_logprobs_match_the_trainer_forward(policy, vllm_engine):
     gap = max(float((torch.tensor(s.logprobs) - t).abs().max()) for s, t in zip(samples, trainer))
     assert gap < 1e-4
     with torch.no_grad():
-        raw = pol.forward(pol.Policy(model, tok, high, low, torch.float32), batch).logp      # T = 1
-    raw_gap = max(float((torch.tensor(s.logprobs) - raw[i][batch.completion_mask[i]]).abs().max()) for i, s in enumerate(samples))
+        raw = pol.forward(pol.Policy(model, tok, high, low, torch.float32), batch).logp  # T = 1
+    raw_gap = max(
+        float((torch.tensor(s.logprobs) - raw[i][batch.completion_mask[i]]).abs().max()) for i, s in enumerate(samples)
+    )
     assert raw_gap > 1e-2
 
 
@@ -485,11 +565,11 @@ def test_vllm_top_k_gap_is_the_mass_it_cuts(policy, vllm_engine):
         vllm_engine.settings = settings
     rollouts, batch, trainer = trainer_logprobs(policy, samples, prompts, 3)
     with torch.no_grad():
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()   # [N, L, V]
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()  # [N, L, V]
     for i, (s, r, t) in enumerate(zip(samples, rollouts, trainer)):
         p = len(r.prompt_ids)
-        scaled = logits[i, p - 1 : p - 1 + r.sampled_len] / cfg.temperature                          # [c, V]
-        kept_mass = scaled.softmax(-1).topk(k, dim=-1).values.sum(-1)                                  # [c]
+        scaled = logits[i, p - 1 : p - 1 + r.sampled_len] / cfg.temperature  # [c, V]
+        kept_mass = scaled.softmax(-1).topk(k, dim=-1).values.sum(-1)  # [c]
         torch.testing.assert_close(torch.tensor(s.logprobs) - t, -kept_mass.log(), atol=1e-4, rtol=0)
 
 
@@ -503,21 +583,31 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
     samples = vllm_engine.generate(prompts, group_size=3, seed=13)
     rollouts, batch, before = trainer_logprobs(policy, samples, prompts, 3)
     sequences = [r.prompt_ids + r.completion_ids for r in rollouts]
-    out = credo.Outcomes(correct=torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),   # a fixed outcome: something to learn
-                         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
-                         valid=torch.tensor([r.segments.slot is not None for r in rollouts]), reported=None)
+    out = sampling.Outcomes(
+        correct=torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),  # a fixed outcome: something to learn
+        fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
+        valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
+        reported=None,
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    credo.train_on_batch(pol.Policy(model, tok, high, low, torch.float32, temperature=cfg.temperature), optimizer, batch, out, cfg,
-                         config.confidence_plan(cfg), step=100)
+    credo.train_on_batch(
+        pol.Policy(model, tok, high, low, torch.float32, temperature=cfg.temperature),
+        optimizer,
+        batch,
+        out,
+        cfg,
+        config.confidence_plan(cfg),
+        step=100,
+    )
     _, _, after = trainer_logprobs(policy, samples, prompts, 3)
-    assert max(float((a - b).abs().max()) for a, b in zip(after, before)) > 1e-2   # the step changed the policy
-    _, _, after = trainer_logprobs(policy, samples, prompts, 3, temperature=1.0)   # as score() reports them
+    assert max(float((a - b).abs().max()) for a, b in zip(after, before)) > 1e-2  # the step changed the policy
+    _, _, after = trainer_logprobs(policy, samples, prompts, 3, temperature=1.0)  # as score() reports them
 
     stale = vllm_engine.score(sequences)
     vllm_engine.push_weights(model)
     fresh = vllm_engine.score(sequences)
     for r, old, new, t_after in zip(rollouts, stale, fresh, after):
-        sampled = slice(len(r.prompt_ids) - 1, len(r.prompt_ids) - 1 + r.sampled_len)   # score() starts at token 1
+        sampled = slice(len(r.prompt_ids) - 1, len(r.prompt_ids) - 1 + r.sampled_len)  # score() starts at token 1
         torch.testing.assert_close(torch.tensor(new[sampled]), t_after, atol=1e-4, rtol=0)
         assert float((torch.tensor(old[sampled]) - t_after).abs().max()) > 1e-3
 
@@ -525,7 +615,7 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
 def test_hf_engine_has_the_same_interface(policy):
     import torch
 
-    cfg, model, tok, *_ , prompts = policy
+    cfg, model, tok, *_, prompts = policy
     engine = eng.HFEngine(model, tok, cfg, config.confidence_plan(cfg))
     samples = engine.generate(prompts, group_size=3, seed=3)
     assert len(samples) == 6
@@ -534,7 +624,7 @@ def test_hf_engine_has_the_same_interface(policy):
         assert len(s.logprobs) == len(s.token_ids) > 0
         torch.testing.assert_close(torch.tensor(s.logprobs), t, atol=1e-4, rtol=0)
         if s.finish_reason == "stop" and s.token_ids[-1] != tok.eos_token_id:
-            assert ro.decode(tok, s.token_ids).endswith(ro.CONF_OPEN)     # stopped at the slot
+            assert ro.decode(tok, s.token_ids).endswith(ro.CONF_OPEN)  # stopped at the slot
     assert [s.token_ids for s in engine.generate(prompts, 3, seed=3)] == [s.token_ids for s in samples]
 
 
@@ -546,7 +636,7 @@ def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     import policy as pol
 
     cfg, *_, prompts = policy
-    loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))   # as warm-started
+    loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))  # as warm-started
     model, tok = loaded.model, loaded.tokenizer
     policy = (cfg, model, tok, loaded.high_id, loaded.low_id, None, prompts)
     thinking = dataclasses.replace(cfg, enable_thinking=True)
@@ -556,7 +646,7 @@ def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     segments = [parse_segments(tok, s.token_ids, "readout", "\\boxed") for s in samples]
     assert any(seg.slot is not None for seg in segments) and not any(seg.slot_misaligned for seg in segments)
     for s, seg in zip(samples, segments):
-        if seg.slot is not None:   # cut right after the tag
+        if seg.slot is not None:  # cut right after the tag
             assert seg.slot == len(s.token_ids) and s.finish_reason == "stop"
             assert ro.decode(tok, s.token_ids).endswith(ro.CONF_OPEN)
     _, _, trainer = trainer_logprobs(policy, samples, prompts, 3)
@@ -583,12 +673,16 @@ def test_sample_next_filters_like_vllm_and_draws_per_row():
     import torch
 
     probs = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
-    logits = probs.log().float().repeat(2, 1)                                      # [2, 4]
+    logits = probs.log().float().repeat(2, 1)  # [2, 4]
     base = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
     seeds = [5, 6]
-    squared = probs**2 / (probs**2).sum()                                          # T = 0.5
-    for settings, kept, p in [({**base, "top_k": 2}, [2, 3], probs), ({**base, "top_p": 0.5}, [2, 3], probs),
-                              (base, [0, 1, 2, 3], probs), ({**base, "temperature": 0.5}, [0, 1, 2, 3], squared)]:
+    squared = probs**2 / (probs**2).sum()  # T = 0.5
+    for settings, kept, p in [
+        ({**base, "top_k": 2}, [2, 3], probs),
+        ({**base, "top_p": 0.5}, [2, 3], probs),
+        (base, [0, 1, 2, 3], probs),
+        ({**base, "temperature": 0.5}, [0, 1, 2, 3], squared),
+    ]:
         generators = [torch.Generator().manual_seed(s) for s in seeds]
         tokens, logp = eng.sample_next(logits, settings, generators)
         mass = p[kept] / p[kept].sum()
@@ -622,11 +716,13 @@ def test_hf_engine_rows_do_not_depend_on_their_batch(policy, temperature):
         assert [s.finish_reason for s in apart] == [s.finish_reason for s in together]
         for a, b in zip(apart, together):
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
-    alone = engine_samples(policy, prompts[1:], 6, temperature=temperature)     # other neighbours, other rows
+    alone = engine_samples(policy, prompts[1:], 6, temperature=temperature)  # other neighbours, other rows
     if temperature:
-        assert len({tuple(s.token_ids) for s in together}) > 2                  # rows of a group differ
+        assert len({tuple(s.token_ids) for s in together}) > 2  # rows of a group differ
         assert [s.token_ids for s in engine_samples(policy, prompts, 6, seed=4)] != [s.token_ids for s in together]
-    assert [s.token_ids for s in alone] == [s.token_ids for s in engine_samples(policy, prompts[1:], 1, temperature=temperature)]
+    assert [s.token_ids for s in alone] == [
+        s.token_ids for s in engine_samples(policy, prompts[1:], 1, temperature=temperature)
+    ]
 
 
 def chain_model(model, successor: dict[int, int]):
@@ -643,9 +739,9 @@ def chain_model(model, successor: dict[int, int]):
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
         chained.model.norm.weight.fill_(1.0)
-        embedding, head = chained.model.embed_tokens.weight, chained.lm_head.weight     # [V, H], [V, H]
+        embedding, head = chained.model.embed_tokens.weight, chained.lm_head.weight  # [V, H], [V, H]
         assert len(successor) <= embedding.shape[1], "one hidden direction per chained token"
-        scale = 100.0 / embedding.shape[1] ** 0.5              # RMSNorm turns 10 * e_d into sqrt(H) * e_d
+        scale = 100.0 / embedding.shape[1] ** 0.5  # RMSNorm turns 10 * e_d into sqrt(H) * e_d
         for direction, (token, following) in enumerate(successor.items()):
             embedding[token] = 0.0
             embedding[token, direction] = 10.0
@@ -671,13 +767,15 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
     cycles[3][3], cycles[4][5] = eos_id, eos_id
     successor = {token: row[(k + 1) % 6] for row in cycles for k, token in enumerate(row)}
     max_tokens = cfg.max_completion_tokens
-    expected = []                                           # what each row writes unstopped, by construction
+    expected = []  # what each row writes unstopped, by construction
     for row in cycles:
         ids = [successor[row[0]]]
         while len(ids) < max_tokens:
             ids.append(successor[ids[-1]])
         expected.append(ids)
-    stop_ends = [next((k for k in range(1, max_tokens + 1) if "e" in ro.decode(tok, ids[:k])), None) for ids in expected]
+    stop_ends = [
+        next((k for k in range(1, max_tokens + 1) if "e" in ro.decode(tok, ids[:k])), None) for ids in expected
+    ]
     assert stop_ends == [2, 4, 6, None, None, None]
     assert [ids.index(eos_id) + 1 if eos_id in ids else None for ids in expected] == [None, None, None, 3, 5, None]
 
@@ -691,14 +789,15 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
     for ids, end, s in zip(expected, stop_ends, engine.generate(rows, 1, seed=3)):
         assert (s.token_ids, s.finish_reason) == ((ids[:end], "stop") if end else (ids, "length"))
 
-    eos_tok = copy.deepcopy(tok)                            # EOS per row: a token of rows 3 and 4 becomes EOS
+    eos_tok = copy.deepcopy(tok)  # EOS per row: a token of rows 3 and 4 becomes EOS
     eos_tok.eos_token = tok.convert_ids_to_tokens(eos_id)
     assert eos_tok.eos_token_id == eos_id
     engine = eng.HFEngine(chained, eos_tok, dataclasses.replace(cfg, hf_engine_batch=6), config.confidence_plan(cfg))
     engine.settings = {**engine.settings, "stop": []}
     stopped = engine.generate(rows, 1, seed=3)
     assert [(s.token_ids, s.finish_reason) for s in stopped] == [
-        (ids[: ids.index(eos_id) + 1], "stop") if eos_id in ids else (ids, "length") for ids in expected]
+        (ids[: ids.index(eos_id) + 1], "stop") if eos_id in ids else (ids, "length") for ids in expected
+    ]
 
 
 def test_hf_engine_batch_must_be_a_positive_integer(policy):

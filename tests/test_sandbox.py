@@ -59,11 +59,21 @@ import verifier
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
-
-
 def test_typed_encoding_round_trip_and_sanitization():
-    value = [1, -2.5, float("inf"), "s\u00e9\n", None, True, (1, (2,)), {3: [4]},
-             {frozenset({1})}, b"\x00\xff", 1 + 2j, {"k": {"v"}}]
+    value = [
+        1,
+        -2.5,
+        float("inf"),
+        "s\u00e9\n",
+        None,
+        True,
+        (1, (2,)),
+        {3: [4]},
+        {frozenset({1})},
+        b"\x00\xff",
+        1 + 2j,
+        {"k": {"v"}},
+    ]
     assert typed_json.decode_typed(typed_json.encode(value)) == value
 
     class Sneaky(int):
@@ -187,7 +197,7 @@ def _orphans_of(action):
         for pid in orphans:
             try:
                 os.waitpid(pid, 0)
-            except ChildProcessError:       # reaped after all, between the scan and here
+            except ChildProcessError:  # reaped after all, between the scan and here
                 pass
 
 
@@ -207,13 +217,12 @@ def test_no_orphaned_zombies(mode):
 STUBBORN_SERVERS = {
     "plain": CORRECT["assert"],
     "endless_thread": "import threading, time\n"
-                      "threading.Thread(target=lambda: time.sleep(10 ** 6)).start()\n" + CORRECT["assert"],
-    "endless_exit_handler": "import atexit, time\n"
-                            "atexit.register(lambda: time.sleep(10 ** 6))\n" + CORRECT["assert"],
-    "never_reads_eof": "import os, time\n"                # B's own next read never returns
-                       "def double(x):\n"
-                       "    os.read = lambda *args: time.sleep(10 ** 6)\n"
-                       "    return x + x\n",
+    "threading.Thread(target=lambda: time.sleep(10 ** 6)).start()\n" + CORRECT["assert"],
+    "endless_exit_handler": "import atexit, time\natexit.register(lambda: time.sleep(10 ** 6))\n" + CORRECT["assert"],
+    "never_reads_eof": "import os, time\n"  # B's own next read never returns
+    "def double(x):\n"
+    "    os.read = lambda *args: time.sleep(10 ** 6)\n"
+    "    return x + x\n",
 }
 
 
@@ -234,21 +243,31 @@ def test_a_killed_process_is_waited_for_until_its_parent_reaps_it():
     """kill_and_wait returns only once the process is gone from /proc, even when its parent
     reaps it 2 s after the kill (a starved machine looks like this): returning earlier lets
     the sandbox's group kill orphan it as a zombie."""
-    parent = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-        "print(child.pid, flush=True)\n"
-        "sys.stdin.readline()\n"              # told the child was killed: reap it 2 s later
-        "time.sleep(2.0)\n"
-        "child.wait()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import subprocess, sys, time\n"
+                "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                "print(child.pid, flush=True)\n"
+                "sys.stdin.readline()\n"  # told the child was killed: reap it 2 s later
+                "time.sleep(2.0)\n"
+                "child.wait()\n"
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid = int(parent.stdout.readline())
         os.kill(pid, 0)
         threading.Timer(0.1, lambda: (parent.stdin.write("killed\n"), parent.stdin.flush())).start()
         start = time.monotonic()
         sandbox_resources.kill_and_wait(pid)
-        assert not os.path.exists(f"/proc/{pid}")                 # gone: reaped by its own parent
-        assert time.monotonic() - start >= 1.5                    # which took its 2 s
+        assert not os.path.exists(f"/proc/{pid}")  # gone: reaped by its own parent
+        assert time.monotonic() - start >= 1.5  # which took its 2 s
     finally:
         parent.kill()
         parent.wait()
@@ -275,13 +294,15 @@ def test_child_script_is_the_child_files_and_nothing_else():
     kinds = collections.Counter(type(node).__name__ for node in tree.body)
     assert kinds["Expr"] == len(CHILD_FILES)  # the three module docstrings
     assert kinds["If"] == 1 and set(kinds) == {"Expr", "Import", "FunctionDef", "If"}  # no "from": all spliced
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported == {"builtins", "marshal", "os", "sys", "ctypes", "resource", "atexit",
-                        "signal", "json", "_json"}
+    assert imported == {"builtins", "marshal", "os", "sys", "ctypes", "resource", "atexit", "signal", "json", "_json"}
     functions = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    assert len(functions) == len(set(functions)) == 41  # 35 before the split, + the seccomp tables, search tree, assembler, write_all and end_server
+    assert (
+        len(functions) == len(set(functions)) == 41
+    )  # 35 before the split, + the seccomp tables, search tree, assembler, write_all and end_server
     assert script.endswith('\n\nif __name__ == "__main__":\n    main()\n')
 
 
@@ -308,20 +329,25 @@ def test_the_parent_never_imports_the_child_code():
                      if name in sys.modules))
     """)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=300, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300, check=True
+    )
     assert done.stdout.strip().splitlines()[-1] == "['sandbox']"
 
 
 def test_sandbox_docstring_examples():
-    for module in (sandbox, typed_json):
+    for module in (sandbox_resources, typed_json):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted == 1, module.__name__
 
 
 def test_concurrent_calls_from_threads(any_mode):
-    jobs = [(CORRECT["stdio"], STDIO, True), ("print(7)", STDIO, False),
-            (CORRECT["call"], CALL, True), (CORRECT["assert"], ASSERT, True)] * 2
+    jobs = [
+        (CORRECT["stdio"], STDIO, True),
+        ("print(7)", STDIO, False),
+        (CORRECT["call"], CALL, True),
+        (CORRECT["assert"], ASSERT, True),
+    ] * 2
     results = [None] * len(jobs)
 
     def work(index):
@@ -334,6 +360,7 @@ def test_concurrent_calls_from_threads(any_mode):
     for thread in threads:
         thread.join(60)
     assert results == [expected for _, _, expected in jobs]
+
 
 EXIT_ZERO = """
 import sys
@@ -484,13 +511,18 @@ def double(x):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
-    "name",
-    ["exit_zero", "os_exit_zero", "atexit_exit", "snoop", "pass_markers", "monkeypatch", "fork_storm"],
+    "name", ["exit_zero", "os_exit_zero", "atexit_exit", "snoop", "pass_markers", "monkeypatch", "fork_storm"]
 )
 def test_attack_is_defeated(mode, kind, name):
-    source = {"exit_zero": EXIT_ZERO, "os_exit_zero": OS_EXIT_ZERO, "atexit_exit": ATEXIT_EXIT,
-              "snoop": SNOOP, "pass_markers": PASS_MARKERS, "monkeypatch": MONKEYPATCH,
-              "fork_storm": FORK_STORM}[name]
+    source = {
+        "exit_zero": EXIT_ZERO,
+        "os_exit_zero": OS_EXIT_ZERO,
+        "atexit_exit": ATEXIT_EXIT,
+        "snoop": SNOOP,
+        "pass_markers": PASS_MARKERS,
+        "monkeypatch": MONKEYPATCH,
+        "fork_storm": FORK_STORM,
+    }[name]
     assert_defeated(kind, source)
 
 
@@ -542,8 +574,12 @@ def test_killing_the_parent_fails(mode, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_writing_outside_the_work_directory_fails(mode, kind, tmp_path):
     token = uuid.uuid4().hex
-    targets = [tmp_path / f"escape-{token}", ROOT / f"escape-{token}", Path(f"/escape-{token}"),
-               Path("..") / f"escape-{token}"]
+    targets = [
+        tmp_path / f"escape-{token}",
+        ROOT / f"escape-{token}",
+        Path(f"/escape-{token}"),
+        Path("..") / f"escape-{token}",
+    ]
     if mode == "namespaces" or sandbox._landlock_abi() >= 1:  # else /tmp stays writable (documented)
         targets.append(Path("/tmp") / f"escape-{token}")
     source = f"""
@@ -641,8 +677,7 @@ def secrets(tmp_path):
     (tmp_path / "root-only.txt").chmod(0o600)
     servers = []
     abstract = f"\0credo-test-{uuid.uuid4().hex}"
-    for path, mode_bits in ((tmp_path / "root.sock", 0o600), (shared / "open.sock", 0o777),
-                            (abstract, None)):
+    for path, mode_bits in ((tmp_path / "root.sock", 0o600), (shared / "open.sock", 0o777), (abstract, None)):
         server = socket.socket(socket.AF_UNIX)
         server.bind(str(path))
         if mode_bits is not None:
@@ -665,9 +700,13 @@ def secrets(tmp_path):
     thread = threading.Thread(target=answer)
     thread.start()
     try:
-        yield {"root_file": tmp_path / "root-only.txt", "open_file": shared / "open.txt",
-               "root_socket": tmp_path / "root.sock", "open_socket": shared / "open.sock",
-               "abstract_socket": abstract}
+        yield {
+            "root_file": tmp_path / "root-only.txt",
+            "open_file": shared / "open.txt",
+            "root_socket": tmp_path / "root.sock",
+            "open_socket": shared / "open.sock",
+            "abstract_socket": abstract,
+        }
     finally:
         stop.set()
         thread.join()
@@ -832,12 +871,13 @@ def test_parked_threads_do_not_starve_a_concurrent_program(mode):
     correct program that uses threads fail (sandboxes do not share a limit)."""
     limits = verifier.SandboxLimits(processes=16)
     hoarder = THREAD_HOARD + "\nimport time\n_hoard(200)\ntime.sleep(3)\n"
-    threaded = ("import threading\nresults = []\n"
-                "workers = [threading.Thread(target=lambda: results.append(1)) for _ in range(8)]\n"
-                "[w.start() for w in workers]\n[w.join() for w in workers]\n"
-                "print(int(input()) * len(results) // 4)")
-    parked = threading.Thread(target=verifier.verify_code,
-                              args=(completion(hoarder), STDIO), kwargs={"limits": limits})
+    threaded = (
+        "import threading\nresults = []\n"
+        "workers = [threading.Thread(target=lambda: results.append(1)) for _ in range(8)]\n"
+        "[w.start() for w in workers]\n[w.join() for w in workers]\n"
+        "print(int(input()) * len(results) // 4)"
+    )
+    parked = threading.Thread(target=verifier.verify_code, args=(completion(hoarder), STDIO), kwargs={"limits": limits})
     parked.start()
     try:
         deadline = time.monotonic() + 10
@@ -944,7 +984,8 @@ TOPICS = 'os.path.join(os.path.dirname(os.__file__), "pydoc_data", "topics.py")'
 CHANNELS = {
     # Page cache of a shared read-only file: evict it, load pages 1, 3, 5; the reader
     # probes residency (preadv2 RWF_NOWAIT, mincore).
-    "page_cache": (f"""
+    "page_cache": (
+        f"""
         fd = os.open({TOPICS}, os.O_RDONLY)
         for advice in (os.POSIX_FADV_RANDOM, os.POSIX_FADV_DONTNEED):
             try:
@@ -953,7 +994,8 @@ CHANNELS = {
                 pass
         for page in (1, 3, 5):
             os.pread(fd, 1, page * 4096)
-        """, f"""
+        """,
+        f"""
         import ctypes, mmap
         fd = os.open({TOPICS}, os.O_RDONLY)
         libc = ctypes.CDLL(None, use_errno=True)
@@ -980,9 +1022,11 @@ CHANNELS = {
                 return True
             time.sleep(0.02)
         return False
-        """),
+        """,
+    ),
     # Record, open-file-description and flock locks on a shared read-only file.
-    "file_locks": (f"""
+    "file_locks": (
+        f"""
         import fcntl, struct
         fd = os.open({TOPICS}, os.O_RDONLY)
         for command, pid in ((fcntl.F_SETLK, 0), (37, 0)):  # 37: F_OFD_SETLK
@@ -995,7 +1039,8 @@ CHANNELS = {
         except OSError:
             pass
         time.sleep({HOLD_S})
-        """, f"""
+        """,
+        f"""
         import fcntl, struct
         fd = os.open({TOPICS}, os.O_RDONLY)
         while time.monotonic() < deadline:
@@ -1016,14 +1061,17 @@ CHANNELS = {
             os.close(other)
             time.sleep(0.02)
         return False
-        """),
+        """,
+    ),
     # inotify: the reader watches the shared directory for the writer's opens.
-    "inotify": (f"""
+    "inotify": (
+        f"""
         end = time.monotonic() + {HOLD_S}
         while time.monotonic() < end:
             os.close(os.open({TOPICS}, os.O_RDONLY))
             time.sleep(0.01)
-        """, f"""
+        """,
+        f"""
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         watcher = libc.inotify_init1(os.O_NONBLOCK)
@@ -1036,9 +1084,11 @@ CHANNELS = {
             except BlockingIOError:
                 time.sleep(0.02)
         return False
-        """),
+        """,
+    ),
     # Datagram sockets: a socketpair end sent to (or bound at) a name the other can reach.
-    "datagram_sockets": (f"""
+    "datagram_sockets": (
+        f"""
         import socket
         end = time.monotonic() + {HOLD_S}
         try:
@@ -1052,7 +1102,8 @@ CHANNELS = {
                 except OSError:
                     pass
             time.sleep(0.02)
-        """, """
+        """,
+        """
         import socket
         receivers = []
         for address in (NAME, "/tmp/" + NAME[1:] + ".sock"):
@@ -1072,9 +1123,11 @@ CHANNELS = {
                     pass
             time.sleep(0.02)
         return False
-        """),
+        """,
+    ),
     # Files another sandbox created, where both can reach (plain mode without Landlock).
-    "files": (f"""
+    "files": (
+        f"""
         for path in ("/tmp/" + NAME[1:], "/dev/shm/" + NAME[1:]):
             try:
                 with open(path, "w") as handle:
@@ -1083,7 +1136,8 @@ CHANNELS = {
             except OSError:
                 pass
         time.sleep({HOLD_S})
-        """, """
+        """,
+        """
         while time.monotonic() < deadline:
             for path in ("/tmp/" + NAME[1:], "/dev/shm/" + NAME[1:]):
                 try:
@@ -1094,15 +1148,18 @@ CHANNELS = {
                     pass
             time.sleep(0.02)
         return False
-        """),
+        """,
+    ),
     # Attributes of another process: its priority and CPU affinity, read by pid.
-    "process_attributes": (f"""
+    "process_attributes": (
+        f"""
         try:
             os.setpriority(os.PRIO_PROCESS, 0, 17)
         except OSError:
             pass
         time.sleep({HOLD_S})
-        """, """
+        """,
+        """
         me = os.getpid()
         while time.monotonic() < deadline:
             for pid in range(max(2, me - 20000), me + 200):
@@ -1113,7 +1170,8 @@ CHANNELS = {
                     pass
             time.sleep(0.02)
         return False
-        """),
+        """,
+    ),
 }
 
 
@@ -1122,8 +1180,11 @@ def _channel_programs(name, token, host):
     write, read = (textwrap.dedent(part) for part in CHANNELS[name])
     names = f"NAME = {chr(0) + 'credo-chan-' + token!r}\nHOST_PATH, HOST_ABSTRACT = {host!r}\n"
     writer = f"import os, time\n{names}{write}\nprint(int(input()) * 2)\n"
-    reader = (f"import os, time\n{names}def _probe():\n    deadline = time.monotonic() + {PROBE_S}\n"
-              + textwrap.indent(read, "    ") + "\nprint(int(input()) * 2 if _probe() else 0)\n")
+    reader = (
+        f"import os, time\n{names}def _probe():\n    deadline = time.monotonic() + {PROBE_S}\n"
+        + textwrap.indent(read, "    ")
+        + "\nprint(int(input()) * 2 if _probe() else 0)\n"
+    )
     return completion(writer), completion(reader)
 
 
@@ -1153,9 +1214,15 @@ def test_no_channel_between_sandboxes(channel_mode, name, monkeypatch):
             assert verifier.verify_code(writer, STDIO, timeout_s=HOLD_S + 3) is True
             assert verifier.verify_code(reader, STDIO, timeout_s=PROBE_S + 3) is False
         results = {}
-        threads = [threading.Thread(target=lambda key, text, limit: results.__setitem__(
-            key, verifier.verify_code(text, STDIO, timeout_s=limit)), args=args)
-                   for args in (("writer", writer, HOLD_S + 3), ("reader", reader, PROBE_S + 3))]
+        threads = [
+            threading.Thread(
+                target=lambda key, text, limit: results.__setitem__(
+                    key, verifier.verify_code(text, STDIO, timeout_s=limit)
+                ),
+                args=args,
+            )
+            for args in (("writer", writer, HOLD_S + 3), ("reader", reader, PROBE_S + 3))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -1230,8 +1297,9 @@ def test_memory_bounds_the_sandbox_as_a_whole(mode):
     """An assert-kind sandbox holds two interpreters: 250 MB in each is over a 400 MB
     sandbox, though under 400 MB per process (and passes with 1,024 MB)."""
     hoard = "_hoard = b'x' * (250 << 20)\n"
-    tests = dict(ASSERT, test="def check(candidate):\n    _big = b'y' * (250 << 20)\n"
-                 f"    assert candidate({X}) == {EXPECTED}\n")
+    tests = dict(
+        ASSERT, test=f"def check(candidate):\n    _big = b'y' * (250 << 20)\n    assert candidate({X}) == {EXPECTED}\n"
+    )
     program = completion(hoard + CORRECT["assert"])
     for memory_mb, verdict in ((1024, True), (400, False)):
         limits = verifier.SandboxLimits(memory_mb=memory_mb)
@@ -1243,9 +1311,11 @@ def test_disk_and_inodes_are_bounded(mode):
     10,000 files (plain mode: where the parent may mount; else documented as open)."""
     if mode == "plain" and not sandbox._CONFIG.tmpfs_workdir:
         pytest.skip("this parent cannot mount a tmpfs working directory (documented)")
-    for body in ("for i in range(16):\n        with open(f'f{i}', 'wb') as out:\n"
-                 "            os.posix_fallocate(out.fileno(), 0, 64 << 20)",
-                 "for i in range(10000):\n        open(f'n{i}', 'w').close()"):
+    for body in (
+        "for i in range(16):\n        with open(f'f{i}', 'wb') as out:\n"
+        "            os.posix_fallocate(out.fileno(), 0, 64 << 20)",
+        "for i in range(10000):\n        open(f'n{i}', 'w').close()",
+    ):
         source = f"import os\ndef _fill():\n    {body}\n    return True\n"
         source += "def double(x):\n    try:\n        return 2 * x if _fill() else None\n"
         source += "    except OSError:\n        return None\n"
@@ -1259,35 +1329,44 @@ def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
     setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"  # as _plain_config: any user can run it
     if os.geteuid() != 0 or setpriv is None or not os.path.exists(python):
         pytest.skip("needs a root test process, setpriv and /usr/bin/python3")
-    attack = "\n".join([
-        "import os, resource",
-        f"for act in (lambda: os.setpriority(os.PRIO_PROCESS, {os.getpid()}, 19),",
-        "            lambda: os.setpriority(os.PRIO_USER, 0, 19),",
-        f"            lambda: resource.prlimit({os.getpid()}, resource.RLIMIT_NOFILE, (64, 64)),",
-        f"            lambda: os.sched_setaffinity({os.getpid()}, {{0}})):",
-        "    try:",
-        "        act()",
-        "    except OSError:",
-        "        pass",
-        "os.mkdir('locked')",
-        "open('locked/file', 'w').close()",
-        "os.chmod('locked', 0o500)",
-        "print(int(input()) * 2)",
-    ])
-    script = "\n".join([
-        "import json, os, resource, sys",
-        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]",
-        "import sandbox, verifier",
-        "completion = lambda source: '```python\\n' + source + '\\n```'",
-        "sandbox._CONFIG = sandbox._SandboxConfig('plain', sys.executable, landlock=sandbox._landlock_abi() >= 1)",
-        "state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE),",
-        "                 sorted(os.sched_getaffinity(0)))",
-        "before = state()",
-        f"verdict = verifier.verify_code(completion({attack!r}), {STDIO!r})",
-        "print(json.dumps([verdict, before == state(), before, state()]))",
-    ])
-    done = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python,
-                           "-c", script], capture_output=True, text=True, timeout=120, cwd="/tmp")
+    attack = "\n".join(
+        [
+            "import os, resource",
+            f"for act in (lambda: os.setpriority(os.PRIO_PROCESS, {os.getpid()}, 19),",
+            "            lambda: os.setpriority(os.PRIO_USER, 0, 19),",
+            f"            lambda: resource.prlimit({os.getpid()}, resource.RLIMIT_NOFILE, (64, 64)),",
+            f"            lambda: os.sched_setaffinity({os.getpid()}, {{0}})):",
+            "    try:",
+            "        act()",
+            "    except OSError:",
+            "        pass",
+            "os.mkdir('locked')",
+            "open('locked/file', 'w').close()",
+            "os.chmod('locked', 0o500)",
+            "print(int(input()) * 2)",
+        ]
+    )
+    script = "\n".join(
+        [
+            "import json, os, resource, sys",
+            f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]",
+            "import sandbox, verifier",
+            "completion = lambda source: '```python\\n' + source + '\\n```'",
+            "sandbox._CONFIG = sandbox._SandboxConfig('plain', sys.executable, landlock=sandbox._landlock_abi() >= 1)",
+            "state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE),",
+            "                 sorted(os.sched_getaffinity(0)))",
+            "before = state()",
+            f"verdict = verifier.verify_code(completion({attack!r}), {STDIO!r})",
+            "print(json.dumps([verdict, before == state(), before, state()]))",
+        ]
+    )
+    done = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/tmp",
+    )
     if done.returncode != 0 and "Permission denied" in done.stderr:
         pytest.skip(f"the unprivileged user cannot run this checkout: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -1323,8 +1402,9 @@ def test_the_seccomp_search_tree_decides_every_call():
     pid = 4242
     program = sandbox_lockdown.seccomp_program(pid)
     column = 0 if os.uname().machine == "x86_64" else 1
-    numbers = {name: pair[column] for name, pair in sandbox_lockdown.syscall_numbers().items()
-               if pair[column] is not None}
+    numbers = {
+        name: pair[column] for name, pair in sandbox_lockdown.syscall_numbers().items() if pair[column] is not None
+    }
     checked = sandbox_lockdown.checked_calls()
     for nr in set(range(500)) - set(numbers.values()):
         assert _run_filter(program, nr) == "allow", nr
@@ -1332,20 +1412,38 @@ def test_the_seccomp_search_tree_decides_every_call():
         if name not in checked:
             assert _run_filter(program, nr) == "EPERM", name
     expectations = {  # (call, args): verdict
-        ("clone", (0x10000,)): "allow", ("clone", (0,)): "EPERM", ("clone3", ()): "ENOSYS",
-        ("kill", (pid, 9)): "allow", ("kill", (0, 9)): "EPERM", ("tgkill", (pid + 1,)): "EPERM",
-        ("fcntl", (3, 6)): "EPERM", ("fcntl", (3, 37)): "EPERM", ("fcntl", (3, 1)): "allow",
-        ("socketpair", (1, 1 | 0x80000)): "allow", ("socketpair", (1, 2)): "EPERM",
-        ("socketpair", (2, 1)): "EPERM", ("madvise", (0, 0, 21)): "EPERM",
-        ("madvise", (0, 0, 4)): "allow", ("preadv2", (3, 0, 1, 0, 0, 8)): "EPERM",
-        ("preadv2", (3, 0, 1, 0, 0, 0)): "allow", ("fchmodat", (3, 0, 0o600)): "allow",
-        ("fchmodat", (3, 0, 0o604)): "EPERM", ("fchmod", (3, 0o640)): "EPERM",
-        ("umask", (0o077,)): "allow", ("umask", (0o022,)): "EPERM",
-        ("setpriority", (0, 0, 5)): "allow", ("setpriority", (0, pid, 5)): "allow",
-        ("setpriority", (0, 1, 5)): "EPERM", ("setpriority", (2, 0, 5)): "EPERM",
-        ("ioprio_set", (1, 0, 0)): "allow", ("ioprio_set", (3, 0, 0)): "EPERM",
-        ("prlimit64", (0,)): "allow", ("prlimit64", (pid,)): "allow", ("prlimit64", (1,)): "EPERM",
-        ("sched_setaffinity", (7,)): "EPERM", ("sched_getaffinity", (0,)): "allow",
+        ("clone", (0x10000,)): "allow",
+        ("clone", (0,)): "EPERM",
+        ("clone3", ()): "ENOSYS",
+        ("kill", (pid, 9)): "allow",
+        ("kill", (0, 9)): "EPERM",
+        ("tgkill", (pid + 1,)): "EPERM",
+        ("fcntl", (3, 6)): "EPERM",
+        ("fcntl", (3, 37)): "EPERM",
+        ("fcntl", (3, 1)): "allow",
+        ("socketpair", (1, 1 | 0x80000)): "allow",
+        ("socketpair", (1, 2)): "EPERM",
+        ("socketpair", (2, 1)): "EPERM",
+        ("madvise", (0, 0, 21)): "EPERM",
+        ("madvise", (0, 0, 4)): "allow",
+        ("preadv2", (3, 0, 1, 0, 0, 8)): "EPERM",
+        ("preadv2", (3, 0, 1, 0, 0, 0)): "allow",
+        ("fchmodat", (3, 0, 0o600)): "allow",
+        ("fchmodat", (3, 0, 0o604)): "EPERM",
+        ("fchmod", (3, 0o640)): "EPERM",
+        ("umask", (0o077,)): "allow",
+        ("umask", (0o022,)): "EPERM",
+        ("setpriority", (0, 0, 5)): "allow",
+        ("setpriority", (0, pid, 5)): "allow",
+        ("setpriority", (0, 1, 5)): "EPERM",
+        ("setpriority", (2, 0, 5)): "EPERM",
+        ("ioprio_set", (1, 0, 0)): "allow",
+        ("ioprio_set", (3, 0, 0)): "EPERM",
+        ("prlimit64", (0,)): "allow",
+        ("prlimit64", (pid,)): "allow",
+        ("prlimit64", (1,)): "EPERM",
+        ("sched_setaffinity", (7,)): "EPERM",
+        ("sched_getaffinity", (0,)): "allow",
     }
     for (name, args), verdict in expectations.items():
         if name in numbers:

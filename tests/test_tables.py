@@ -15,10 +15,10 @@ def test_every_table_row_is_a_runnable_config():
         for r in trained:
             words = r["train"].split()
             assert words[:2] == ["bash", "run.sh"]
-            cfg = load_config(words[2], words[3:])          # the printed command resolves ...
-            assert str(config.run_dir_of(cfg)) == r["eval"]   # ... to the run directory eval.py reads
+            cfg = load_config(words[2], words[3:])  # the printed command resolves ...
+            assert str(config.run_dir_of(cfg)) == r["eval"]  # ... to the run directory eval.py reads
             commands_of.setdefault(r["eval"], set()).add(r["train"])
-        assert all(len(c) == 1 for c in commands_of.values())    # one run directory, one training
+        assert all(len(c) == 1 for c in commands_of.values())  # one run directory, one training
         text = tables.table_commands(key)
         assert all(r["train"] in text for r in trained) and text.count("python eval.py") >= 1
     sens = {(r["label"], r["domain"]): r["eval"] for r in tables.table_runs("sens")}

@@ -19,21 +19,22 @@ import numpy as np
 import pytest
 
 import toy
+import toy_build
 
 
 def test_splits_are_deterministic_disjoint_and_graded():
-    a, b = toy.make_split(50, 0, "t", 5), toy.make_split(50, 0, "t", 5)
+    a, b = toy_build.make_split(50, 0, "t", 5), toy_build.make_split(50, 0, "t", 5)
     assert a == b
     assert {r["level"] for r in a} == {1, 2, 3, 4, 5}
     for r in a:
         assert len(r["ops"]) == r["level"] + 1 and int(r["answer"]) == sum(r["ops"])
         assert r["problem"] == "What is " + " + ".join(map(str, r["ops"])) + "?"
-    test = toy.make_split(50, 1, "u", 5)
+    test = toy_build.make_split(50, 1, "u", 5)
     assert not {r["id"] for r in a} & {r["id"] for r in test}
 
 
 def style_of(text: str) -> str:
-    """"steps" when the solution writes partial sums ("3 + 5 = 8, 8 + 2 = 10"), else "direct"."""
+    """ "steps" when the solution writes partial sums ("3 + 5 = 8, 8 + 2 = 10"), else "direct"."""
     return "steps" if "," in text.split(". The answer")[0] else "direct"
 
 
@@ -42,57 +43,72 @@ def test_scripted_solver_is_right_on_easy_problems_and_often_wrong_on_hard_ones(
     for level in range(1, 6):
         outcomes = {"steps": [], "direct": []}
         for _ in range(3000):
-            text, right = toy.scripted_completion(toy.make_problem(rng, level)[0], "readout", rng)
+            text, right = toy_build.scripted_completion(toy_build.make_problem(rng, level)[0], "readout", rng)
             outcomes[style_of(text) if level > 1 else rng.choice(["steps", "direct"])].append(right)
         for style, got in outcomes.items():
-            assert len(got) == pytest.approx(1500, abs=150)                        # half and half
-            assert sum(got) / len(got) == pytest.approx(toy.WORLD["styles"][style]["p_correct"][str(level)], abs=0.04)
-    p = {style: v["p_correct"] for style, v in toy.WORLD["styles"].items()}
+            assert len(got) == pytest.approx(1500, abs=150)  # half and half
+            assert sum(got) / len(got) == pytest.approx(
+                toy_build.WORLD["styles"][style]["p_correct"][str(level)], abs=0.04
+            )
+    p = {style: v["p_correct"] for style, v in toy_build.WORLD["styles"].items()}
     assert p["steps"]["1"] > 0.9 and p["steps"]["5"] < 0.5 and all(p["direct"][k] < p["steps"][k] for k in "2345")
 
 
 def test_scripted_completions_carry_the_rollout_formats():
     rng = random.Random(1)
     ops = [3, 5, 2]
-    readout, _ = toy.scripted_completion(ops, "readout", rng)
+    readout, _ = toy_build.scripted_completion(ops, "readout", rng)
     assert "\\boxed{" in readout and "<analysis>" in readout and readout.endswith("</analysis> <confidence>")
     for _ in range(20):
-        verbal, right = toy.scripted_completion(ops, "verbalized", rng)
+        verbal, right = toy_build.scripted_completion(ops, "verbalized", rng)
         style = style_of(verbal)
         assert verbal.startswith("3 + 5 = " if style == "steps" else "3 + 5 + 2 = ")
-        assert verbal.endswith(f"<confidence>{toy.WORLD['styles'][style]['verbal']['2']}</confidence>")
+        assert verbal.endswith(f"<confidence>{toy_build.WORLD['styles'][style]['verbal']['2']}</confidence>")
         assert ("\\boxed{10}" in verbal) == right
 
 
 def test_the_no_analysis_format_has_no_analysis_and_the_same_solution():
     rng_a, rng_b = random.Random(5), random.Random(5)
     for _ in range(20):
-        ops = toy.make_problem(rng_a, 3)[0]
-        toy.make_problem(rng_b, 3)
-        plain, right = toy.scripted_completion(ops, "readout_noanalysis", rng_a)
-        full, right_full = toy.scripted_completion(ops, "readout", rng_b)        # the same draws
+        ops = toy_build.make_problem(rng_a, 3)[0]
+        toy_build.make_problem(rng_b, 3)
+        plain, right = toy_build.scripted_completion(ops, "readout_noanalysis", rng_a)
+        full, right_full = toy_build.scripted_completion(ops, "readout", rng_b)  # the same draws
         assert plain.endswith("}. <confidence>") and "<analysis>" not in plain and right == right_full
         assert full.startswith(plain[: -len("<confidence>")]) and "</analysis> <confidence>" in full
 
 
 def test_the_addition_check_adds_steps_until_the_model_adds_and_fails_in_one_line(monkeypatch):
-    world = {**toy.WORLD, "check_min_acc": 0.85, "check_steps": 7, "check_rounds": 2}
+    world = {**toy_build.WORLD, "check_min_acc": 0.85, "check_steps": 7, "check_rounds": 2}
     calls, logs = [], []
-    monkeypatch.setattr(toy, "warm_start", lambda model, tok, rows, w, log, steps=None, seed=None:
-                        calls.append((steps, seed)) or [1.0] * (steps or 3))
-    for accuracies, expected_calls in (([0.9], [(None, None)]),
-                                       ([0.6, 0.88], [(None, None), (7, world["seed"] + 1000)])):
+    monkeypatch.setattr(
+        toy_build,
+        "warm_start",
+        lambda model, tok, rows, w, log, steps=None, seed=None: calls.append((steps, seed)) or [1.0] * (steps or 3),
+    )
+    for accuracies, expected_calls in (
+        ([0.9], [(None, None)]),
+        ([0.6, 0.88], [(None, None), (7, world["seed"] + 1000)]),
+    ):
         calls.clear()
         sequence = iter(accuracies)
-        monkeypatch.setattr(toy, "addition_accuracy", lambda *args, sequence=sequence, **kwargs: next(sequence))
-        losses, checks = toy.checked_warm_start(None, None, [], world, logs.append)
+        monkeypatch.setattr(toy_build, "addition_accuracy", lambda *args, sequence=sequence, **kwargs: next(sequence))
+        losses, checks = toy_build.checked_warm_start(None, None, [], world, logs.append)
         assert calls == expected_calls and checks == accuracies and len(losses) == 3 + 7 * (len(accuracies) - 1)
-    assert "right 0.60 of the time" in logs[-2] and "7 more warm-start steps" in logs[-2] and "passed: one-digit sums right 0.88" in logs[-1]
+    assert (
+        "right 0.60 of the time" in logs[-2]
+        and "7 more warm-start steps" in logs[-2]
+        and "passed: one-digit sums right 0.88" in logs[-1]
+    )
     sequence = iter([0.5, 0.6, 0.7])
-    monkeypatch.setattr(toy, "addition_accuracy", lambda *args, sequence=sequence, **kwargs: next(sequence))
+    monkeypatch.setattr(toy_build, "addition_accuracy", lambda *args, sequence=sequence, **kwargs: next(sequence))
     with pytest.raises(RuntimeError) as failed:
-        toy.checked_warm_start(None, None, [], world, logs.append)
-    assert "right 0.70 of the time" in str(failed.value) and "--world-seed" in str(failed.value) and "\n" not in str(failed.value)
+        toy_build.checked_warm_start(None, None, [], world, logs.append)
+    assert (
+        "right 0.70 of the time" in str(failed.value)
+        and "--world-seed" in str(failed.value)
+        and "\n" not in str(failed.value)
+    )
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
@@ -104,15 +120,15 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     (stale / "model").mkdir(parents=True)
     (stale / "model" / "config.json").write_text("{}")
     (stale / "world.json").write_text(json.dumps({"key": "old", "world": {"version": 3}}))
-    note = toy.stale_world_note(stale)
-    assert "version 3" in note and f"is {toy.WORLD['version']}" in note and "\n" not in note
-    assert toy.stale_world_note(tmp_path / "nothing") is None
+    note = toy_build.stale_world_note(stale)
+    assert "version 3" in note and f"is {toy_build.WORLD['version']}" in note and "\n" not in note
+    assert toy_build.stale_world_note(tmp_path / "nothing") is None
 
 
 # The loop learns (issue 24): GRPO on a task whose answers the verifier knows, the four
 # first level-3 problems of the world's training split, every step (4 questions x G = 8). The
 # warm start gets them right about half the time; a loop whose credit and update have the
-# right sign learns their answers (and the partial-sum style, toy.WORLD["styles"]) and the
+# right sign learns their answers (and the partial-sum style, toy_build.WORLD["styles"]) and the
 # reward rises. configs/toy.yaml as it is (lr 5e-5). Measured on two independently built
 # worlds (docs/toy.md): mean reward of the last 8 steps minus that of the first 8, +0.245
 # and +0.227 (also on world 1, whose warm start cannot add reliably), each with a standard
@@ -127,10 +143,30 @@ def learning_run(tmp_path, toy_world, *overrides) -> list[dict]:
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run([sys.executable, "credo.py", "configs/toy.yaml", f"out_dir={tmp_path}", "run_name=learn",
-                             f"model={toy_world / 'model'}", f"train_data={train}", "method=grpo", "channel=verbalized",
-                             "alpha=0", "kappa=0", f"max_steps={LEARN_STEPS}", f"save_every={LEARN_STEPS}",
-                             "save_rollouts=false", *overrides], cwd=toy.ROOT, env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "credo.py",
+            "configs/toy.yaml",
+            f"out_dir={tmp_path}",
+            "run_name=learn",
+            f"model={toy_world / 'model'}",
+            f"train_data={train}",
+            "method=grpo",
+            "channel=verbalized",
+            "alpha=0",
+            "kappa=0",
+            f"max_steps={LEARN_STEPS}",
+            f"save_every={LEARN_STEPS}",
+            "save_rollouts=false",
+            *overrides,
+        ],
+        cwd=toy.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return [json.loads(line) for line in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
 
@@ -139,13 +175,13 @@ def test_the_built_world_passed_its_addition_check_and_the_check_is_reproducible
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     stamp = json.loads((toy_world / "world.json").read_text())
-    assert stamp["addition_checks"][-1] >= toy.WORLD["check_min_acc"]
+    assert stamp["addition_checks"][-1] >= toy_build.WORLD["check_min_acc"]
     rows = [json.loads(line) for line in (toy_world / "train.jsonl").read_text().splitlines()]
     model = AutoModelForCausalLM.from_pretrained(toy_world / "model").eval()
     tokenizer = AutoTokenizer.from_pretrained(toy_world / "model")
-    rounds = len(stamp["addition_checks"]) - 1              # the check's seed is the world's + its round
-    again = toy.addition_accuracy(model, tokenizer, rows, toy.WORLD["seed"] + rounds)
-    assert again == pytest.approx(stamp["addition_checks"][-1], abs=0.01)    # 400 samples: 0.01 is 4 of them
+    rounds = len(stamp["addition_checks"]) - 1  # the check's seed is the world's + its round
+    again = toy_build.addition_accuracy(model, tokenizer, rows, toy_build.WORLD["seed"] + rounds)
+    assert again == pytest.approx(stamp["addition_checks"][-1], abs=0.01)  # 400 samples: 0.01 is 4 of them
 
 
 @pytest.mark.slow
@@ -154,7 +190,9 @@ def test_the_loop_raises_the_reward_on_a_task_with_a_known_answer(tmp_path, toy_
     reward = [m["reward_ans"] for m in metrics]
     first, last = np.mean(reward[:LEARN_WINDOW]), np.mean(reward[-LEARN_WINDOW:])
     assert len(reward) == LEARN_STEPS
-    assert last - first >= LEARN_GAIN, f"reward {first:.3f} over the first {LEARN_WINDOW} steps, {last:.3f} over the last"
+    assert last - first >= LEARN_GAIN, (
+        f"reward {first:.3f} over the first {LEARN_WINDOW} steps, {last:.3f} over the last"
+    )
 
 
 # What L_cal does on any world: it regresses c toward the hybrid target, so the readout's Brier
@@ -169,7 +207,10 @@ def test_quick_toy_run_calibrates_the_readout(tmp_path, toy_world):
     report = toy.main(["--quick", "--out", str(tmp_path / "toy")])
     before, after = report["CREDO"]["before"], report["CREDO"]["after"]
     assert before["n"] > 100 and after["n"] > 100
-    summary = f"readout AUROC {before['auroc']:.3f} -> {after['auroc']:.3f}, Brier {before['brier']:.3f} -> {after['brier']:.3f}"
+    summary = (
+        f"readout AUROC {before['auroc']:.3f} -> {after['auroc']:.3f}, "
+        f"Brier {before['brier']:.3f} -> {after['brier']:.3f}"
+    )
     assert after["brier"] <= before["brier"] - QUICK_BRIER_DROP, summary
     assert after["ece"] <= QUICK_ECE and after["auroc"] >= before["auroc"], summary
     saved = json.loads((tmp_path / "toy" / "report.json").read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import config
-import toy
+import toy_build
 import toy_tables
 
 
@@ -22,21 +22,26 @@ def test_doctests():
 def test_every_row_is_a_valid_configuration():
     for name, row in toy_tables.ROWS.items():
         cfg = config.load_config("configs/toy.yaml", row.overrides)
-        assert row.table in ("main", "ablation") and row.channel == ("readout" if cfg.channel.startswith("readout") else "verbalized"), name
+        assert row.table in ("main", "ablation") and row.channel == (
+            "readout" if cfg.channel.startswith("readout") else "verbalized"
+        ), name
     assert [name for name, row in toy_tables.ROWS.items() if row.table == "main"] == ["grpo", "rlcr", "dcpo", "credo"]
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--rows", "credo,ppo"], "unknown ppo"),
-    (["--rows", ","], "(none given)"),
-    (["--seeds", "0"], "a count of training seeds"),
-    (["--seeds", "two"], "a count of training seeds"),
-    (["--seed-list", "44,44"], "distinct"),
-    (["--seed-list", "44,x"], "distinct"),
-    (["--jobs", "0"], "each at least 1"),
-    (["--eval-n", "0"], "each at least 1"),
-    (["--world-seed", "-1"], "non-negative"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--rows", "credo,ppo"], "unknown ppo"),
+        (["--rows", ","], "(none given)"),
+        (["--seeds", "0"], "a count of training seeds"),
+        (["--seeds", "two"], "a count of training seeds"),
+        (["--seed-list", "44,44"], "distinct"),
+        (["--seed-list", "44,x"], "distinct"),
+        (["--jobs", "0"], "each at least 1"),
+        (["--eval-n", "0"], "each at least 1"),
+        (["--world-seed", "-1"], "non-negative"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, argv, says):
     with pytest.raises(SystemExit) as stop:
         toy_tables.main([*argv, "--out", str(tmp_path)])
@@ -49,9 +54,9 @@ def test_seeds_are_a_count_or_a_list():
 
 
 def test_interval_is_the_t_interval_of_the_seeds():
-    mean, half = toy_tables.interval([0.2, 0.4, 0.9])      # mean 0.5, sample std 0.360555, t(2) = 4.303
+    mean, half = toy_tables.interval([0.2, 0.4, 0.9])  # mean 0.5, sample std 0.360555, t(2) = 4.303
     assert mean == pytest.approx(0.5, abs=1e-12)
-    assert half == pytest.approx(4.303 * 0.3605551275 / 3 ** 0.5, rel=1e-9)
+    assert half == pytest.approx(4.303 * 0.3605551275 / 3**0.5, rel=1e-9)
     assert toy_tables.interval([0.7]) == (0.7, None)
 
 
@@ -61,16 +66,22 @@ def fake_result(row, seed, acc, auroc=0.5, ece=0.1, levels=3.0):
 
 
 def test_tables_are_laid_out_as_the_paper_with_intervals_and_claims():
-    results = [fake_result("base", 44, 0.40), fake_result("base", 45, 0.50),
-               fake_result("credo", 44, 0.55, 0.82, 0.05, 500.0), fake_result("credo", 45, 0.65, 0.86, 0.07, 600.0),
-               fake_result("credo_kappa0", 44, 0.5, auroc=None)]
+    results = [
+        fake_result("base", 44, 0.40),
+        fake_result("base", 45, 0.50),
+        fake_result("credo", 44, 0.55, 0.82, 0.05, 500.0),
+        fake_result("credo", 45, 0.65, 0.86, 0.07, 600.0),
+        fake_result("credo_kappa0", 44, 0.5, auroc=None),
+    ]
     rows = toy_tables.aggregate(results)
-    assert rows["credo"]["acc"] == pytest.approx((0.6, 12.706 * 0.0707106781 / 2 ** 0.5))
+    assert rows["credo"]["acc"] == pytest.approx((0.6, 12.706 * 0.0707106781 / 2**0.5))
     assert rows["credo_kappa0"]["auroc"] is None and rows["credo_kappa0"]["acc"] == (0.5, None)
     text = toy_tables.markdown_tables(rows, "header")
     main, ablation = text.split("tab:ablation")
-    assert "| Base (warm start) | .450 ± .635 |" in main and "| CREDO | .600 ± .635 | .060 ± .127 | .840 ± .254 |" in main
-    assert "GRPO" not in main                                   # rows that were not run are left out
+    assert (
+        "| Base (warm start) | .450 ± .635 |" in main and "| CREDO | .600 ± .635 | .060 ± .127 | .840 ± .254 |" in main
+    )
+    assert "GRPO" not in main  # rows that were not run are left out
     assert "| w/o discrepancy weighting (kappa=0) | .500 | .100 | - | .200 | 3.0 | 44 |" in ablation
     assert "- holds: CREDO's readout AUROC >= 0.8 (mean 0.840)" in text
     assert "- holds: CREDO's accuracy no lower" in text and "RLCR" not in text
@@ -83,17 +94,17 @@ def test_an_interrupted_run_redoes_only_the_unfinished_jobs(tmp_path):
     (done / "result.json").write_text(json.dumps(fake_result("credo", 44, 0.6)))
     half = toy_tables.job_dir(out, "credo", 45)
     half.mkdir(parents=True)
-    (half / "train.log").write_text("killed")                  # started, never finished
+    (half / "train.log").write_text("killed")  # started, never finished
     results, todo = toy_tables.split_done(out, [("credo", 44), ("credo", 45)])
     assert [r["seed"] for r in results] == [44] and todo == [("credo", 45)]
 
 
 def test_a_resumed_run_with_another_configuration_says_so(tmp_path):
     toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": []})
-    toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": []})     # the same: fine
+    toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": []})  # the same: fine
     with pytest.raises(ValueError, match="another configuration"):
         toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": ["lr=1e-4"]})
-    assert json.loads((tmp_path / "plan.json").read_text())["overrides"] == []                 # nothing lost
+    assert json.loads((tmp_path / "plan.json").read_text())["overrides"] == []  # nothing lost
 
 
 # One real job of each kind (the warm start's Base row and a CREDO training of 2 steps), each
@@ -101,7 +112,18 @@ def test_a_resumed_run_with_another_configuration_says_so(tmp_path):
 # every job is found finished, nothing is trained, the tables come out the same.
 @pytest.mark.slow
 def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
-    argv = ["--rows", "credo", "--seed-list", "44", "--eval-n", "1", "--out", str(tmp_path), "max_steps=2", "save_every=2"]
+    argv = [
+        "--rows",
+        "credo",
+        "--seed-list",
+        "44",
+        "--eval-n",
+        "1",
+        "--out",
+        str(tmp_path),
+        "max_steps=2",
+        "save_every=2",
+    ]
     rows = toy_tables.main(argv)
     assert set(rows) == {"base", "credo"} and rows["credo"]["seeds"] == [44]
     for row in rows.values():
@@ -115,13 +137,19 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif("CREDO_TOY_TABLES" not in os.environ,
-                    reason="set CREDO_TOY_TABLES=<out of a finished `bash run.sh toy --tables`> to check issue 24's claims")
+@pytest.mark.skipif(
+    "CREDO_TOY_TABLES" not in os.environ,
+    reason="set CREDO_TOY_TABLES=<out of a finished `bash run.sh toy --tables`> to check issue 24's claims",
+)
 def test_the_claims_hold_on_a_finished_tables_run():
     saved = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "tables.json").read_text())
-    rows = {row: {k: tuple(v) if isinstance(v, list) and k != "seeds" else v for k, v in values.items()}
-            for row, values in saved["rows"].items()}
+    rows = {
+        row: {k: tuple(v) if isinstance(v, list) and k != "seeds" else v for k, v in values.items()}
+        for row, values in saved["rows"].items()
+    }
     found = toy_tables.claims(rows)
     assert len(found) == 4 and all(holds for _, holds in found), found
     plan = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "plan.json").read_text())
-    assert plan["world"] == toy.world_key(toy.world_of(plan["world_seed"])[0]), "the tables are of another world recipe"
+    assert plan["world"] == toy_build.world_key(toy_build.world_of(plan["world_seed"])[0]), (
+        "the tables are of another world recipe"
+    )

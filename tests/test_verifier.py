@@ -12,12 +12,7 @@ import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sandbox_cases import (
-    CORRECT,
-    STDIO,
-    TESTS,
-    completion,
-)
+from sandbox_cases import CORRECT, STDIO, TESTS, completion
 
 import grading
 import verifier
@@ -180,13 +175,18 @@ def test_correct_program_passes_and_wrong_fails(mode, kind):
         "print(sum(map(int, open(0).read().split())))",
         "import os\nprint(sum(map(int, os.read(0, 100).split())))",
         "import sys\nsys.stdout.write(str(sum(map(int, input().split()))) + '\\n')\nsys.exit(0)",
-        ("import atexit, io, sys\nout = io.StringIO()\n"
-         "atexit.register(lambda: sys.__stdout__.write(out.getvalue()))\n"
-         "out.write(str(sum(map(int, input().split()))))"),
-        ("import threading\ndef main():\n    print(sum(map(int, input().split())))\n"
-         "threading.stack_size(1 << 26)\nthreading.Thread(target=main).start()"),
-        ("import asyncio\nasync def main():\n    print(sum(map(int, input().split())))\n"
-         "asyncio.run(main())"),  # the event loop's self-pipe is a socketpair
+        (
+            "import atexit, io, sys\nout = io.StringIO()\n"
+            "atexit.register(lambda: sys.__stdout__.write(out.getvalue()))\n"
+            "out.write(str(sum(map(int, input().split()))))"
+        ),
+        (
+            "import threading\ndef main():\n    print(sum(map(int, input().split())))\n"
+            "threading.stack_size(1 << 26)\nthreading.Thread(target=main).start()"
+        ),
+        (
+            "import asyncio\nasync def main():\n    print(sum(map(int, input().split())))\nasyncio.run(main())"
+        ),  # the event loop's self-pipe is a socketpair
     ],
 )
 def test_stdio_program_styles(any_mode, source):
@@ -210,18 +210,30 @@ def test_call_solution_method_and_json_normalization(any_mode):
         def pair(self, a, b):
             return (a + b, {"k": a * 1.0})
     """
-    tests = {"kind": "call", "fn_name": "pair", "inputs": [[1, 2], [0.1, 0.2]],
-             "outputs": [[3, {"k": 1}], [0.30000001, {"k": 0.1}]]}
+    tests = {
+        "kind": "call",
+        "fn_name": "pair",
+        "inputs": [[1, 2], [0.1, 0.2]],
+        "outputs": [[3, {"k": 1}], [0.30000001, {"k": 0.1}]],
+    }
     assert verifier.verify_code(completion(source), tests) is True
     bool_for_int = "def f(x):\n    return x > 0"
-    assert verifier.verify_code(completion(bool_for_int),
-                                {"kind": "call", "fn_name": "f", "inputs": [[1]], "outputs": [1]}) is False
+    assert (
+        verifier.verify_code(
+            completion(bool_for_int), {"kind": "call", "fn_name": "f", "inputs": [[1]], "outputs": [1]}
+        )
+        is False
+    )
 
 
 def test_call_property_accepts_any_value_that_has_it(any_mode):
     # x^3 - 6x^2 + 11x - 6 = (x-1)(x-2)(x-3): every root passes, nothing else does
-    tests = {"kind": "call", "fn_name": "find_zero", "inputs": [[[-6, 11, -6, 1]]],
-             "property": {"name": "polynomial_root", "atol": 1e-4}}
+    tests = {
+        "kind": "call",
+        "fn_name": "find_zero",
+        "inputs": [[[-6, 11, -6, 1]]],
+        "property": {"name": "polynomial_root", "atol": 1e-4},
+    }
     for value, passes in [("1.0", True), ("2", True), ("3.00000001", True), ("2.5", False), ("'3'", False)]:
         program = f"def find_zero(xs):\n    return {value}"
         assert verifier.verify_code(completion(program), tests) is passes, value
@@ -229,10 +241,12 @@ def test_call_property_accepts_any_value_that_has_it(any_mode):
 
 def test_call_failures(any_mode):
     tests = {"kind": "call", "fn_name": "f", "inputs": [[1], [2]], "outputs": [1, 2]}
-    for source in ["def g(x):\n    return x",               # missing function
-                   "def f(x):\n    if x == 2: raise KeyError\n    return x",
-                   "def f(x):\n    return {x}",              # sets are not JSON
-                   "def f(x)\n    return x"]:                # syntax error
+    for source in [
+        "def g(x):\n    return x",  # missing function
+        "def f(x):\n    if x == 2: raise KeyError\n    return x",
+        "def f(x):\n    return {x}",  # sets are not JSON
+        "def f(x)\n    return x",
+    ]:  # syntax error
         assert verifier.verify_code(completion(source), tests) is False
 
 
@@ -263,12 +277,12 @@ def test_assert_kind_preserves_types_and_exceptions(any_mode):
 
 
 def test_assert_prelude_defines_helpers_and_the_entry_point_is_the_candidate(any_mode):
-    prelude = "def encode(s):\n    return s[1:] + s[:1]\n\n\ndef decode(s):\n    \"\"\"stub\"\"\"\n"
+    prelude = 'def encode(s):\n    return s[1:] + s[:1]\n\n\ndef decode(s):\n    """stub"""\n'
     test = "def check(candidate):\n    assert candidate(encode('abc')) == 'abc'\n    assert decode('bca') == 'abc'\n"
     tests = {"kind": "assert", "entry_point": "decode", "test": test, "prelude": prelude}
     assert verifier.verify_code(completion("def decode(s):\n    return s[-1:] + s[:-1]"), tests) is True
     assert verifier.verify_code(completion("def decode(s):\n    return s"), tests) is False
-    without = {"kind": "assert", "entry_point": "decode", "test": test}         # encode undefined
+    without = {"kind": "assert", "entry_point": "decode", "test": test}  # encode undefined
     assert verifier.verify_code(completion("def decode(s):\n    return s[-1:] + s[:-1]"), without) is False
 
 
@@ -281,8 +295,12 @@ def test_all_humaneval_canonical_solutions_pass_through_the_assert_kind():
 
     def verdicts(task):
         problem = problems[task]
-        tests = {"kind": "assert", "entry_point": problem["entry_point"], "test": problem["test"],
-                 "prelude": problem["prompt"]}
+        tests = {
+            "kind": "assert",
+            "entry_point": problem["entry_point"],
+            "test": problem["test"],
+            "prelude": problem["prompt"],
+        }
         right = problem["prompt"] + problem["canonical_solution"]
         wrong = f"def {problem['entry_point']}(*args):\n    return None"
         return verifier.verify_code(completion(right), tests), verifier.verify_code(completion(wrong), tests)
@@ -296,8 +314,12 @@ def test_all_humaneval_canonical_solutions_pass_through_the_assert_kind():
 
 def test_empty_tests_and_missing_program_fail():
     assert verifier.verify_code(completion(CORRECT["stdio"]), {"kind": "stdio", "inputs": [], "outputs": []}) is False
-    assert verifier.verify_code(completion(CORRECT["call"]),
-                                {"kind": "call", "fn_name": "double", "inputs": [], "outputs": []}) is False
+    assert (
+        verifier.verify_code(
+            completion(CORRECT["call"]), {"kind": "call", "fn_name": "double", "inputs": [], "outputs": []}
+        )
+        is False
+    )
     assert verifier.verify_code("no code here", STDIO) is False
     assert verifier.verify_code("```python\nprint(6)", STDIO) is False  # unclosed block
     in_analysis = "none <analysis>\n```python\nprint(6)\n```\n</analysis>"
@@ -320,13 +342,29 @@ def test_empty_tests_and_missing_program_fail():
         ({"kind": "assert", "entry_point": "f"}, "missing the key 'test'"),
         ({"kind": "assert", "entry_point": "f", "test": "def chek(c): pass"}, "define a top-level"),
         ({"kind": "assert", "entry_point": "f", "test": "def check(c) pass"}, "does not parse"),
-        ({"kind": "assert", "entry_point": "f", "test": "def check(c): pass", "prelude": "def ("}, "prelude does not parse"),
+        (
+            {"kind": "assert", "entry_point": "f", "test": "def check(c): pass", "prelude": "def ("},
+            "prelude does not parse",
+        ),
         ({"kind": "call", "fn_name": "f", "inputs": [[1]], "property": {"name": "sorted"}}, "unknown call property"),
-        ({"kind": "call", "fn_name": "f", "inputs": [[1]], "outputs": [1],
-          "property": {"name": "polynomial_root", "atol": 1}}, "take no 'outputs'"),
-        ({"kind": "call", "fn_name": "f", "inputs": [[1]], "property": {"name": "polynomial_root"}}, "takes parameters"),
-        ({"kind": "call", "fn_name": "f", "inputs": [[1]],
-          "property": {"name": "polynomial_root", "atol": "1"}}, "non-negative number"),
+        (
+            {
+                "kind": "call",
+                "fn_name": "f",
+                "inputs": [[1]],
+                "outputs": [1],
+                "property": {"name": "polynomial_root", "atol": 1},
+            },
+            "take no 'outputs'",
+        ),
+        (
+            {"kind": "call", "fn_name": "f", "inputs": [[1]], "property": {"name": "polynomial_root"}},
+            "takes parameters",
+        ),
+        (
+            {"kind": "call", "fn_name": "f", "inputs": [[1]], "property": {"name": "polynomial_root", "atol": "1"}},
+            "non-negative number",
+        ),
     ],
 )
 def test_malformed_tests_raise_value_error(tests, message):
@@ -351,29 +389,35 @@ def test_bad_arguments_raise_value_error():
 @pytest.mark.parametrize(
     "expected, payload, match",
     [
-        (2500000, b"2500002.0", False),             # off by 2 at 2.5 million
-        (10**18, b"1.0000009e+18", False),           # off by 9e11 at 1e18
-        (10**18 + 1, b"1e+18", False),               # no float is this integer
+        (2500000, b"2500002.0", False),  # off by 2 at 2.5 million
+        (10**18, b"1.0000009e+18", False),  # off by 9e11 at 1e18
+        (10**18 + 1, b"1e+18", False),  # no float is this integer
         ([1, {"a": 2500000}], b'[1, {"dict": [["a", 2500002.0]]}]', False),
         ({"1": [7]}, b'{"dict": [[1, {"tuple": [7.000001]}]]}', False),
-        (2500000, b"2500000.0", True),               # a float of exactly the value
+        (2500000, b"2500000.0", True),  # a float of exactly the value
         ([1, {"a": [10**18]}], b'{"tuple": [1, {"dict": [["a", [1e+18]]]}]}', True),
-        (2.5, b"2.5000001", True),                   # float expectations: rel. 1e-6
+        (2.5, b"2.5000001", True),  # float expectations: rel. 1e-6
     ],
 )
 def test_call_integers_are_exact(expected, payload, match):
     assert grading._returned_value_matches(grading.json_normalize(expected), payload) is match
 
 
-LONG_NUMBERS = ["1" * 40_000 + "x", "1" * 40_000 + ".", "1" * 20_000 + "." + "1" * 20_000 + "x",
-                "." + "1" * 40_000 + "x", "1e" + "1" * 40_000 + "x", "-" + "9" * 40_000 + "e"]
+LONG_NUMBERS = [
+    "1" * 40_000 + "x",
+    "1" * 40_000 + ".",
+    "1" * 20_000 + "." + "1" * 20_000 + "x",
+    "." + "1" * 40_000 + "x",
+    "1e" + "1" * 40_000 + "x",
+    "-" + "9" * 40_000 + "e",
+]
 
 
 @pytest.mark.parametrize("token", LONG_NUMBERS, ids=range(len(LONG_NUMBERS)))
 def test_stdio_comparison_is_linear_in_long_tokens(token):
     for size in (1, 100):  # 40 kB, then 4 MB of the same shape
         text = token[:1] + token[1:-1] * size + token[-1] if size > 1 else token
-        start = time.process_time()   # CPU seconds of this process: other jobs on the machine do not count
+        start = time.process_time()  # CPU seconds of this process: other jobs on the machine do not count
         assert grading._stdio_output_matches("1", text) is False
         assert grading._stdio_output_matches("1", text[:-1]) is False  # a long valid number
         assert time.process_time() - start < 2.0
@@ -428,7 +472,7 @@ def test_forged_return_frames_are_bounded(name, size):
     forged frames fit under the size cap), decoding a forged value is fast."""
     expected = grading.json_normalize(list(range(size)))
     payload = FORGED_VALUES[name]().encode()
-    start = time.process_time()   # the decoding's CPU work, whatever else the machine runs
+    start = time.process_time()  # the decoding's CPU work, whatever else the machine runs
     assert grading._returned_value_matches(expected, payload) is False
     # Idle, the costliest (dict_collisions) takes 0.9 s of CPU, and 2.0 s was once measured
     # beside other jobs (shared caches slow CPU time too). Building 200,000 colliding keys
@@ -449,8 +493,14 @@ def _peak_bytes(function, *args):
 def test_property_payloads_are_bounded_before_decoding():
     """A property judge never builds a value larger than the property's own: a set of
     hash-colliding integers or an 8 MB frame is refused before it is decoded."""
-    spec = grading.parse_tests({"kind": "call", "fn_name": "f", "inputs": [[[-6, 11, -6, 1]]],
-                                "property": {"name": "polynomial_root", "atol": 1e-4}})
+    spec = grading.parse_tests(
+        {
+            "kind": "call",
+            "fn_name": "f",
+            "inputs": [[[-6, 11, -6, 1]]],
+            "property": {"name": "polynomial_root", "atol": 1e-4},
+        }
+    )
     assert spec.judge(1, b"V", b"3.0") is True
     colliding = b'{"set": [' + b", ".join(str(i * (2**61 - 1)).encode() for i in range(50_000)) + b"]}"
     for payload in (colliding, b"[" + b"1, " * (4 << 20) + b"1]", b'{"set": [3.0]}'):

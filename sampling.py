@@ -1,0 +1,165 @@
+"""Steps 1-3 of a training step: which questions it samples, their rollouts, and what the
+rollouts earned.
+
+* `training_problems`: the training rows that fit the prompt budget, and their prompt ids;
+  `QuestionStream`: the deterministic order in which a run draws them (its cursor is
+  checkpointed);
+* `make_rollouts` (steps 1-2): G completions per question from the engine, each cut into its
+  segments on token ids (rollout.py);
+* `outcomes` (step 3): a_i from the verifier, F_i, whether the slot was reached, and any
+  confidence sampled as text (`reported_confidence`: the parsed numeral or the sampled slot
+  token), as an `Outcomes` record for the credit of step 5.
+
+Not here: reading the training rows (data.py), the confidence read from the model's logits
+(policy.py), the forward, the credit and the update (credo.py, methods.py), the engines
+(engine.py), segment parsing (rollout.py), grading itself (verifier.py).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, replace
+
+import torch
+
+import policy as pol
+import rollout as ro
+import verifier
+from config import ConfidencePlan
+from schema import Config
+
+
+def training_problems(
+    rows: list[dict], cfg: Config, plan: ConfidencePlan, tokenizer, announce: bool = True
+) -> tuple[list[dict], list[list[int]]]:
+    """The training problems (`rows`, as data.load_rows reads them) and their prompt ids; problems
+    whose prompt exceeds max_prompt_tokens are skipped, and counted on stderr (where `announce`)."""
+    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], plan.prompt, cfg.domain, cfg.enable_thinking) for r in rows]
+    keep = [i for i, p in enumerate(prompts) if len(p) <= cfg.max_prompt_tokens]
+    if len(keep) < len(rows) and announce:
+        print(
+            f"[credo] {len(rows) - len(keep)} of {len(rows)} problems exceed max_prompt_tokens="
+            f"{cfg.max_prompt_tokens} and are skipped",
+            file=sys.stderr,
+        )
+    return [rows[i] for i in keep], [prompts[i] for i in keep]
+
+
+@dataclass
+class QuestionStream:
+    """An endless, deterministic stream of question indices: epoch e is a permutation of
+    range(n) seeded by (seed, e). Its whole state is `cursor`, so resuming is exact."""
+
+    n: int
+    seed: int
+    cursor: int = 0
+
+    def _permutation(self, epoch: int) -> list[int]:
+        order = list(range(self.n))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def take(self, count: int) -> list[int]:
+        out = []
+        for c in range(self.cursor, self.cursor + count):
+            out.append(self._permutation(c // self.n)[c % self.n])
+        self.cursor += count
+        return out
+
+
+@dataclass
+class Outcomes:
+    """What a step's rollouts earned before any forward: one entry per rollout (row q*G + i)."""
+
+    correct: torch.Tensor  # [N] a_i in {0, 1}
+    fmt: torch.Tensor  # [N] F_i in {0, 1}
+    valid: torch.Tensor  # [N] bool: the slot was reached, so the model's c exists (V)
+    # [N] a confidence sampled as text (plan.rewards_read), NaN where none; None when the rewards read the model's c
+    reported: torch.Tensor | None
+    # [N] eq:sw's confidence from a no-grad eq:digitexp pass (plan.weights_read == "digit_pass"), NaN where none
+    weight_conf: torch.Tensor | None = None
+
+
+def make_rollouts(
+    engine,
+    tokenizer,
+    questions: list[dict],
+    prompts: list[list[int]],
+    cfg: Config,
+    plan: ConfidencePlan,
+    step: int,
+    seed: int,
+) -> list[ro.Rollout]:
+    """Sample G completions per question and parse each into segments (rows q*G + i); `seed`
+    is this rank's (World.rank_seed).
+
+    With conf_train=sampled the slot token is generated, and F_i also needs it to be one of
+    the reserved pair (anything else is a format failure, as a malformed numeral is)."""
+    samples = engine.generate(prompts, cfg.group_size, seed=seed * 1_000_003 + step)
+    reserved = pol.reserved_ids(tokenizer)
+    rollouts = []
+    for row, sample in enumerate(samples):
+        q = row // cfg.group_size
+        segments = ro.parse_segments(tokenizer, sample.token_ids, plan.segments, ro.ANSWER_MARKERS[cfg.domain])
+        if plan.samples_slot_token:
+            slot_token = (
+                sample.token_ids[segments.slot]
+                if segments.slot is not None and segments.slot < len(sample.token_ids)
+                else None
+            )
+            segments = replace(segments, fmt=segments.fmt and slot_token in reserved)
+        rollouts.append(
+            ro.Rollout(
+                question_id=questions[q]["id"],
+                prompt_ids=prompts[q],
+                completion_ids=sample.token_ids,
+                text=ro.decode(tokenizer, sample.token_ids),
+                finish_reason=sample.finish_reason,
+                segments=segments,
+                engine_logprobs=sample.logprobs,
+                slot_repaired=sample.slot_repaired,
+            )
+        )
+    return rollouts
+
+
+def outcomes(
+    rollouts: list[ro.Rollout], questions: list[dict], cfg: Config, plan: ConfidencePlan, tokenizer
+) -> Outcomes:
+    """a_i from the verifier (math-verify in killable workers; code in the sandbox, verify_workers
+    at once, verify_timeout_s per test) on each answer segment (after any thinking block, cut
+    by the rule that splits the tokens); F_i and the slot from the segments; the reports
+    sampled as text."""
+    group = cfg.group_size
+    references = [questions[i // group]["answer" if cfg.domain == "math" else "tests"] for i in range(len(rollouts))]
+    answers = [ro.answer_text(ro.after_thinking(r.text), plan.segments) for r in rollouts]  # what is graded
+    verdicts = verifier.grade(
+        answers, references, cfg.domain, workers=cfg.verify_workers, timeout_s=cfg.verify_timeout_s
+    )
+    return Outcomes(
+        correct=torch.tensor(verdicts, dtype=torch.float32),  # [N]
+        fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),  # [N]
+        valid=torch.tensor([r.segments.slot is not None for r in rollouts]),  # [N]
+        reported=reported_confidence(rollouts, plan.rewards_read, tokenizer),  # [N] or None
+    )
+
+
+def reported_confidence(rollouts: list[ro.Rollout], rewards_read: str, tokenizer) -> torch.Tensor | None:
+    """[N] the confidence a rollout reports as sampled text, NaN where it reports none: the
+    parsed numeral (the verbalized baselines, eq:verb) or the sampled slot token, 1 for
+    <CONF_HIGH> and 0 for <CONF_LOW> (conf_train=sampled), as ConfidencePlan.rewards_read
+    says; None when the rewards read the model's c (rewards_read == "model")."""
+    if rewards_read == "slot_token":
+        value = {tokenizer.convert_tokens_to_ids(ro.CONF_HIGH): 1.0, tokenizer.convert_tokens_to_ids(ro.CONF_LOW): 0.0}
+        return torch.tensor(
+            [
+                value.get(r.completion_ids[r.segments.slot], float("nan"))
+                if r.segments.slot is not None and r.segments.slot < len(r.completion_ids)
+                else float("nan")
+                for r in rollouts
+            ]
+        )
+    if rewards_read == "numeral":
+        return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
+    return None
