@@ -155,16 +155,20 @@ def run_attack(kind, source, limits=None, timeout_s=ATTACK_TIMEOUT_S):
 def assert_defeated(kind, source, **kwargs):
     """The attack scores False within its time bound plus SLACK_S. On a machine so loaded that even a
     correct program's verdict is slow (CI beside other jobs), the slack grows by three times what a
-    correct program takes right now: a verdict that stalls on the attack still fails, a busy CPU does not."""
-    verdict, elapsed, bound = run_attack(kind, source, **kwargs)
-    assert verdict is False
-    if elapsed >= bound + SLACK_S:
+    correct program takes right now. Load comes in bursts that one measurement can miss, so an
+    attempt over its bound is repeated once and the slack measured again: a verdict that stalls on
+    the attack stalls every time and still fails, a busy CPU rarely twice in a row."""
+    for _attempt in range(2):
+        verdict, elapsed, bound = run_attack(kind, source, **kwargs)
+        assert verdict is False
+        if elapsed < bound + SLACK_S:
+            return
         start = time.monotonic()
         assert verifier.verify_code(attack(CORRECT["call"]), TESTS[kind]) is True  # double(), for every kind
         busy = time.monotonic() - start
-        assert elapsed < bound + SLACK_S + 3 * busy, (
-            f"took {elapsed:.2f} s, bound {bound} s (a correct program: {busy:.2f} s)"
-        )
+        if elapsed < bound + SLACK_S + 3 * busy:
+            return
+    raise AssertionError(f"took {elapsed:.2f} s twice over, bound {bound} s (a correct program: {busy:.2f} s)")
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ One checkpoint (a one-step tiny run) and one server for the module: about 3-4 mi
 loaded 2-core machine, most of it the training step and the two engines' start-up.
 """
 
+import contextlib
 import doctest
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import end_with_parent
 
 import client
 import policy as pol
@@ -69,10 +71,51 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, limit_s: float) ->
     pytest.fail(f"vllm serve did not become healthy within {limit_s} s:\n{log.read_text()[-3000:]}")
 
 
+def test_a_server_started_as_the_fixture_starts_it_ends_when_its_starter_is_killed(tmp_path):
+    """The fixture's guarantee, on a stand-in server: an intermediate process starts `sleep` with
+    end_with_parent and exec (as run.sh and client.py exec into vllm serve), then is SIGKILLed."""
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; from processes import end_with_parent; "
+            "p = subprocess.Popen(['bash', '-c', 'exec sleep 300'], preexec_fn=end_with_parent); "
+            "print(p.pid, flush=True); time.sleep(300)",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    server = int(starter.stdout.readline())
+    try:
+        assert process_state(server) not in (None, "Z")  # alive
+        starter.kill()
+        starter.wait()
+        deadline = time.monotonic() + 60  # a bound on waiting, not a timing claim: it normally ends at once
+        while process_state(server) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(server) in (None, "Z"), "the server outlived the process that started it"
+    finally:
+        for pid in (starter.pid, server):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        starter.wait()
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat (Z: a zombie, ended), None once the process is reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 @pytest.fixture(scope="module")
 def server_process(ckpt, tmp_path_factory):
     """`bash run.sh serve <ckpt> --port N` on loopback, started (not yet healthy); its process
-    group is killed at the end. `local` builds its engine while this one boots."""
+    group is killed at the end, and the kernel ends it if this process dies first. `local` builds
+    its engine while this one boots."""
     port, log = free_port(), tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -81,6 +124,7 @@ def server_process(ckpt, tmp_path_factory):
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=end_with_parent,  # a killed pytest leaves no server behind
         )
     try:
         yield proc, f"http://127.0.0.1:{port}", log
