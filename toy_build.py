@@ -121,6 +121,17 @@ def solution_steps(ops: list[int], style: str, right: bool, rng: random.Random) 
     return ", ".join(steps), partial
 
 
+def solution_style(text: str) -> str:
+    """The style a completion's solution is written in: "steps" where it writes partial sums
+    ("3 + 5 = 8, 8 + 2 = 10"), else "direct" (one-addition solutions are the same text in
+    both styles, and read "direct").
+
+    >>> solution_style("3 + 5 = 8, 8 + 2 = 10. The answer is"), solution_style("3 + 5 + 2 = 10. The answer is")
+    ('steps', 'direct')
+    """
+    return "steps" if "," in text.split(". The answer")[0] else "direct"
+
+
 def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:
     """One scripted solution: a style drawn half-and-half, right with that style's probability at
     this level, then the analysis and (verbalized) the style's numeral for the level."""

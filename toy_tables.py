@@ -39,6 +39,7 @@ from tqdm import tqdm
 import toy
 import toy_build
 from figures import plot_row_intervals
+from metrics import auroc
 from report import pool_metrics, read_samples
 
 ROOT = Path(__file__).resolve().parent
@@ -70,7 +71,14 @@ ROWS = {
     "credo_kappa0": Row("ablation", "w/o discrepancy weighting (kappa=0)", "kappa=0", ["kappa=0"], "readout"),
 }
 BASE = "base"  # the warm start read through its verbalized numeral (tab:main's Base row)
-COLUMNS = (("acc", "Acc"), ("ece", "ECE"), ("auroc", "AUROC"), ("brier", "Brier"), ("effective_levels", "Eff. levels"))
+COLUMNS = (
+    ("acc", "Acc"),
+    ("ece", "ECE"),
+    ("auroc", "AUROC"),
+    ("brier", "Brier"),
+    ("effective_levels", "Eff. levels"),
+    ("auroc_ceiling", "AUROC ceiling"),  # auroc_ceiling(): what a confidence of level and style alone reaches
+)
 # Two-sided 95% quantiles of Student's t by degrees of freedom (n seeds - 1).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
@@ -135,6 +143,48 @@ def split_done(out: Path, jobs: list[tuple[str, int]]) -> tuple[list[dict], list
     return results, todo
 
 
+def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
+    """AUROC of the best confidence that knows only each sample's level and solution style: every
+    sample scored by the accuracy of its (level, style) cell among `records` (level 1 is one cell:
+    its two styles are the same text). Samples without a confidence are left out, as the AUROC
+    column leaves them out. In-sample, so it slightly flatters; a readout can pass it only by
+    ranking right above wrong within a cell, which the toy's completions barely allow.
+
+    >>> recs = [{"problem_id": p, "a": a, "c": 0.5, "text": t + ". The answer is"} for p, a, t in [
+    ...     ("x", 1, "1 + 2 = 3"), ("x", 0, "1 + 2 = 4"), ("y", 1, "1 + 2 = 3, 3 + 4 = 7"), ("y", 0, "1 + 2 + 4 = 8")]]
+    >>> auroc_ceiling(recs, {"x": 1, "y": 2})  # cells 0.5, 0.5 / 1.0 / 0.0: 3.5 of 4 pairs
+    0.875
+    """
+    scored = [r for r in records if r["c"] is not None]
+    cell_of = [
+        (levels[r["problem_id"]], toy_build.solution_style(r["text"]) if levels[r["problem_id"]] > 1 else "any")
+        for r in scored
+    ]
+    cells: dict[tuple, list[int]] = {}
+    for cell, record in zip(cell_of, scored):
+        cells.setdefault(cell, []).append(record["a"])
+    accuracy = {cell: sum(a) / len(a) for cell, a in cells.items()}
+    return auroc([accuracy[cell] for cell in cell_of], [r["a"] for r in scored])
+
+
+def levels_of(path: Path) -> dict[str, int]:
+    """{problem id: level} of a toy split."""
+    return {row["id"]: row["level"] for row in map(json.loads, path.read_text().splitlines())}
+
+
+def with_ceiling(out: Path, world_cache: Path, result: dict) -> dict:
+    """A finished job's result from before the AUROC ceiling column, with the ceiling computed from
+    its samples and written into its result.json (nothing else changes)."""
+    where = job_dir(out, result["row"], result["seed"])
+    samples = where / "eval" / "samples.jsonl"
+    if not samples.exists():
+        raise FileNotFoundError(f"{samples}: the samples of a finished job are gone; cannot add its AUROC ceiling")
+    pool = [r for r in read_samples(samples) if r["source"] == result["channel"]]
+    result["metrics"]["auroc_ceiling"] = auroc_ceiling(pool, levels_of(world_cache / "test.jsonl"))
+    (where / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
 def run_job(out: Path, world_cache: Path, row: str, seed: int, overrides: list[str], eval_n: int) -> dict:
     """Train `row` with training seed `seed`, evaluate its last checkpoint on the held-out split
     (the base row: evaluate the warm start with evaluation seed `seed`), write result.json last."""
@@ -189,7 +239,8 @@ def run_job(out: Path, world_cache: Path, row: str, seed: int, overrides: list[s
     )
     records = read_samples(where / "eval" / "samples.jsonl")
     channel = "verbalized" if row == BASE else ROWS[row].channel
-    metrics = pool_metrics([r for r in records if r["source"] == channel])
+    pool = [r for r in records if r["source"] == channel]
+    metrics = pool_metrics(pool) | {"auroc_ceiling": auroc_ceiling(pool, levels_of(world_cache / "test.jsonl"))}
     result = {
         "row": row,
         "seed": seed,
@@ -295,6 +346,12 @@ def markdown_tables(rows: dict, header: str) -> str:
             cells = [_cell(rows[name][key], 1 if key == "effective_levels" else 3) for key, _ in COLUMNS]
             out.append(f"| {label} | " + " | ".join(cells) + f" | {seeds} |")
         out.append("")
+    out += [
+        "AUROC ceiling: the AUROC of the best confidence that knows only each sample's level and "
+        "solution style (each sample given its cell's accuracy, in-sample); a confidence that reads "
+        "nothing else cannot pass it.",
+        "",
+    ]
     found = claims(rows)
     if found:
         out += (
@@ -354,6 +411,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     jobs = [(row, seed) for seed in seeds for row in main_rows]
     jobs += [(row, seed) for seed in seeds for row in rows if ROWS[row].table == "ablation"]
     results, todo = split_done(out, jobs)
+    older = [r for r in results if "auroc_ceiling" not in r["metrics"]]
+    if older:
+        print(f"[tables] adding the AUROC ceiling column to {len(older)} finished jobs", flush=True)
+        results = [with_ceiling(out, cache, r) if r in older else r for r in results]
     if results:
         print(f"[tables] resuming: {len(results)} of {len(jobs)} jobs already finished under {out}", flush=True)
     with (

@@ -9,6 +9,7 @@ calibration loss switched off (`alpha=0`) the Brier score does not fall so;
 `CREDO_TOY_ALPHA0=1` runs that check here as well.
 """
 
+import doctest
 import json
 import os
 import random
@@ -33,18 +34,13 @@ def test_splits_are_deterministic_disjoint_and_graded():
     assert not {r["id"] for r in a} & {r["id"] for r in test}
 
 
-def style_of(text: str) -> str:
-    """ "steps" when the solution writes partial sums ("3 + 5 = 8, 8 + 2 = 10"), else "direct"."""
-    return "steps" if "," in text.split(". The answer")[0] else "direct"
-
-
 def test_scripted_solver_is_right_on_easy_problems_and_often_wrong_on_hard_ones():
     rng = random.Random(0)
     for level in range(1, 6):
         outcomes = {"steps": [], "direct": []}
         for _ in range(3000):
             text, right = toy_build.scripted_completion(toy_build.make_problem(rng, level)[0], "readout", rng)
-            outcomes[style_of(text) if level > 1 else rng.choice(["steps", "direct"])].append(right)
+            outcomes[toy_build.solution_style(text) if level > 1 else rng.choice(["steps", "direct"])].append(right)
         for style, got in outcomes.items():
             assert len(got) == pytest.approx(1500, abs=150)  # half and half
             assert sum(got) / len(got) == pytest.approx(
@@ -54,6 +50,10 @@ def test_scripted_solver_is_right_on_easy_problems_and_often_wrong_on_hard_ones(
     assert p["steps"]["1"] > 0.9 and p["steps"]["5"] < 0.5 and all(p["direct"][k] < p["steps"][k] for k in "2345")
 
 
+def test_toy_build_docstring_examples():
+    assert doctest.testmod(toy_build).failed == 0
+
+
 def test_scripted_completions_carry_the_rollout_formats():
     rng = random.Random(1)
     ops = [3, 5, 2]
@@ -61,7 +61,7 @@ def test_scripted_completions_carry_the_rollout_formats():
     assert "\\boxed{" in readout and "<analysis>" in readout and readout.endswith("</analysis> <confidence>")
     for _ in range(20):
         verbal, right = toy_build.scripted_completion(ops, "verbalized", rng)
-        style = style_of(verbal)
+        style = toy_build.solution_style(verbal)
         assert verbal.startswith("3 + 5 = " if style == "steps" else "3 + 5 + 2 = ")
         assert verbal.endswith(f"<confidence>{toy_build.WORLD['styles'][style]['verbal']['2']}</confidence>")
         assert ("\\boxed{10}" in verbal) == right

@@ -61,7 +61,7 @@ def test_interval_is_the_t_interval_of_the_seeds():
 
 
 def fake_result(row, seed, acc, auroc=0.5, ece=0.1, levels=3.0):
-    metrics = {"acc": acc, "ece": ece, "auroc": auroc, "brier": 0.2, "effective_levels": levels}
+    metrics = {"acc": acc, "ece": ece, "auroc": auroc, "brier": 0.2, "effective_levels": levels, "auroc_ceiling": 0.8}
     return {"row": row, "seed": seed, "channel": "readout", "metrics": metrics}
 
 
@@ -82,9 +82,42 @@ def test_tables_are_laid_out_as_the_paper_with_intervals_and_claims():
         "| Base (warm start) | .450 ± .635 |" in main and "| CREDO | .600 ± .635 | .060 ± .127 | .840 ± .254 |" in main
     )
     assert "GRPO" not in main  # rows that were not run are left out
-    assert "| w/o discrepancy weighting (kappa=0) | .500 | .100 | - | .200 | 3.0 | 44 |" in ablation
+    assert "| w/o discrepancy weighting (kappa=0) | .500 | .100 | - | .200 | 3.0 | .800 | 44 |" in ablation
     assert "- holds: CREDO's readout AUROC >= 0.8 (mean 0.840)" in text
     assert "- holds: CREDO's accuracy no lower" in text and "RLCR" not in text
+
+
+def test_the_ceiling_is_added_to_a_job_finished_before_its_column(tmp_path):
+    """A result.json without `auroc_ceiling` (a run of an older toy_tables.py) gets it from its own
+    samples; a job whose samples are gone says so instead of a guessed value."""
+    world = tmp_path / "world"
+    world.mkdir()
+    (world / "test.jsonl").write_text(
+        "".join(json.dumps({"id": p, "level": lv}) + "\n" for p, lv in [("x", 1), ("y", 2)])
+    )
+    result = fake_result("credo", 44, 0.5)
+    del result["metrics"]["auroc_ceiling"]
+    where = toy_tables.job_dir(tmp_path / "out", "credo", 44)
+    (where / "eval").mkdir(parents=True)
+    (where / "result.json").write_text(json.dumps(result))
+    samples = [
+        ("x", 1, "1 + 2 = 3"),
+        ("x", 0, "1 + 2 = 4"),
+        ("y", 1, "1 + 2 = 3, 3 + 4 = 7"),
+        ("y", 0, "1 + 2 + 4 = 8"),
+    ]
+    (where / "eval" / "samples.jsonl").write_text(
+        "".join(
+            json.dumps({"problem_id": p, "a": a, "c": 0.5, "source": "readout", "text": f"{t}. The answer is"}) + "\n"
+            for p, a, t in samples
+        )
+    )
+    added = toy_tables.with_ceiling(tmp_path / "out", world, result)
+    assert added["metrics"]["auroc_ceiling"] == 0.875  # cells 0.5, 0.5 / 1.0 / 0.0: 3.5 of 4 pairs
+    assert json.loads((where / "result.json").read_text()) == added  # written back, the rest unchanged
+    (where / "eval" / "samples.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="samples of a finished job are gone"):
+        toy_tables.with_ceiling(tmp_path / "out", world, result)
 
 
 def test_an_interrupted_run_redoes_only_the_unfinished_jobs(tmp_path):
