@@ -1346,10 +1346,16 @@ def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
             "print(int(input()) * 2)",
         ]
     )
+    # The unprivileged user imports the grader from a copy it can read: a checkout under a
+    # private directory (mktemp -d is 0700) is out of its reach.
+    readable = Path(tempfile.mkdtemp(prefix="credo-nobody-"))
+    readable.chmod(0o755)
+    for module in ROOT.glob("*.py"):
+        shutil.copy(module, readable / module.name)
     script = "\n".join(
         [
             "import json, os, resource, sys",
-            f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]",
+            f"sys.path[:0] = [{str(readable)!r}]",
             "import sandbox, verifier",
             "completion = lambda source: '```python\\n' + source + '\\n```'",
             "sandbox._CONFIG = sandbox._SandboxConfig('plain', sys.executable, landlock=sandbox._landlock_abi() >= 1)",
@@ -1360,13 +1366,16 @@ def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
             "print(json.dumps([verdict, before == state(), before, state()]))",
         ]
     )
-    done = subprocess.run(
-        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/tmp",
-    )
+    try:
+        done = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/tmp",
+        )
+    finally:
+        shutil.rmtree(readable)
     if done.returncode != 0 and "Permission denied" in done.stderr:
         pytest.skip(f"the unprivileged user cannot run this checkout: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-2000:]
