@@ -30,8 +30,10 @@ WORLD = {
     # 3: prompts end with Qwen3's empty thinking block; 4: two solution styles; 5: the addition
     # check below (the warm start itself is version 4's, step for step); 6: the steps style's
     # accuracy falls faster with the level (version 5's let no level-and-style confidence rank
-    # at AUROC 0.80 once RL had removed the direct style: 0.794 on the solver's own rates)
-    "version": 6,
+    # at AUROC 0.80 once RL had removed the direct style: 0.794 on the solver's own rates);
+    # 7: twice the warm start, in batches of one level, and the check at level 2 too (warm
+    # starts that carried badly at level 2 left RL and the readout little to work with)
+    "version": 7,
     "seed": 0,
     "levels": 5,  # level L: L + 1 one-digit operands, L additions
     "n_train": 2000,
@@ -59,18 +61,19 @@ WORLD = {
     "kv_heads": 1,
     "head_dim": 32,
     "intermediate": 256,
-    "sft_steps": 800,
+    "sft_steps": 1600,  # 800 left some worlds adding badly at level 2 (docs/toy.md, version 7)
     "sft_batch": 32,
     "sft_lr": 3e-3,
     # The warm start's channels, in turn: the readout and verbalized formats of the toy's runs.
     # Not the readout format without the analysis (tab:ablation's row): one step in five of it
     # gave a world 0 that could not add (0.71, then 0.74 after 400 more steps; docs/toy.md).
     "sft_channels": ["readout", "verbalized"],
-    # The addition check: a warm start that does not add one-digit numbers (sampled accuracy at
-    # T = 0.7 on level-1 training problems; the solver is right 0.98) gives RL nothing to select
-    # and the readout little to read (docs/toy.md, world 1 of version 4). Below the bar, more
-    # warm-start steps, at most `check_rounds` times; still below, the build fails and says so.
-    "check_min_acc": 0.85,
+    # The addition check: a warm start that does not add (sampled accuracy at T = 0.7 on training
+    # problems of level 1, and of level 2 in the steps style; the solver is right 0.98 and 0.9)
+    # gives RL nothing to select and the readout little to read (docs/toy.md, versions 4 and 6).
+    # Below a bar, more warm-start steps, at most `check_rounds` times; still below, the build
+    # fails and says so.
+    "check_min_acc": {"1": 0.85, "2": 0.8},
     "check_steps": 400,
     "check_rounds": 2,
 }
@@ -181,7 +184,9 @@ def warm_start(
     afresh each time (so the model learns the solver's distribution, slips included); loss on
     completion tokens only; `seed` (default the world's) seeds the draws.
 
-    Steps take the channels of world["sft_channels"] in turn. Every prompt of a channel starts
+    Steps take the channels of world["sft_channels"] in turn, and the levels in turn (with two
+    channels and five levels every pair comes once in ten steps): a batch of one level pads
+    little (a batch of all levels is 22% padding). Every prompt of a channel starts
     with the same system prompt, so it is run once per step (batch 1, with gradients) and its
     key/value cache is repeated over the batch: the same loss and gradients as full sequences,
     ~3x cheaper.
@@ -212,11 +217,12 @@ def warm_start(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / steps))
     model.train()
     losses, t0 = [], time.perf_counter()
+    by_level = [[i for i, r in enumerate(rows) if r["level"] == level] for level in range(1, world["levels"] + 1)]
     for step in range(steps):
         channel = channels[step % len(channels)]
         k = shared[channel]
         batch = []
-        for i in rng.sample(range(len(rows)), bs):
+        for i in rng.sample(by_level[step % len(by_level)], bs):
             text, _ = scripted_completion(rows[i]["ops"], channel, rng, world)
             batch.append(
                 (prompts[channel][i][k:], tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id])
@@ -254,20 +260,22 @@ def warm_start(
     return losses
 
 
-def addition_accuracy(model, tokenizer, rows: list[dict], seed: int, n: int = 100, samples: int = 4) -> float:
-    """Accuracy on the first `n` level-1 problems of `rows` (one addition of two one-digit numbers),
-    `samples` each, sampled as the toy's runs sample (T = 0.7, top-k 50; seeded), through the
-    verbalized prompt: whether a warm start learned to add (world 1 of version 4 was right 0.65 of
-    the time at T = 0.7 on level 1). Greedy decoding is a weaker test: a development build of
-    version 5 was right 1.00 greedy and 0.93 sampled on level 1, 0.58 and 0.51 on level 2.
-    Prompts of one length are generated together, without padding."""
-    level1 = [r for r in rows if r["level"] == 1][:n]
+def addition_accuracy(
+    model, tokenizer, rows: list[dict], seed: int, level: int = 1, n: int = 100, samples: int = 4
+) -> float:
+    """Accuracy on the first `n` problems of `level` in `rows`, `samples` each, sampled as the
+    toy's runs sample (T = 0.7, top-k 50; seeded), through the verbalized prompt; from level 2 on,
+    of the steps-style samples only (the direct style is meant to be unreliable). Whether a warm
+    start learned to add: greedy decoding is a weaker test (a development build of version 5 was
+    right 1.00 greedy and 0.93 sampled on level 1, 0.58 and 0.51 on level 2). Prompts of one
+    length are generated together, without padding."""
+    chosen = [r for r in rows if r["level"] == level][:n]
     by_length: dict[int, list[tuple[list[int], str]]] = {}
-    for row in level1:
+    for row in chosen:
         ids = build_prompt_ids(tokenizer, row["problem"], "verbalized", "math")
         by_length.setdefault(len(ids), []).append((ids, row["answer"]))
     torch.manual_seed(seed)
-    right = 0
+    graded = []
     with torch.no_grad():
         for width, group in sorted(by_length.items()):
             out = model.generate(
@@ -282,36 +290,56 @@ def addition_accuracy(model, tokenizer, rows: list[dict], seed: int, n: int = 10
             )
             texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
             for k, completion in enumerate(texts):
+                if level > 1 and solution_style(completion) != "steps":
+                    continue
                 boxed = re.search(r"\\boxed\{(\d+)\}", completion)
-                right += boxed is not None and boxed.group(1) == group[k // samples][1]
-    return right / (len(level1) * samples)
+                graded.append(boxed is not None and boxed.group(1) == group[k // samples][1])
+    if not graded:
+        return 0.0
+    return sum(graded) / len(graded)
 
 
-def checked_warm_start(model, tokenizer, rows: list[dict], world: dict, log=print) -> tuple[list[float], list[float]]:
-    """The warm start, then the addition check (world["check_*"]): below the bar, `check_steps`
+def addition_check(model, tokenizer, rows: list[dict], seed: int, world: dict) -> dict[str, float]:
+    """addition_accuracy at each level of world["check_min_acc"] ({level: bar})."""
+    return {level: addition_accuracy(model, tokenizer, rows, seed, int(level)) for level in world["check_min_acc"]}
+
+
+def _check_text(check: dict[str, float], world: dict) -> str:
+    return ", ".join(
+        f"{check[level]:.2f} at level {level} (needs {bar})" for level, bar in world["check_min_acc"].items()
+    )
+
+
+def _passes(check: dict[str, float], world: dict) -> bool:
+    return all(check[level] >= bar for level, bar in world["check_min_acc"].items())
+
+
+def checked_warm_start(
+    model, tokenizer, rows: list[dict], world: dict, log=print
+) -> tuple[list[float], list[dict[str, float]]]:
+    """The warm start, then the addition check (world["check_*"]): below a bar, `check_steps`
     more steps (fresh draws), at most `check_rounds` times; RuntimeError, in one line, when the
-    model still cannot add. Returns the losses and the accuracy after each check."""
+    model still cannot add. Returns the losses and each check's accuracies."""
     losses = warm_start(model, tokenizer, rows, world, log)
-    checks = [addition_accuracy(model, tokenizer, rows, world["seed"])]
+    checks = [addition_check(model, tokenizer, rows, world["seed"], world)]
     for extra in range(1, world["check_rounds"] + 1):
-        if checks[-1] >= world["check_min_acc"]:
+        if _passes(checks[-1], world):
             break
         log(
-            f"[toy] addition check: the warm start adds one-digit numbers right {checks[-1]:.2f} of the time (T = 0.7, "
-            f"level 1; the toy needs {world['check_min_acc']}): {world['check_steps']} more warm-start steps"
+            f"[toy] addition check (sampled at T = 0.7; steps style from level 2): the warm start is right "
+            f"{_check_text(checks[-1], world)}: {world['check_steps']} more warm-start steps"
         )
         losses += warm_start(
             model, tokenizer, rows, world, log, steps=world["check_steps"], seed=world["seed"] + 1000 * extra
         )
-        checks.append(addition_accuracy(model, tokenizer, rows, world["seed"] + extra))
-    if checks[-1] < world["check_min_acc"]:
+        checks.append(addition_check(model, tokenizer, rows, world["seed"] + extra, world))
+    if not _passes(checks[-1], world):
         raise RuntimeError(
-            f"toy world seed {world['seed']}: after {len(losses)} warm-start steps the model adds one-digit "
-            f"numbers right {checks[-1]:.2f} of the time (T = 0.7, level 1; the toy needs "
-            f"{world['check_min_acc']}), so RL and the readout would have little to work with; "
-            f"build another world (--world-seed)"
+            f"toy world seed {world['seed']}: after {len(losses)} warm-start steps the model is right "
+            f"{_check_text(checks[-1], world)} (sampled at T = 0.7; steps style from level 2), so RL and the "
+            f"readout would have little to work with; build another world (--world-seed)"
         )
-    log(f"[toy] addition check passed: one-digit sums right {checks[-1]:.2f} of the time (T = 0.7, level 1)")
+    log(f"[toy] addition check passed: right {_check_text(checks[-1], world)}")
     return losses, checks
 
 
