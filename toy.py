@@ -20,11 +20,12 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
    rollout formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`),
    verbalized (`... </analysis> <confidence>0.X</confidence>`, an honest but coarse
    numeral: the style's accuracy at the level, rounded to one of five values). The build
-   ends with an addition check (level-1 sums sampled at T = 0.7): a warm start that
-   cannot add gets more steps, and fails the build, in one line, if it still cannot.
+   ends with an addition check (level-1 sums, and level-2 sums written in steps, sampled at
+   T = 0.7): a warm start that cannot add gets more steps, and fails the build, in one
+   line, if it still cannot.
 2. *Training*: CREDO (readout channel), the verbalized baseline RLCR and, with
    `--methods`, plain GRPO: the real loop (`python credo.py configs/toy.yaml ...`),
-   the same settings and budget for every method.
+   the same settings and budget for every method, two trainings at a time (`--jobs`).
 3. *Evaluation*: `eval.evaluate` on the held-out split (T = 0.7, n samples per
    problem) of the warm-started model read through each channel ("before") and
    of each trained checkpoint ("after").
@@ -75,12 +76,45 @@ def _env() -> dict:
     return env
 
 
+def _failure(args: list[str], code: int, log_path: Path) -> RuntimeError:
+    tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
+    return RuntimeError(f"`{' '.join(args)}` failed (exit {code}); last lines of {log_path}:\n{tail}")
+
+
 def run_stage(args: list[str], log_path: Path) -> None:
     with log_path.open("w") as log:
         proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
-        tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
-        raise RuntimeError(f"`{' '.join(args)}` failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
+        raise _failure(args, proc.returncode, log_path)
+
+
+def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, float]:
+    """Each (args, log) stage as run_stage runs it, `jobs` at a time; the seconds each took, by
+    its log. The first failure stops the others and raises, with the failed stage's log tail."""
+    pending, running, seconds = list(stages), [], {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                args, log_path = pending.pop(0)
+                log = log_path.open("w")
+                proc = subprocess.Popen(
+                    [sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT
+                )
+                running.append((proc, args, log_path, log, time.perf_counter()))
+            time.sleep(0.2)  # polled: a stage takes minutes
+            for stage in [stage for stage in running if stage[0].poll() is not None]:
+                proc, args, log_path, log, t0 = stage
+                running.remove(stage)
+                log.close()
+                seconds[log_path] = time.perf_counter() - t0
+                if proc.returncode != 0:
+                    raise _failure(args, proc.returncode, log_path)
+    finally:
+        for proc, _, _, log, _ in running:
+            proc.kill()
+            proc.wait()
+            log.close()
+    return seconds
 
 
 def last_checkpoint(run_dir: Path) -> Path:
@@ -185,12 +219,20 @@ def main(argv: list[str] | None = None) -> dict | None:
         f"independently built world, cached in .cache/toy-w<seed>",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="trainings run at a time (default 2: each takes one core; the toy's machine has two)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="key=value overrides for every training (e.g. alpha=0 for the ablation)"
     )
     args = parser.parse_args(argv)
     try:  # bad input: one line, before the world is built
         methods = parse_names(args.methods or ("credo" if args.quick else "credo,rlcr"), "--methods", METHODS)
         world, cache = toy_build.world_of(args.world_seed)
+        if args.jobs < 1:
+            raise ValueError(f"--jobs {args.jobs}: at least one training runs at a time")
     except ValueError as error:
         sys.exit(f"toy: {error}")
     t_start = time.perf_counter()
@@ -204,27 +246,28 @@ def main(argv: list[str] | None = None) -> dict | None:
         test.write_text("".join(cache.joinpath("test.jsonl").read_text().splitlines(keepends=True)[:100]))
     model_dir = str(cache / "model")
     spec_ckpts, labels, timings = [], {}, {"world_s": round(t_world, 1)}
+    stages = []
     for method in methods:
-        name = method.upper()
         method_overrides, channel = METHODS[method]
-        t0 = time.perf_counter()
-        print(f"[toy] training {name} ({channel} channel) with credo.py configs/toy.yaml ...", flush=True)
         shutil.rmtree(out / method, ignore_errors=True)  # a fresh run (credo.py appends to metrics.jsonl)
-        run_stage(
-            [
-                "credo.py",
-                "configs/toy.yaml",
-                f"out_dir={out}",
-                f"run_name={method}",
-                f"model={model_dir}",
-                f"train_data={cache / 'train.jsonl'}",
-                *method_overrides,
-                *quick,
-                *args.overrides,
-            ],
-            out / f"train_{method}.log",
-        )
-        timings[f"train_{method}_s"] = round(time.perf_counter() - t0, 1)
+        args_train = [
+            "credo.py",
+            "configs/toy.yaml",
+            f"out_dir={out}",
+            f"run_name={method}",
+            f"model={model_dir}",
+            f"train_data={cache / 'train.jsonl'}",
+            *method_overrides,
+            *quick,
+            *args.overrides,
+        ]
+        stages.append((args_train, out / f"train_{method}.log"))
+    names = ", ".join(f"{m.upper()} ({METHODS[m][1]} channel)" for m in methods)
+    print(f"[toy] training {names} with credo.py configs/toy.yaml, {args.jobs} at a time ...", flush=True)
+    seconds = run_stages(stages, args.jobs)
+    for method in methods:
+        name, channel = method.upper(), METHODS[method][1]
+        timings[f"train_{method}_s"] = round(seconds[out / f"train_{method}.log"], 1)
         ckpt = last_checkpoint(out / method)
         spec_ckpts += [
             {"label": f"{method}/before", "path": model_dir, "channel": channel, "method": name},
