@@ -285,8 +285,6 @@ def validate_config(cfg: Config) -> None:
         )
     if cfg.domain not in DOMAINS:
         raise ValueError(f"domain={cfg.domain!r} is not supported; choose one of {DOMAINS}")
-    if not cfg.readout_lr_scale > 0:
-        raise ValueError(f"readout_lr_scale={cfg.readout_lr_scale} must be positive (1: the paper's single lr)")
     method, channel, source = cfg.method, cfg.channel, confidence_source(cfg)
     reads = method_of(method).reads  # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")

@@ -110,15 +110,6 @@ def make_optimizer(model, cfg: Config, device_type: str) -> torch.optim.AdamW:
     )
 
 
-def scale_readout_update(lm_head: torch.Tensor, rows: list[int], before: torch.Tensor, scale: float) -> None:
-    """readout_lr_scale: make the optimizer's step on the readout's rows of the output head
-    (`lm_head: [V, H]`, rows <CONF_HIGH>, <CONF_LOW>; `before: [2, H]`, their values before the
-    step) `scale` times as long. AdamW's moments do not depend on lr, so this is exactly AdamW
-    with lr x scale (weight decay included) for those rows, and leaves every other weight as it is."""
-    with torch.no_grad():
-        lm_head[rows] = before + scale * (lm_head[rows] - before)
-
-
 def confidence_loss(
     fwd: pol.Forward,
     conf: torch.Tensor,
@@ -273,11 +264,7 @@ def train_on_batch(
             c_model[rows] = conf.float().cpu()
 
     grad_norm = parallel.clip_gradients(policy.model, cfg.max_grad_norm)
-    readout_rows, lm_head = [policy.high_id, policy.low_id], policy.model.lm_head.weight
-    rows_before = lm_head[readout_rows].detach().clone() if cfg.readout_lr_scale != 1 else None  # [2, H]
     optimizer.step()
-    if rows_before is not None:
-        scale_readout_update(lm_head, readout_rows, rows_before, cfg.readout_lr_scale)
     optimizer.zero_grad(set_to_none=True)
     if plan.record == "report":  # a baseline's confidence of record: its report
         conf_of_record, conf_valid = out.reported.float(), reads.rewards_valid

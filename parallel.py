@@ -162,13 +162,7 @@ def main_print(world: World, *args, **kwargs) -> None:
 
 def check_world(cfg: Config, world: World) -> None:
     """The step's questions (per_device_batch_size x grad_accum / group_size, the same for every
-    world size) must split into equal whole-group slices across ranks; readout_lr_scale needs
-    one process."""
-    if world.world_size > 1 and cfg.readout_lr_scale != 1:
-        raise ValueError(
-            f"readout_lr_scale={cfg.readout_lr_scale} is implemented for one process only (it rescales two rows "
-            f"of the output head, which FSDP2 shards across {world.world_size} ranks): use readout_lr_scale=1"
-        )
+    world size) must split into equal whole-group slices across ranks."""
     rollouts = cfg.per_device_batch_size * cfg.grad_accum
     questions = rollouts // cfg.group_size
     if questions % world.world_size:

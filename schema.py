@@ -92,12 +92,6 @@ class Config:
         "auto", "torch's fused AdamW kernel (one pass over weights, gradients, moments); auto: on CUDA only"
     )
     weight_decay: float = _field(0.0, "AdamW weight decay (none)")
-    readout_lr_scale: float = _field(
-        1.0,
-        "multiplies the learning rate of the two output-head rows the readout reads (<CONF_HIGH>, <CONF_LOW>); "
-        "1: as the paper. Only L_cal trains them, and AdamW moves a weight by about lr a step, so a small "
-        "model at a small lr moves z_H - z_L slowly (docs/toy.md). One process only",
-    )
     per_device_batch_size: int = _field(
         2,
         "rollouts per micro-batch; x grad_accum = rollouts per device and step (2 x 64 = 128 = 16 questions x G)",

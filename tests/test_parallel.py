@@ -363,13 +363,6 @@ def test_a_world_size_that_does_not_divide_the_questions_is_refused():
         parallel.check_world(cfg, parallel.World(0, 3, 0, torch.device("cpu")))
 
 
-def test_a_readout_lr_scale_is_refused_under_data_parallelism():
-    cfg = config.load_config("tiny", ["readout_lr_scale=10"])
-    parallel.check_world(cfg, parallel.World(0, 1, 0, torch.device("cpu")))
-    with pytest.raises(ValueError, match="readout_lr_scale=10.0 is implemented for one process only"):
-        parallel.check_world(cfg, parallel.World(1, 2, 1, torch.device("cpu")))
-
-
 def test_rank_slices_cover_the_step_and_rank_zero_samples_like_one_process():
     step = list(range(8))
     worlds = [parallel.World(r, 4, r, torch.device("cpu")) for r in range(4)]
