@@ -32,8 +32,12 @@ WORLD = {
     # accuracy falls faster with the level (version 5's let no level-and-style confidence rank
     # at AUROC 0.80 once RL had removed the direct style: 0.794 on the solver's own rates);
     # 7: twice the warm start, in batches of one level, and the check at level 2 too (warm
-    # starts that carried badly at level 2 left RL and the readout little to work with)
-    "version": 7,
+    # starts that carried badly at level 2 left RL and the readout little to work with);
+    # (8-10 were tried and not adopted: docs/toy.md) 11: in the readout format the warm start
+    # goes on past the slot with "high" or "low", "high" with the solver's rate, so that the
+    # slot's hidden state carries a confidence and the rows that <CONF_HIGH>/<CONF_LOW> copy
+    # (policy.RESERVED_INIT_WORDS) mean something, as on a real model (the loop stops at the slot)
+    "version": 11,
     "seed": 0,
     "levels": 5,  # level L: L + 1 one-digit operands, L additions
     "n_train": 2000,
@@ -139,7 +143,9 @@ def solution_style(text: str) -> str:
 
 def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:
     """One scripted solution: a style drawn half-and-half, right with that style's probability at
-    this level, then the analysis and (verbalized) the style's numeral for the level."""
+    this level, then the analysis and, after the slot, (verbalized) the style's numeral for the
+    level or (readout) "high" with the style's rate at the level, else "low". The loop stops
+    readout rollouts at the slot; only the warm start goes on past it."""
     level = str(len(ops) - 1)
     style = rng.choice(sorted(world["styles"]))
     right = rng.random() < world["styles"][style]["p_correct"][level]
@@ -149,6 +155,9 @@ def scripted_completion(ops: list[int], channel: str, rng: random.Random, world:
     text += "<confidence>" if channel == "readout_noanalysis" else f"<analysis> {analysis} </analysis> <confidence>"
     if channel == "verbalized":
         text += f"{world['styles'][style]['verbal'][level]}</confidence>"
+    elif channel == "readout":  # the warm start only: a word that is "high" with the style's rate
+        p_right = world["styles"][style]["p_correct"][level]
+        text += ("high" if rng.random() < p_right else "low") + "</confidence>"
     return text, answer == sum(ops)
 
 
@@ -203,7 +212,8 @@ def warm_start(
     # special tokens (at ids len(tokenizer), +1; rows = mean embedding of "high"/"low"), which
     # changes how that prompt tokenizes. Warm-start on the prompts as the loop will see them,
     # with those two rows held at exactly the values load_policy will give them; the saved
-    # tokenizer stays without them, so the readout starts untrained, as on a real checkpoint.
+    # tokenizer stays without them, so the loop adds them as on a real checkpoint, and their
+    # rows start from those of "high" and "low", which the readout format's warm start trains.
     with_reserved = copy.deepcopy(tokenizer)
     add_reserved_tokens(model, with_reserved)
 

@@ -78,7 +78,8 @@ def test_scripted_completions_carry_the_rollout_formats():
     rng = random.Random(1)
     ops = [3, 5, 2]
     readout, _ = toy_build.scripted_completion(ops, "readout", rng)
-    assert "\\boxed{" in readout and "<analysis>" in readout and readout.endswith("</analysis> <confidence>")
+    assert "\\boxed{" in readout and "<analysis>" in readout
+    assert readout.endswith(("</analysis> <confidence>high</confidence>", "</analysis> <confidence>low</confidence>"))
     for _ in range(20):
         verbal, right = toy_build.scripted_completion(ops, "verbalized", rng)
         style = toy_build.solution_style(verbal)
@@ -87,11 +88,27 @@ def test_scripted_completions_carry_the_rollout_formats():
         assert ("\\boxed{10}" in verbal) == right
 
 
+def test_the_readout_formats_word_after_the_slot_is_high_with_the_solvers_rate():
+    # Version 11: the warm start says "high" past the slot with the style's rate at the level.
+    # 2,000 draws per style at level 3 (rates 0.7 and 0.3): a binomial standard error of 0.010,
+    # so 0.04 is four of them; the draws are seeded, so the test is deterministic.
+    rng = random.Random(11)
+    for style, rate in (("steps", 0.7), ("direct", 0.3)):
+        assert toy_build.WORLD["styles"][style]["p_correct"]["3"] == rate
+        words = []
+        while len(words) < 2000:
+            text, _ = toy_build.scripted_completion([3, 5, 2, 7], "readout", rng)
+            if toy_build.solution_style(text) == style:
+                words.append(text.rsplit("<confidence>", 1)[1].removesuffix("</confidence>"))
+        assert set(words) == {"high", "low"}
+        assert abs(words.count("high") / len(words) - rate) < 0.04, (style, words.count("high"))
+
+
 def test_the_no_analysis_format_has_no_analysis_and_the_same_solution():
-    rng_a, rng_b = random.Random(5), random.Random(5)
-    for _ in range(20):
-        ops = toy_build.make_problem(rng_a, 3)[0]
-        toy_build.make_problem(rng_b, 3)
+    problems = random.Random(5)
+    for seed in range(20):
+        ops = toy_build.make_problem(problems, 3)[0]
+        rng_a, rng_b = random.Random(seed), random.Random(seed)
         plain, right = toy_build.scripted_completion(ops, "readout_noanalysis", rng_a)
         full, right_full = toy_build.scripted_completion(ops, "readout", rng_b)  # the same draws
         assert plain.endswith("}. <confidence>") and "<analysis>" not in plain and right == right_full
