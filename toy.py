@@ -135,6 +135,7 @@ def summarize(records: list[dict], out: Path, labels: dict) -> dict:
                 continue
             parsed = [r for r in mine if r["c"] is not None]
             metrics = calibration_metrics([r["c"] for r in parsed], [r["a"] for r in parsed]) if parsed else {}
+            metrics["mean_conf"] = float(np.mean([r["c"] for r in parsed])) if parsed else None
             metrics["parse_fail"] = 1 - len(parsed) / len(mine)
             metrics["acc_all"] = float(np.mean([r["a"] for r in mine]))
             report[method][when] = metrics
@@ -164,6 +165,7 @@ def markdown_table(report: dict) -> str:
         ("auroc", "AUROC"),
         ("ece", "ECE"),
         ("brier", "Brier"),
+        ("mean_conf", "Mean c"),
         ("effective_levels", "Eff. levels"),
         ("top_share", "Top share"),
         ("parse_fail", "Parse fail"),

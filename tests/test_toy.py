@@ -2,10 +2,10 @@
 
 Two slow tests: the loop raises GRPO's reward on four problems whose answers the verifier
 knows (30 steps), and `python toy.py --quick` (CREDO only: 40 training steps, 100 held-out
-problems x 2 samples) lowers the readout's held-out Brier score, keeps its ECE low and its
-AUROC no lower than the untrained readout's. Their thresholds come from two independently
-built worlds (docs/toy.md), since a world built on another machine differs. With the
-calibration loss switched off (`alpha=0`) the Brier score does not fall so;
+problems x 2 samples) leaves the readout's mean at the accuracy RL raised, its ECE low and its
+ranking kept. Their thresholds come from two independently built worlds (docs/toy.md), since a
+world built on another machine differs. With the calibration loss switched off (`alpha=0`) the
+readout lags the accuracy RL adds;
 `CREDO_TOY_ALPHA0=1` runs that check here as well.
 """
 
@@ -264,12 +264,26 @@ def test_the_loop_raises_the_reward_on_a_task_with_a_known_answer(tmp_path, toy_
     )
 
 
-# What L_cal does on any world: it regresses c toward the hybrid target, so the readout's Brier
-# score falls and it does not lose ranking. How far the AUROC rises depends on the world
-# (docs/toy.md): on two independently built worlds of version 4 the quick run gave AUROC
-# 0.575 -> 0.811 and 0.658 -> 0.687, Brier 0.248 -> 0.179 and 0.239 -> 0.211, ECE 0.124 and
-# 0.059; on version 7's world 0, 0.464 -> 0.716, 0.231 -> 0.184, ECE 0.035 (200 samples).
-QUICK_BRIER_DROP, QUICK_ECE = 0.015, 0.15
+# What the quick run shows on any world (docs/toy.md, "Version 11"). Since world version 11 the
+# readout starts from the warm start's own "high"/"low", which read the solver's rates: before RL it
+# already ranks (AUROC 0.850 and 0.826 on version 11's worlds 0 and 3, 200 samples each) and is
+# off by 0.10-0.12 of ECE. After 40 steps of CREDO the readout has followed the accuracy RL added
+# (0.623 -> 0.725 and 0.480 -> 0.615): its mean is within 0.060 and 0.015 of the accuracy, ECE 0.091
+# and 0.074, AUROC 0.858 and 0.867. The bounds below sit about two standard errors of a
+# 200-sample accuracy (0.03) or AUROC (0.03) beyond those. Within 40 steps L_cal's own share is
+# smaller than on versions 4-7, whose readout started untrained (Brier 0.248 -> 0.179 there): with
+# alpha = 0 the readout ends 0.144 and 0.059 below the accuracy and its Brier score does not fall
+# (0.162 -> 0.173 and 0.164 -> 0.162), against 0.162 -> 0.147 and 0.164 -> 0.145 with alpha = 1. So
+# the check without L_cal (CREDO_TOY_ALPHA0=1) asks only that the readout lag the accuracy RL adds
+# (its mean rose 0.060 and 0.087 less than the accuracy); the 100-step alpha = 0 row of the tables
+# measures the rest.
+QUICK_GAP, QUICK_ECE, QUICK_AUROC_LOSS = 0.12, 0.15, 0.06
+
+
+def calibration_gap_rise(report: dict) -> float:
+    """How far the readout's calibration gap mean(c) - acc rose from before training to after."""
+    before, after = report["CREDO"]["before"], report["CREDO"]["after"]
+    return (after["mean_conf"] - after["acc"]) - (before["mean_conf"] - before["acc"])
 
 
 @pytest.mark.slow
@@ -278,19 +292,19 @@ def test_quick_toy_run_calibrates_the_readout(tmp_path, toy_world):
     before, after = report["CREDO"]["before"], report["CREDO"]["after"]
     assert before["n"] > 100 and after["n"] > 100
     summary = (
-        f"readout AUROC {before['auroc']:.3f} -> {after['auroc']:.3f}, "
-        f"Brier {before['brier']:.3f} -> {after['brier']:.3f}"
+        f"readout mean {before['mean_conf']:.3f} -> {after['mean_conf']:.3f} for accuracy {before['acc']:.3f} -> "
+        f"{after['acc']:.3f}, AUROC {before['auroc']:.3f} -> {after['auroc']:.3f}, ECE {after['ece']:.3f}"
     )
-    assert after["brier"] <= before["brier"] - QUICK_BRIER_DROP, summary
-    assert after["ece"] <= QUICK_ECE and after["auroc"] >= before["auroc"], summary
+    assert abs(after["mean_conf"] - after["acc"]) <= QUICK_GAP, summary
+    assert after["ece"] <= QUICK_ECE and after["auroc"] >= before["auroc"] - QUICK_AUROC_LOSS, summary
     saved = json.loads((tmp_path / "toy" / "report.json").read_text())
-    assert set(saved["CREDO"]["after"]) >= {"acc", "ece", "auroc", "brier", "effective_levels", "top_share", "tie_tax"}
+    assert set(saved["CREDO"]["after"]) >= {"acc", "ece", "auroc", "brier", "effective_levels", "mean_conf"}
     assert (tmp_path / "toy" / "reliability_credo.png").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("CREDO_TOY_ALPHA0") != "1", reason="set CREDO_TOY_ALPHA0=1 to run the alpha=0 check")
-def test_quick_toy_run_without_the_calibration_loss_does_not_calibrate_the_readout(tmp_path, toy_world):
+def test_quick_toy_run_without_the_calibration_loss_leaves_the_readout_behind_the_accuracy(tmp_path, toy_world):
     report = toy.main(["--quick", "--out", str(tmp_path / "toy"), "alpha=0"])
     before, after = report["CREDO"]["before"], report["CREDO"]["after"]
-    assert after["brier"] > before["brier"] - QUICK_BRIER_DROP
+    assert after["acc"] > before["acc"] and calibration_gap_rise(report) < 0, (before, after)
