@@ -248,5 +248,9 @@ def test_the_step_bench_runs_to_its_report(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     tiny = json.loads((tmp_path / "step_cpu.json").read_text())["by_model"]["tiny"]
     assert tiny["credo_micro_batches"] >= 1 and tiny["credo_pad_fraction"] == 0.0 and tiny["speedup_vs_reference"] > 0
+    # The update after one AdamW step, relative over all weights (bench_step.update_rel_diff: the
+    # largest single-weight difference is about lr for equal work, whatever the path). Measured:
+    # 1.9e-3 (reference) and 3.2e-5 (padded) on the tiny model; a path whose gradient points
+    # elsewhere on more than about 1e-4 of the weights passes 0.02.
     for path in ("reference", "padded"):
-        assert tiny["equal_work_check"][path]["max_weight_diff_after_step"] < 1e-5, path
+        assert tiny["equal_work_check"][path]["update_rel_diff"] < 0.02, path
