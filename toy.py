@@ -19,7 +19,10 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
    from level 2 on). Wrong solutions slip by 1-2 and are in the SFT data. The
    rollout formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`),
    verbalized (`... </analysis> <confidence>0.X</confidence>`, an honest but coarse
-   numeral: the style's accuracy at the level, rounded to one of five values). The build
+   numeral: the style's accuracy at the level, rounded to one of five values). In the warm start
+   only, the readout format goes on past the slot with `high</confidence>` or `low</confidence>`
+   ("high" with the style's rate), so the rows the reserved tokens copy carry a confidence
+   before RL, as on a real model (world version 11). The build
    ends with an addition check (level-1 sums, and level-2 sums written in steps, sampled at
    T = 0.7): a warm start that cannot add gets more steps, and fails the build, in one
    line, if it still cannot.
@@ -32,7 +35,7 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
 
 Outputs in `runs/toy/` (or `--out`): `report.json`
 (`{"CREDO": {"before": {...}, "after": {...}}, "RLCR": {...}}`, the keys of
-`eval.calibration_metrics` plus `parse_fail`), `report.md` (the table printed
+`eval.calibration_metrics` plus `mean_conf` and `parse_fail`), `report.md` (the table printed
 at the end), `reliability_<method>.png` (before and after panels) and
 `collapse.png` (the reported values, `fig:collapse`).
 
