@@ -14,6 +14,10 @@ started again with the same arguments skips the jobs that finished and redoes th
 from scratch. The configuration is configs/toy.yaml for every row, as `toy.py` trains it; the
 training seeds are not the tuning seed (101) nor those of docs/toy.md's first measurements.
 
+`--split dev` evaluates on the development split instead: the first 250 *training* problems
+(`dev.jsonl` in the world's cache), where a configuration is tuned (with training seed 101) before
+it is fixed and measured on the held-out split with fresh seeds.
+
 Outputs under `--out` (default runs/toy-tables/): `tables.md` (both tables as the paper lays
 them out, mean and 95% t-interval over seeds, with the date, machine and wall time),
 `tables.json` (every job's metrics and the aggregates) and `tables.png`/`.pdf` (each row's
@@ -45,6 +49,8 @@ from report import pool_metrics, read_samples
 ROOT = Path(__file__).resolve().parent
 SEEDS = (44, 45, 46)  # fresh training seeds: 43 is configs/toy.yaml's, 101 was the tuning seed
 EVAL_SEED = 43
+DEV_SIZE = 250  # the development split: the first DEV_SIZE training problems, as many as the held-out split's
+SPLITS = {"test": "held-out split", "dev": f"development split (the first {DEV_SIZE} training problems)"}
 
 
 class Row(NamedTuple):
@@ -167,6 +173,18 @@ def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
     return auroc([accuracy[cell] for cell in cell_of], [r["a"] for r in scored])
 
 
+def split_file(world_cache: Path, split: str) -> Path:
+    """The JSONL a split is evaluated on: the world's held-out `test.jsonl`, or for "dev" the first
+    DEV_SIZE problems of its `train.jsonl`, written once as `dev.jsonl` (levels cycle, so 50 a level)."""
+    if split == "test":
+        return world_cache / "test.jsonl"
+    path = world_cache / "dev.jsonl"
+    if not path.exists():
+        lines = (world_cache / "train.jsonl").read_text().splitlines(keepends=True)[:DEV_SIZE]
+        path.write_text("".join(lines))
+    return path
+
+
 def levels_of(path: Path) -> dict[str, int]:
     """{problem id: level} of a toy split."""
     return {row["id"]: row["level"] for row in map(json.loads, path.read_text().splitlines())}
@@ -185,9 +203,11 @@ def with_ceiling(out: Path, world_cache: Path, result: dict) -> dict:
     return result
 
 
-def run_job(out: Path, world_cache: Path, row: str, seed: int, overrides: list[str], eval_n: int) -> dict:
-    """Train `row` with training seed `seed`, evaluate its last checkpoint on the held-out split
-    (the base row: evaluate the warm start with evaluation seed `seed`), write result.json last."""
+def run_job(
+    out: Path, world_cache: Path, row: str, seed: int, overrides: list[str], eval_n: int, eval_file: Path
+) -> dict:
+    """Train `row` with training seed `seed`, evaluate its last checkpoint on `eval_file` (a split:
+    split_file) (the base row: evaluate the warm start with evaluation seed `seed`), write result.json last."""
     where = job_dir(out, row, seed)
     shutil.rmtree(where, ignore_errors=True)  # an unfinished job starts over
     where.mkdir(parents=True)
@@ -222,7 +242,7 @@ def run_job(out: Path, world_cache: Path, row: str, seed: int, overrides: list[s
             "--plan",
             str(where / "eval_plan.json"),
             "--sets",
-            f"toy={world_cache / 'test.jsonl'}:math",
+            f"toy={eval_file}:math",
             "--n",
             str(eval_n),
             "--temperature",
@@ -240,7 +260,7 @@ def run_job(out: Path, world_cache: Path, row: str, seed: int, overrides: list[s
     records = read_samples(where / "eval" / "samples.jsonl")
     channel = "verbalized" if row == BASE else ROWS[row].channel
     pool = [r for r in records if r["source"] == channel]
-    metrics = pool_metrics(pool) | {"auroc_ceiling": auroc_ceiling(pool, levels_of(world_cache / "test.jsonl"))}
+    metrics = pool_metrics(pool) | {"auroc_ceiling": auroc_ceiling(pool, levels_of(eval_file))}
     result = {
         "row": row,
         "seed": seed,
@@ -315,14 +335,14 @@ def _cell(value, digits: int) -> str:
     return text.replace("0.", ".") if digits == 3 else text
 
 
-def markdown_tables(rows: dict, header: str) -> str:
+def markdown_tables(rows: dict, header: str, split: str = "test") -> str:
     """tab:main (Base and the methods) and tab:ablation (CREDO and its leave-one-out rows)."""
     cols = " | ".join(name for _, name in COLUMNS)
     out = [header, ""]
     for table, title, names in (
         (
             "main",
-            "tab:main in miniature: the toy's held-out split, each method through its own channel",
+            f"tab:main in miniature: the toy's {SPLITS[split]}, each method through its own channel",
             [BASE, "grpo", "rlcr", "dcpo", "credo"],
         ),
         (
@@ -377,7 +397,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument(
         "--world-seed", type=int, default=toy_build.WORLD["seed"], help="the toy world (toy.py --world-seed)"
     )
-    parser.add_argument("--eval-n", type=int, default=4, help="samples per held-out problem (default 4, as toy.py)")
+    parser.add_argument("--eval-n", type=int, default=4, help="samples per problem evaluated (default 4, as toy.py)")
+    parser.add_argument(
+        "--split",
+        default="test",
+        help="what the models are evaluated on: test (the held-out split, default) or dev (the first "
+        f"{DEV_SIZE} training problems, for tuning)",
+    )
     parser.add_argument("--out", default=str(ROOT / "runs" / "toy-tables"))
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. max_steps=40)")
     args = parser.parse_args(argv)
@@ -385,6 +411,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         rows, seeds = toy.parse_names(args.rows, "--rows", ROWS), parse_seeds(args.seeds, args.seed_list)
         if args.jobs < 1 or args.eval_n < 1:
             raise ValueError(f"--jobs {args.jobs} / --eval-n {args.eval_n}: each at least 1")
+        if args.split not in SPLITS:
+            raise ValueError(f"--split {args.split!r}: one of {', '.join(SPLITS)}")
         world, cache = toy_build.world_of(args.world_seed)
     except ValueError as error:
         sys.exit(f"toy_tables: {error}")
@@ -399,11 +427,13 @@ def main(argv: list[str] | None = None) -> dict | None:
                 "world_seed": args.world_seed,
                 "overrides": args.overrides,
                 "eval_n": args.eval_n,
+                **({"split": args.split} if args.split != "test" else {}),  # held-out plans stay as they were
             },
         )
     except ValueError as error:
         sys.exit(f"toy_tables: {error}")
     toy_build.build_world(cache, world)
+    eval_file = split_file(cache, args.split)
     # tab:main's rows seed by seed, then tab:ablation's: an interrupted run leaves whole main rows
     main_rows = ([BASE] if any(ROWS[row].table == "main" for row in rows) else []) + [
         r for r in rows if ROWS[r].table == "main"
@@ -422,7 +452,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         tqdm(total=len(jobs), initial=len(results), desc="toy tables", dynamic_ncols=True) as bar,
     ):
         futures = {
-            pool.submit(run_job, out, cache, row, seed, args.overrides, args.eval_n): (row, seed) for row, seed in todo
+            pool.submit(run_job, out, cache, row, seed, args.overrides, args.eval_n, eval_file): (row, seed)
+            for row, seed in todo
         }
         for future in as_completed(futures):
             result = future.result()  # a failed job raises here, naming its log
@@ -434,12 +465,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     wall = time.perf_counter() - t_start
     header = (
         f"Toy tables: world seed {args.world_seed} (version {world['version']}), training seeds "
-        f"{', '.join(map(str, seeds))}, evaluation seed {EVAL_SEED} (Base: the training seeds), held-out split "
+        f"{', '.join(map(str, seeds))}, evaluation seed {EVAL_SEED} (Base: the training seeds), {SPLITS[args.split]} "
         f"x {args.eval_n} samples at T = 0.7; {stamp}, {platform.machine()} with {os.cpu_count()} cores, "
         f"{wall / 60:.1f} min this invocation ({args.jobs} jobs at a time)"
         + (f"; overrides: {' '.join(args.overrides)}" if args.overrides else "")
     )
-    text = markdown_tables(aggregated, header)
+    text = markdown_tables(aggregated, header, args.split)
     (out / "tables.md").write_text(text)
     (out / "tables.json").write_text(json.dumps({"header": header, "jobs": results, "rows": aggregated}, indent=1))
     panels = {

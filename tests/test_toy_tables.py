@@ -40,6 +40,7 @@ def test_every_row_is_a_valid_configuration():
         (["--jobs", "0"], "each at least 1"),
         (["--eval-n", "0"], "each at least 1"),
         (["--world-seed", "-1"], "non-negative"),
+        (["--split", "train"], "one of test, dev"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, argv, says):
@@ -138,6 +139,19 @@ def test_a_resumed_run_with_another_configuration_says_so(tmp_path):
     with pytest.raises(ValueError, match="another configuration"):
         toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": ["lr=1e-4"]})
     assert json.loads((tmp_path / "plan.json").read_text())["overrides"] == []  # nothing lost
+
+
+def test_the_dev_split_is_the_first_training_problems_and_the_tables_say_so(tmp_path):
+    rows = [{"id": f"toy-train-{i:05d}", "level": 1 + i % 5} for i in range(300)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "test.jsonl").write_text("held out\n")
+    assert toy_tables.split_file(tmp_path, "test") == tmp_path / "test.jsonl"
+    dev = toy_tables.split_file(tmp_path, "dev")
+    assert [json.loads(line) for line in dev.read_text().splitlines()] == rows[: toy_tables.DEV_SIZE]
+    assert toy_tables.levels_of(dev) == {r["id"]: r["level"] for r in rows[:250]}
+    credo = {"seeds": [101], **{key: (0.5, None) for key, _ in toy_tables.COLUMNS}}
+    assert "development split (the first 250 training problems)" in toy_tables.markdown_tables({"credo": credo}, "h", "dev")
+    assert "held-out split" in toy_tables.markdown_tables({"credo": credo}, "h")
 
 
 # One real job of each kind (the warm start's Base row and a CREDO training of 2 steps), each
