@@ -9,9 +9,10 @@
 #   bash run.sh fixtures [--only a,b]   download Qwen3's tokenizer and real dataset records at pinned revisions,
 #                                       sha256-checked, into .cache/fixtures/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
-#   bash run.sh toy [--quick]           the toy demonstration (2 CPU cores: 12-14 min, 7.5-9.5 once its world is built; runs/toy/)
-#   bash run.sh toy --tables [--rows a,b] [--seeds N]   tab:main and tab:ablation in miniature on the toy
-#                                       (3 training seeds a row, resumable; runs/toy-tables/, docs/toy.md)
+#   bash run.sh toy [--quick]           the toy demonstration (2 CPU cores: ~11 min, ~5 once its world is built; runs/toy/)
+#   bash run.sh toy --tables [--rows a,b] [--seeds N] [--split dev]   tab:main and tab:ablation in miniature
+#                                       on the toy (3 training seeds a row, resumable; runs/toy-tables/,
+#                                       docs/toy.md; --split dev: on training problems, for tuning)
 #   bash run.sh bench [--quick] [--only step,...]  the benchmarks of bench/ (~15 min on 2 CPU cores;
 #                                       results in bench/results/, docs/performance.md)
 #   bash run.sh plot runs/<name> [runs/<other> ...] [--out DIR] [--smooth N]   training curves of runs on one
