@@ -16,7 +16,11 @@ training seeds are not the tuning seed (101) nor those of docs/toy.md's first me
 
 `--split dev` evaluates on the development split instead: the first 250 *training* problems
 (`dev.jsonl` in the world's cache), where a configuration is tuned (with training seed 101) before
-it is fixed and measured on the held-out split with fresh seeds.
+it is fixed and measured on the held-out split with fresh seeds. `--split extra` evaluates on 750
+more held-out problems (`extra.jsonl`: the held-out generator's problems 250-999, after the world's
+250), where a claim measured on the 250 can be measured again with a third of the problem-sampling
+noise. `--checkpoints-from DIR` evaluates the checkpoints that a finished run under DIR trained
+(same world and overrides) instead of training again: the same models on another split.
 
 Outputs under `--out` (default runs/toy-tables/): `tables.md` (both tables as the paper lays
 them out, mean and 95% t-interval over seeds, with the date, machine and wall time),
@@ -50,7 +54,12 @@ ROOT = Path(__file__).resolve().parent
 SEEDS = (44, 45, 46)  # fresh training seeds: 43 is configs/toy.yaml's, 101 was the tuning seed
 EVAL_SEED = 43
 DEV_SIZE = 250  # the development split: the first DEV_SIZE training problems, as many as the held-out split's
-SPLITS = {"test": "held-out split", "dev": f"development split (the first {DEV_SIZE} training problems)"}
+EXTRA_END = 1000  # the extra held-out split: the held-out generator's problems n_test .. EXTRA_END - 1
+SPLITS = {
+    "test": "held-out split",
+    "dev": f"development split (the first {DEV_SIZE} training problems)",
+    "extra": f"extra held-out split (held-out problems 250-{EXTRA_END - 1})",
+}
 
 
 class Row(NamedTuple):
@@ -173,15 +182,27 @@ def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
     return auroc([accuracy[cell] for cell in cell_of], [r["a"] for r in scored])
 
 
-def split_file(world_cache: Path, split: str) -> Path:
-    """The JSONL a split is evaluated on: the world's held-out `test.jsonl`, or for "dev" the first
-    DEV_SIZE problems of its `train.jsonl`, written once as `dev.jsonl` (levels cycle, so 50 a level)."""
+def split_file(world_cache: Path, split: str, world: dict) -> Path:
+    """The JSONL a split is evaluated on, written once into the world's cache:
+    "test": the world's held-out `test.jsonl`;
+    "dev": the first DEV_SIZE problems of its `train.jsonl` (levels cycle, so 50 a level);
+    "extra": the held-out generator carried on past the world's `n_test` problems, to EXTRA_END
+    (levels still cycle). Its first `n_test` must be `test.jsonl` line for line, or the generator is
+    not the one that wrote the held-out split: RuntimeError then, rather than a split that may overlap."""
+    held_out = world_cache / "test.jsonl"
     if split == "test":
-        return world_cache / "test.jsonl"
-    path = world_cache / "dev.jsonl"
-    if not path.exists():
-        lines = (world_cache / "train.jsonl").read_text().splitlines(keepends=True)[:DEV_SIZE]
-        path.write_text("".join(lines))
+        return held_out
+    path = world_cache / f"{split}.jsonl"
+    if path.exists():
+        return path
+    if split == "dev":
+        rows = [json.loads(line) for line in (world_cache / "train.jsonl").read_text().splitlines()[:DEV_SIZE]]
+    else:
+        generated = toy_build.make_split(EXTRA_END, world["seed"] + 1, "toy-test", world["levels"])
+        if generated[: world["n_test"]] != [json.loads(line) for line in held_out.read_text().splitlines()]:
+            raise RuntimeError(f"{held_out} is not the held-out generator's first {world['n_test']} problems")
+        rows = generated[world["n_test"] :]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 
 
@@ -203,11 +224,37 @@ def with_ceiling(out: Path, world_cache: Path, result: dict) -> dict:
     return result
 
 
+def trained_checkpoint(source: Path, row: str, seed: int) -> Path:
+    """The last checkpoint of `row`'s job with training seed `seed` under a finished run `source`."""
+    if not (job_dir(source, row, seed) / "result.json").exists():
+        raise FileNotFoundError(f"{job_dir(source, row, seed)}: no finished job to take the checkpoint of")
+    return toy.last_checkpoint(job_dir(source, row, seed) / "run")
+
+
+def check_source(source: Path, plan: dict) -> None:
+    """`--checkpoints-from` must name a run of the same world and overrides: ValueError otherwise."""
+    path = source / "plan.json"
+    if not path.exists():
+        raise ValueError(f"--checkpoints-from {source}: no plan.json there (not a toy_tables run)")
+    theirs = json.loads(path.read_text())
+    for key in ("world", "world_seed", "overrides"):
+        if theirs.get(key) != plan[key]:
+            raise ValueError(f"--checkpoints-from {source}: its {key} is {theirs.get(key)!r}, this run's {plan[key]!r}")
+
+
 def run_job(
-    out: Path, world_cache: Path, row: str, seed: int, overrides: list[str], eval_n: int, eval_file: Path
+    out: Path,
+    world_cache: Path,
+    row: str,
+    seed: int,
+    overrides: list[str],
+    eval_n: int,
+    eval_file: Path,
+    source: Path | None = None,
 ) -> dict:
-    """Train `row` with training seed `seed`, evaluate its last checkpoint on `eval_file` (a split:
-    split_file) (the base row: evaluate the warm start with evaluation seed `seed`), write result.json last."""
+    """Train `row` with training seed `seed` (or, with `source`, take the checkpoint that finished run
+    trained), evaluate its last checkpoint on `eval_file` (a split: split_file) (the base row:
+    evaluate the warm start with evaluation seed `seed`), write result.json last."""
     where = job_dir(out, row, seed)
     shutil.rmtree(where, ignore_errors=True)  # an unfinished job starts over
     where.mkdir(parents=True)
@@ -218,6 +265,8 @@ def run_job(
             {"label": f"{row}/s{seed}", "path": str(model_dir), "channel": "verbalized", "method": "Base"},
             seed,
         )
+    elif source is not None:
+        entry, eval_seed = {"label": f"{row}/s{seed}", "path": str(trained_checkpoint(source, row, seed))}, EVAL_SEED
     else:
         toy.run_stage(
             [
@@ -401,10 +450,16 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument(
         "--split",
         default="test",
-        help="what the models are evaluated on: test (the held-out split, default) or dev (the first "
-        f"{DEV_SIZE} training problems, for tuning)",
+        help="what the models are evaluated on: test (the held-out split, default), dev (the first "
+        f"{DEV_SIZE} training problems, for tuning) or extra (held-out problems 250-{EXTRA_END - 1})",
     )
     parser.add_argument("--out", default=str(ROOT / "runs" / "toy-tables"))
+    parser.add_argument(
+        "--checkpoints-from",
+        default=None,
+        help="a finished run's --out: evaluate the checkpoints it trained (same world and overrides) "
+        "instead of training",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. max_steps=40)")
     args = parser.parse_args(argv)
     try:  # bad input: one line, before anything runs
@@ -419,21 +474,23 @@ def main(argv: list[str] | None = None) -> dict | None:
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    source = None if args.checkpoints_from is None else Path(args.checkpoints_from).resolve()
+    plan = {
+        "world": toy_build.world_key(world),
+        "world_seed": args.world_seed,
+        "overrides": args.overrides,
+        "eval_n": args.eval_n,
+        **({"split": args.split} if args.split != "test" else {}),  # held-out plans stay as they were
+        **({"checkpoints_from": str(source)} if source else {}),
+    }
     try:
-        check_plan(
-            out,
-            {
-                "world": toy_build.world_key(world),
-                "world_seed": args.world_seed,
-                "overrides": args.overrides,
-                "eval_n": args.eval_n,
-                **({"split": args.split} if args.split != "test" else {}),  # held-out plans stay as they were
-            },
-        )
+        if source is not None:
+            check_source(source, plan)
+        check_plan(out, plan)
     except ValueError as error:
         sys.exit(f"toy_tables: {error}")
     toy_build.build_world(cache, world)
-    eval_file = split_file(cache, args.split)
+    eval_file = split_file(cache, args.split, world)
     # tab:main's rows seed by seed, then tab:ablation's: an interrupted run leaves whole main rows
     main_rows = ([BASE] if any(ROWS[row].table == "main" for row in rows) else []) + [
         r for r in rows if ROWS[r].table == "main"
@@ -452,7 +509,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         tqdm(total=len(jobs), initial=len(results), desc="toy tables", dynamic_ncols=True) as bar,
     ):
         futures = {
-            pool.submit(run_job, out, cache, row, seed, args.overrides, args.eval_n, eval_file): (row, seed)
+            pool.submit(run_job, out, cache, row, seed, args.overrides, args.eval_n, eval_file, source): (row, seed)
             for row, seed in todo
         }
         for future in as_completed(futures):
@@ -469,6 +526,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         f"x {args.eval_n} samples at T = 0.7; {stamp}, {platform.machine()} with {os.cpu_count()} cores, "
         f"{wall / 60:.1f} min this invocation ({args.jobs} jobs at a time)"
         + (f"; overrides: {' '.join(args.overrides)}" if args.overrides else "")
+        + (f"; the checkpoints trained under {source}" if source else "")
     )
     text = markdown_tables(aggregated, header, args.split)
     (out / "tables.md").write_text(text)

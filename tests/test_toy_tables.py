@@ -40,7 +40,8 @@ def test_every_row_is_a_valid_configuration():
         (["--jobs", "0"], "each at least 1"),
         (["--eval-n", "0"], "each at least 1"),
         (["--world-seed", "-1"], "non-negative"),
-        (["--split", "train"], "one of test, dev"),
+        (["--split", "train"], "one of test, dev, extra"),
+        (["--checkpoints-from", "/nonexistent"], "no plan.json there"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, argv, says):
@@ -145,13 +146,41 @@ def test_the_dev_split_is_the_first_training_problems_and_the_tables_say_so(tmp_
     rows = [{"id": f"toy-train-{i:05d}", "level": 1 + i % 5} for i in range(300)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "test.jsonl").write_text("held out\n")
-    assert toy_tables.split_file(tmp_path, "test") == tmp_path / "test.jsonl"
-    dev = toy_tables.split_file(tmp_path, "dev")
+    world = {"seed": 0, "levels": 5, "n_test": 250}
+    assert toy_tables.split_file(tmp_path, "test", world) == tmp_path / "test.jsonl"
+    dev = toy_tables.split_file(tmp_path, "dev", world)
     assert [json.loads(line) for line in dev.read_text().splitlines()] == rows[: toy_tables.DEV_SIZE]
     assert toy_tables.levels_of(dev) == {r["id"]: r["level"] for r in rows[:250]}
     credo = {"seeds": [101], **{key: (0.5, None) for key, _ in toy_tables.COLUMNS}}
     assert "development split (the first 250 training problems)" in toy_tables.markdown_tables({"credo": credo}, "h", "dev")
     assert "held-out split" in toy_tables.markdown_tables({"credo": credo}, "h")
+
+
+def test_the_extra_split_carries_on_the_held_out_generator_and_refuses_another(tmp_path):
+    world = {"seed": 3, "levels": 5, "n_test": 250}
+    held_out = toy_build.make_split(250, 4, "toy-test", 5)  # the world's own: seed + 1
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
+    extra = [json.loads(line) for line in toy_tables.split_file(tmp_path, "extra", world).read_text().splitlines()]
+    assert len(extra) == 750 and extra[0]["id"] == "toy-test-00250" and extra[-1]["id"] == "toy-test-00999"
+    assert [r["level"] for r in extra[:5]] == [1, 2, 3, 4, 5] and not {r["id"] for r in extra} & {r["id"] for r in held_out}
+    assert extra == toy_build.make_split(1000, 4, "toy-test", 5)[250:]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_build.make_split(250, 9, "toy-test", 5)))
+    with pytest.raises(RuntimeError, match="not the held-out generator's first 250 problems"):
+        toy_tables.split_file(other, "extra", world)
+    assert not (other / "extra.jsonl").exists()
+
+
+def test_checkpoints_are_taken_only_from_a_run_of_the_same_world_and_overrides(tmp_path):
+    plan = {"world": "k", "world_seed": 3, "overrides": [], "eval_n": 4}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    toy_tables.check_source(tmp_path, {**plan, "split": "extra"})  # the split and eval_n may differ
+    for key, value in (("world", "j"), ("world_seed", 0), ("overrides", ["alpha=3"])):
+        with pytest.raises(ValueError, match=f"its {key} is"):
+            toy_tables.check_source(tmp_path, {**plan, key: value})
+    with pytest.raises(FileNotFoundError, match="no finished job"):
+        toy_tables.trained_checkpoint(tmp_path, "credo", 47)
 
 
 # One real job of each kind (the warm start's Base row and a CREDO training of 2 steps), each
@@ -181,6 +210,13 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
     capsys.readouterr()
     assert toy_tables.main(argv) == rows
     assert "resuming: 2 of 2 jobs already finished" in capsys.readouterr().out
+    # the same checkpoints evaluated on the development split, nothing trained again
+    again = toy_tables.main([*argv[:6], "--split", "dev", "--checkpoints-from", str(tmp_path), "--out", str(tmp_path / "dev"), *argv[8:]])
+    dev_jobs = json.loads((tmp_path / "dev" / "tables.json").read_text())["jobs"]
+    assert set(again) == {"base", "credo"} and [j["train_s"] for j in dev_jobs] == [0.0, 0.0]
+    assert not (tmp_path / "dev" / "credo" / "s44" / "run").exists()
+    assert json.loads((tmp_path / "dev" / "credo" / "s44" / "eval_plan.json").read_text())[0]["path"].startswith(str(tmp_path / "credo" / "s44" / "run"))
+    assert "development split" in (tmp_path / "dev" / "tables.md").read_text()
 
 
 @pytest.mark.slow
