@@ -8,11 +8,13 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import config
 import toy_build
 import toy_tables
+from metrics import auroc
 
 
 def test_doctests():
@@ -152,7 +154,9 @@ def test_the_dev_split_is_the_first_training_problems_and_the_tables_say_so(tmp_
     assert [json.loads(line) for line in dev.read_text().splitlines()] == rows[: toy_tables.DEV_SIZE]
     assert toy_tables.levels_of(dev) == {r["id"]: r["level"] for r in rows[:250]}
     credo = {"seeds": [101], **{key: (0.5, None) for key, _ in toy_tables.COLUMNS}}
-    assert "development split (the first 250 training problems)" in toy_tables.markdown_tables({"credo": credo}, "h", "dev")
+    assert "development split (the first 250 training problems)" in toy_tables.markdown_tables(
+        {"credo": credo}, "h", "dev"
+    )
     assert "held-out split" in toy_tables.markdown_tables({"credo": credo}, "h")
 
 
@@ -162,11 +166,15 @@ def test_the_extra_split_carries_on_the_held_out_generator_and_refuses_another(t
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
     extra = [json.loads(line) for line in toy_tables.split_file(tmp_path, "extra", world).read_text().splitlines()]
     assert len(extra) == 750 and extra[0]["id"] == "toy-test-00250" and extra[-1]["id"] == "toy-test-00999"
-    assert [r["level"] for r in extra[:5]] == [1, 2, 3, 4, 5] and not {r["id"] for r in extra} & {r["id"] for r in held_out}
+    assert [r["level"] for r in extra[:5]] == [1, 2, 3, 4, 5] and not {r["id"] for r in extra} & {
+        r["id"] for r in held_out
+    }
     assert extra == toy_build.make_split(1000, 4, "toy-test", 5)[250:]
     other = tmp_path / "other"
     other.mkdir()
-    (other / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_build.make_split(250, 9, "toy-test", 5)))
+    (other / "test.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in toy_build.make_split(250, 9, "toy-test", 5))
+    )
     with pytest.raises(RuntimeError, match="not the held-out generator's first 250 problems"):
         toy_tables.split_file(other, "extra", world)
     assert not (other / "extra.jsonl").exists()
@@ -181,6 +189,29 @@ def test_checkpoints_are_taken_only_from_a_run_of_the_same_world_and_overrides(t
             toy_tables.check_source(tmp_path, {**plan, key: value})
     with pytest.raises(FileNotFoundError, match="no finished job"):
         toy_tables.trained_checkpoint(tmp_path, "credo", 47)
+
+
+def _pool(problems: int, rng) -> list[dict]:
+    """Samples of `problems` problems x 4, the problem's difficulty drawn, c informative but noisy."""
+    pool = []
+    for i in range(problems):
+        p = rng.uniform(0.1, 0.9)
+        for _ in range(4):
+            a = int(rng.random() < p)
+            pool.append({"problem_id": f"q{i}", "a": a, "c": float(np.clip(p + 0.2 * a + rng.normal(0, 0.2), 0, 1))})
+    return pool
+
+
+def test_the_problem_interval_counts_which_problems_were_drawn():
+    rng = np.random.default_rng(1)
+    few, many = [_pool(50, rng) for _ in range(2)], [_pool(800, rng) for _ in range(2)]
+    mean = lambda pools: sum(auroc([r["c"] for r in p], [r["a"] for r in p]) for p in pools) / len(pools)  # noqa: E731
+    low, high = toy_tables.problem_interval(few)
+    assert low < mean(few) < high and toy_tables.problem_interval(few) == (low, high)  # seeded: the same draws
+    wide, narrow = high - low, np.subtract(*toy_tables.problem_interval(many)[::-1])
+    assert 2.5 < wide / narrow < 6.5  # 16x the problems: about 4x narrower (sqrt 16)
+    assert toy_tables.problem_interval([[{"problem_id": "q", "a": 1, "c": 0.5}]]) is None  # nothing to rank
+    assert toy_tables.problem_interval([]) is None
 
 
 # One real job of each kind (the warm start's Base row and a CREDO training of 2 steps), each
@@ -211,11 +242,15 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
     assert toy_tables.main(argv) == rows
     assert "resuming: 2 of 2 jobs already finished" in capsys.readouterr().out
     # the same checkpoints evaluated on the development split, nothing trained again
-    again = toy_tables.main([*argv[:6], "--split", "dev", "--checkpoints-from", str(tmp_path), "--out", str(tmp_path / "dev"), *argv[8:]])
+    again = toy_tables.main(
+        [*argv[:6], "--split", "dev", "--checkpoints-from", str(tmp_path), "--out", str(tmp_path / "dev"), *argv[8:]]
+    )
     dev_jobs = json.loads((tmp_path / "dev" / "tables.json").read_text())["jobs"]
     assert set(again) == {"base", "credo"} and [j["train_s"] for j in dev_jobs] == [0.0, 0.0]
     assert not (tmp_path / "dev" / "credo" / "s44" / "run").exists()
-    assert json.loads((tmp_path / "dev" / "credo" / "s44" / "eval_plan.json").read_text())[0]["path"].startswith(str(tmp_path / "credo" / "s44" / "run"))
+    assert json.loads((tmp_path / "dev" / "credo" / "s44" / "eval_plan.json").read_text())[0]["path"].startswith(
+        str(tmp_path / "credo" / "s44" / "run")
+    )
     assert "development split" in (tmp_path / "dev" / "tables.md").read_text()
 
 
