@@ -1,4 +1,5 @@
-"""The toy's world: its recipe (`WORLD`), the chained-sum problems, the scripted solver, the tiny
+"""The toy's world: its recipe (`WORLD`), the chained-sum problems and their splits (training,
+held-out, and the `dev` and `extra` splits toy_tables.py evaluates on), the scripted solver, the tiny
 model and tokenizer, the supervised warm start and its addition check, and the cache under
 `.cache/toy/` (`.cache/toy-w<seed>/` for another world seed), rebuilt only when the recipe
 changes. docs/toy.md describes the world and why it is built this way.
@@ -97,6 +98,11 @@ def problem_text(ops: list[int]) -> str:
     return "What is " + " + ".join(map(str, ops)) + "?"
 
 
+# The splits a model is evaluated on besides the held-out `test.jsonl` (toy_tables.py --split)
+DEV_SIZE = 250  # "dev": the first DEV_SIZE training problems, as many as the held-out split's
+EXTRA_END = 1000  # "extra": the held-out generator's problems n_test .. EXTRA_END - 1
+
+
 def make_split(n: int, seed: int, prefix: str, levels: int) -> list[dict]:
     """`n` problems, levels cycled, in the math JSONL schema (plus `level` and `ops`)."""
     rng = random.Random(seed)
@@ -108,6 +114,30 @@ def make_split(n: int, seed: int, prefix: str, levels: int) -> list[dict]:
             {"id": f"{prefix}-{i:05d}", "problem": problem_text(ops), "answer": str(answer), "level": level, "ops": ops}
         )
     return rows
+
+
+def split_file(world_cache: Path, split: str, world: dict) -> Path:
+    """The JSONL a split is evaluated on, written once into the world's cache:
+    "test": the world's held-out `test.jsonl`;
+    "dev": the first DEV_SIZE problems of its `train.jsonl` (levels cycle, so 50 a level);
+    "extra": the held-out generator carried on past the world's `n_test` problems, to EXTRA_END
+    (levels still cycle). Its first `n_test` must be `test.jsonl` line for line, or the generator is
+    not the one that wrote the held-out split: RuntimeError then, rather than a split that may overlap."""
+    held_out = world_cache / "test.jsonl"
+    if split == "test":
+        return held_out
+    path = world_cache / f"{split}.jsonl"
+    if path.exists():
+        return path
+    if split == "dev":
+        rows = [json.loads(line) for line in (world_cache / "train.jsonl").read_text().splitlines()[:DEV_SIZE]]
+    else:
+        generated = make_split(EXTRA_END, world["seed"] + 1, "toy-test", world["levels"])
+        if generated[: world["n_test"]] != [json.loads(line) for line in held_out.read_text().splitlines()]:
+            raise RuntimeError(f"{held_out} is not the held-out generator's first {world['n_test']} problems")
+        rows = generated[world["n_test"] :]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 def slipped(value: int, rng: random.Random) -> int:

@@ -54,8 +54,7 @@ from report import pool_metrics, read_samples
 ROOT = Path(__file__).resolve().parent
 SEEDS = (44, 45, 46)  # fresh training seeds: 43 is configs/toy.yaml's, 101 was the tuning seed
 EVAL_SEED = 43
-DEV_SIZE = 250  # the development split: the first DEV_SIZE training problems, as many as the held-out split's
-EXTRA_END = 1000  # the extra held-out split: the held-out generator's problems n_test .. EXTRA_END - 1
+DEV_SIZE, EXTRA_END = toy_build.DEV_SIZE, toy_build.EXTRA_END  # the splits (toy_build.split_file)
 SPLITS = {
     "test": "held-out split",
     "dev": f"development split (the first {DEV_SIZE} training problems)",
@@ -183,30 +182,6 @@ def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
     return auroc([accuracy[cell] for cell in cell_of], [r["a"] for r in scored])
 
 
-def split_file(world_cache: Path, split: str, world: dict) -> Path:
-    """The JSONL a split is evaluated on, written once into the world's cache:
-    "test": the world's held-out `test.jsonl`;
-    "dev": the first DEV_SIZE problems of its `train.jsonl` (levels cycle, so 50 a level);
-    "extra": the held-out generator carried on past the world's `n_test` problems, to EXTRA_END
-    (levels still cycle). Its first `n_test` must be `test.jsonl` line for line, or the generator is
-    not the one that wrote the held-out split: RuntimeError then, rather than a split that may overlap."""
-    held_out = world_cache / "test.jsonl"
-    if split == "test":
-        return held_out
-    path = world_cache / f"{split}.jsonl"
-    if path.exists():
-        return path
-    if split == "dev":
-        rows = [json.loads(line) for line in (world_cache / "train.jsonl").read_text().splitlines()[:DEV_SIZE]]
-    else:
-        generated = toy_build.make_split(EXTRA_END, world["seed"] + 1, "toy-test", world["levels"])
-        if generated[: world["n_test"]] != [json.loads(line) for line in held_out.read_text().splitlines()]:
-            raise RuntimeError(f"{held_out} is not the held-out generator's first {world['n_test']} problems")
-        rows = generated[world["n_test"] :]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
 def levels_of(path: Path) -> dict[str, int]:
     """{problem id: level} of a toy split."""
     return {row["id"]: row["level"] for row in map(json.loads, path.read_text().splitlines())}
@@ -254,7 +229,7 @@ def run_job(
     source: Path | None = None,
 ) -> dict:
     """Train `row` with training seed `seed` (or, with `source`, take the checkpoint that finished run
-    trained), evaluate its last checkpoint on `eval_file` (a split: split_file) (the base row:
+    trained), evaluate its last checkpoint on `eval_file` (a split: toy_build.split_file) (the base row:
     evaluate the warm start with evaluation seed `seed`), write result.json last."""
     where = job_dir(out, row, seed)
     shutil.rmtree(where, ignore_errors=True)  # an unfinished job starts over
@@ -555,7 +530,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     except ValueError as error:
         sys.exit(f"toy_tables: {error}")
     toy_build.build_world(cache, world)
-    eval_file = split_file(cache, args.split, world)
+    eval_file = toy_build.split_file(cache, args.split, world)
     # tab:main's rows seed by seed, then tab:ablation's: an interrupted run leaves whole main rows
     main_rows = ([BASE] if any(ROWS[row].table == "main" for row in rows) else []) + [
         r for r in rows if ROWS[r].table == "main"

@@ -149,9 +149,9 @@ def test_the_dev_split_is_the_first_training_problems_and_the_tables_say_so(tmp_
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "test.jsonl").write_text("held out\n")
     world = {"seed": 0, "levels": 5, "n_test": 250}
-    assert toy_tables.split_file(tmp_path, "test", world) == tmp_path / "test.jsonl"
-    dev = toy_tables.split_file(tmp_path, "dev", world)
-    assert [json.loads(line) for line in dev.read_text().splitlines()] == rows[: toy_tables.DEV_SIZE]
+    assert toy_build.split_file(tmp_path, "test", world) == tmp_path / "test.jsonl"
+    dev = toy_build.split_file(tmp_path, "dev", world)
+    assert [json.loads(line) for line in dev.read_text().splitlines()] == rows[: toy_build.DEV_SIZE]
     assert toy_tables.levels_of(dev) == {r["id"]: r["level"] for r in rows[:250]}
     credo = {"seeds": [101], **{key: (0.5, None) for key, _ in toy_tables.COLUMNS}}
     assert "development split (the first 250 training problems)" in toy_tables.markdown_tables(
@@ -164,7 +164,7 @@ def test_the_extra_split_carries_on_the_held_out_generator_and_refuses_another(t
     world = {"seed": 3, "levels": 5, "n_test": 250}
     held_out = toy_build.make_split(250, 4, "toy-test", 5)  # the world's own: seed + 1
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
-    extra = [json.loads(line) for line in toy_tables.split_file(tmp_path, "extra", world).read_text().splitlines()]
+    extra = [json.loads(line) for line in toy_build.split_file(tmp_path, "extra", world).read_text().splitlines()]
     assert len(extra) == 750 and extra[0]["id"] == "toy-test-00250" and extra[-1]["id"] == "toy-test-00999"
     assert [r["level"] for r in extra[:5]] == [1, 2, 3, 4, 5] and not {r["id"] for r in extra} & {
         r["id"] for r in held_out
@@ -176,7 +176,7 @@ def test_the_extra_split_carries_on_the_held_out_generator_and_refuses_another(t
         "".join(json.dumps(r) + "\n" for r in toy_build.make_split(250, 9, "toy-test", 5))
     )
     with pytest.raises(RuntimeError, match="not the held-out generator's first 250 problems"):
-        toy_tables.split_file(other, "extra", world)
+        toy_build.split_file(other, "extra", world)
     assert not (other / "extra.jsonl").exists()
 
 
