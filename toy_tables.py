@@ -18,8 +18,8 @@ training seeds are not the tuning seed (101) nor those of docs/toy.md's first me
 (`dev.jsonl` in the world's cache), where a configuration is tuned (with training seed 101) before
 it is fixed and measured on the held-out split with fresh seeds. `--split extra` evaluates on 750
 more held-out problems (`extra.jsonl`: the held-out generator's problems 250-999, after the world's
-250), where a claim measured on the 250 can be measured again with a third of the problem-sampling
-noise. `--checkpoints-from DIR` evaluates the checkpoints that a finished run under DIR trained
+250), where a claim measured on the 250 can be measured again with 1/sqrt(3) of the problem-sampling
+SD. `--checkpoints-from DIR` evaluates the checkpoints that a finished run under DIR trained
 (same world and overrides) instead of training again: the same models on another split.
 
 Outputs under `--out` (default runs/toy-tables/): `tables.md` (both tables as the paper lays
