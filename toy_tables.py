@@ -365,8 +365,36 @@ def job_pool(out: Path, result: dict) -> list[dict]:
 
 
 # Issue 24's claims, read off the tables: CREDO's readout calibrated (AUROC, ECE), its accuracy
-# kept (its interval reaches the warm start's mean or above), RLCR's numerals on a handful of values.
+# kept (its interval reaches the warm start's mean or above, and it is within noise of GRPO's), RLCR's
+# numerals on a handful of values.
 CLAIM_AUROC, CLAIM_ECE, CLAIM_LEVELS = 0.80, 0.08, 6.0
+
+
+def standard_error(value: tuple[float, float | None], n: int) -> float | None:
+    """The standard error over n seeds behind interval()'s (mean, half-width); None for one seed.
+
+    >>> round(standard_error((0.6, 4.303 * 0.1 / 3**0.5), 3), 6)    # std 0.1 over 3 seeds
+    0.057735
+    """
+    mean, half = value
+    return None if half is None or n < 2 else half / T_975[n - 1]
+
+
+def within_noise_of(mine: dict, other: dict) -> tuple[float, float] | None:
+    """(mean accuracy difference mine - other, their joint standard error), or None where either
+    row has a single seed. "Within noise" is the paper's tab:main convention: no further below than
+    one joint standard error, sqrt(se_mine^2 + se_other^2), over training seeds.
+
+    >>> diff, joint = within_noise_of({"acc": (0.80, 4.303 * 0.03 / 3**0.5), "seeds": [1, 2, 3]},
+    ...                               {"acc": (0.82, 4.303 * 0.04 / 3**0.5), "seeds": [1, 2, 3]})
+    >>> round(diff, 6), round(joint, 6)     # sqrt(0.03^2 + 0.04^2) / sqrt(3) = 0.05 / sqrt(3)
+    (-0.02, 0.028868)
+    """
+    se_mine = standard_error(mine["acc"], len(mine["seeds"]))
+    se_other = standard_error(other["acc"], len(other["seeds"]))
+    if se_mine is None or se_other is None:
+        return None
+    return mine["acc"][0] - other["acc"][0], (se_mine**2 + se_other**2) ** 0.5
 
 
 def claims(rows: dict) -> list[tuple[str, bool]]:
@@ -391,6 +419,16 @@ def claims(rows: dict) -> list[tuple[str, bool]]:
                     f"CREDO's accuracy no lower than the warm start's within noise ({acc:.3f} ± {half or 0:.3f} "
                     f"vs {base:.3f})",
                     acc + (half or 0.0) >= base,
+                )
+            )
+        gap = within_noise_of(rows["credo"], rows["grpo"]) if "grpo" in rows else None
+        if gap is not None:
+            diff, joint = gap
+            found.append(
+                (
+                    f"CREDO's accuracy within noise of GRPO's ({rows['credo']['acc'][0]:.3f} vs "
+                    f"{rows['grpo']['acc'][0]:.3f}: {diff:+.3f}, one joint standard error {joint:.3f})",
+                    diff >= -joint,
                 )
             )
     if "rlcr" in rows:

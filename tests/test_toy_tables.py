@@ -91,6 +91,30 @@ def test_tables_are_laid_out_as_the_paper_with_intervals_and_claims():
     assert "- holds: CREDO's accuracy no lower" in text and "RLCR" not in text
 
 
+def test_credo_is_within_noise_of_grpo_when_no_further_below_than_one_joint_standard_error():
+    """The paper's tab:main convention. Accuracies over seeds 44-46: GRPO 0.80 / 0.82 / 0.84 (std
+    0.02), CREDO d + 0.79 / 0.80 / 0.81 (std 0.01); each se = std / sqrt(3), joint se =
+    sqrt(0.02^2 + 0.01^2) / sqrt(3) = 0.012910. CREDO's mean is 0.80 + d, GRPO's 0.82."""
+    joint = (0.02**2 + 0.01**2) ** 0.5 / 3**0.5
+
+    def verdict(shift: float) -> tuple[str, bool]:
+        results = [fake_result("grpo", 44 + i, acc) for i, acc in enumerate((0.80, 0.82, 0.84))]
+        results += [fake_result("credo", 44 + i, acc + shift) for i, acc in enumerate((0.79, 0.80, 0.81))]
+        rows = toy_tables.aggregate(results)
+        diff, se = toy_tables.within_noise_of(rows["credo"], rows["grpo"])
+        assert diff == pytest.approx(shift - 0.02, abs=1e-12) and se == pytest.approx(joint, rel=1e-9)
+        (claim,) = [found for found in toy_tables.claims(rows) if "GRPO" in found[0]]
+        return claim
+
+    text, holds = verdict(0.0)  # 0.020 below, more than 0.0129: not within noise
+    assert not holds and text.endswith("(0.800 vs 0.820: -0.020, one joint standard error 0.013)")
+    assert verdict(0.0072)[1] and not verdict(0.0070)[1]  # the edge: -0.0128 holds, -0.0130 does not
+    assert verdict(0.05)[1]  # above GRPO's
+    one_seed = toy_tables.aggregate([fake_result("grpo", 44, 0.8), fake_result("credo", 44, 0.7)])
+    assert toy_tables.within_noise_of(one_seed["credo"], one_seed["grpo"]) is None
+    assert not any("GRPO" in claim for claim, _ in toy_tables.claims(one_seed))  # one seed cannot decide it
+
+
 def test_the_ceiling_is_added_to_a_job_finished_before_its_column(tmp_path):
     """A result.json without `auroc_ceiling` (a run of an older toy_tables.py) gets it from its own
     samples; a job whose samples are gone says so instead of a guessed value."""
@@ -266,7 +290,7 @@ def test_the_claims_hold_on_a_finished_tables_run():
         for row, values in saved["rows"].items()
     }
     found = toy_tables.claims(rows)
-    assert len(found) == 4 and all(holds for _, holds in found), found
+    assert len(found) == 5 and all(holds for _, holds in found), found
     plan = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "plan.json").read_text())
     assert plan["world"] == toy_build.world_key(toy_build.world_of(plan["world_seed"])[0]), (
         "the tables are of another world recipe"
