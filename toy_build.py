@@ -1,6 +1,7 @@
 """The toy's world: its recipe (`WORLD`), the chained-sum problems and their splits (training,
 held-out, and the `dev` and `extra` splits toy_tables.py evaluates on), the scripted solver, the tiny
-model and tokenizer, the supervised warm start and its addition check, and the cache under
+model and tokenizer, the supervised warm start and its addition check, the AUROC ceiling its levels
+and styles allow (`auroc_ceiling`), and the cache under
 `.cache/toy/` (`.cache/toy-w<seed>/` for another world seed), rebuilt only when the recipe
 changes. docs/toy.md describes the world and why it is built this way.
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 import tiny
+from metrics import auroc
 from policy import RESERVED_TOKENS, add_reserved_tokens, init_reserved_rows
 from rollout import build_prompt_ids, system_prompt
 
@@ -169,6 +171,34 @@ def solution_style(text: str) -> str:
     ('steps', 'direct')
     """
     return "steps" if "," in text.split(". The answer")[0] else "direct"
+
+
+def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
+    """AUROC of the best confidence that knows only each sample's level and solution style: every
+    sample scored by the accuracy of its (level, style) cell among `records` (level 1 is one cell:
+    its two styles are the same text). Samples without a confidence are left out, as the AUROC
+    column leaves them out. In-sample, so it slightly flatters; a readout can pass it only by
+    ranking right above wrong within a cell, which the toy's completions barely allow.
+
+    >>> recs = [{"problem_id": p, "a": a, "c": 0.5, "text": t + ". The answer is"} for p, a, t in [
+    ...     ("x", 1, "1 + 2 = 3"), ("x", 0, "1 + 2 = 4"), ("y", 1, "1 + 2 = 3, 3 + 4 = 7"), ("y", 0, "1 + 2 + 4 = 8")]]
+    >>> auroc_ceiling(recs, {"x": 1, "y": 2})  # cells 0.5, 0.5 / 1.0 / 0.0: 3.5 of 4 pairs
+    0.875
+    """
+    scored = [r for r in records if r["c"] is not None]
+    cell_of = [
+        (levels[r["problem_id"]], solution_style(r["text"]) if levels[r["problem_id"]] > 1 else "any") for r in scored
+    ]
+    cells: dict[tuple, list[int]] = {}
+    for cell, record in zip(cell_of, scored):
+        cells.setdefault(cell, []).append(record["a"])
+    accuracy = {cell: sum(a) / len(a) for cell, a in cells.items()}
+    return auroc([accuracy[cell] for cell in cell_of], [r["a"] for r in scored])
+
+
+def levels_of(path: Path) -> dict[str, int]:
+    """{problem id: level} of a toy split."""
+    return {row["id"]: row["level"] for row in map(json.loads, path.read_text().splitlines())}
 
 
 def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:

@@ -92,7 +92,7 @@ COLUMNS = (
     ("auroc", "AUROC"),
     ("brier", "Brier"),
     ("effective_levels", "Eff. levels"),
-    ("auroc_ceiling", "AUROC ceiling"),  # auroc_ceiling(): what a confidence of level and style alone reaches
+    ("auroc_ceiling", "AUROC ceiling"),  # toy_build.auroc_ceiling(): what a confidence of level and style alone reaches
 )
 # Two-sided 95% quantiles of Student's t by degrees of freedom (n seeds - 1).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -158,35 +158,6 @@ def split_done(out: Path, jobs: list[tuple[str, int]]) -> tuple[list[dict], list
     return results, todo
 
 
-def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
-    """AUROC of the best confidence that knows only each sample's level and solution style: every
-    sample scored by the accuracy of its (level, style) cell among `records` (level 1 is one cell:
-    its two styles are the same text). Samples without a confidence are left out, as the AUROC
-    column leaves them out. In-sample, so it slightly flatters; a readout can pass it only by
-    ranking right above wrong within a cell, which the toy's completions barely allow.
-
-    >>> recs = [{"problem_id": p, "a": a, "c": 0.5, "text": t + ". The answer is"} for p, a, t in [
-    ...     ("x", 1, "1 + 2 = 3"), ("x", 0, "1 + 2 = 4"), ("y", 1, "1 + 2 = 3, 3 + 4 = 7"), ("y", 0, "1 + 2 + 4 = 8")]]
-    >>> auroc_ceiling(recs, {"x": 1, "y": 2})  # cells 0.5, 0.5 / 1.0 / 0.0: 3.5 of 4 pairs
-    0.875
-    """
-    scored = [r for r in records if r["c"] is not None]
-    cell_of = [
-        (levels[r["problem_id"]], toy_build.solution_style(r["text"]) if levels[r["problem_id"]] > 1 else "any")
-        for r in scored
-    ]
-    cells: dict[tuple, list[int]] = {}
-    for cell, record in zip(cell_of, scored):
-        cells.setdefault(cell, []).append(record["a"])
-    accuracy = {cell: sum(a) / len(a) for cell, a in cells.items()}
-    return auroc([accuracy[cell] for cell in cell_of], [r["a"] for r in scored])
-
-
-def levels_of(path: Path) -> dict[str, int]:
-    """{problem id: level} of a toy split."""
-    return {row["id"]: row["level"] for row in map(json.loads, path.read_text().splitlines())}
-
-
 def with_ceiling(out: Path, world_cache: Path, result: dict) -> dict:
     """A finished job's result from before the AUROC ceiling column, with the ceiling computed from
     its samples and written into its result.json (nothing else changes)."""
@@ -195,7 +166,7 @@ def with_ceiling(out: Path, world_cache: Path, result: dict) -> dict:
     if not samples.exists():
         raise FileNotFoundError(f"{samples}: the samples of a finished job are gone; cannot add its AUROC ceiling")
     pool = [r for r in read_samples(samples) if r["source"] == result["channel"]]
-    result["metrics"]["auroc_ceiling"] = auroc_ceiling(pool, levels_of(world_cache / "test.jsonl"))
+    result["metrics"]["auroc_ceiling"] = toy_build.auroc_ceiling(pool, toy_build.levels_of(world_cache / "test.jsonl"))
     (where / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
@@ -285,7 +256,7 @@ def run_job(
     records = read_samples(where / "eval" / "samples.jsonl")
     channel = "verbalized" if row == BASE else ROWS[row].channel
     pool = [r for r in records if r["source"] == channel]
-    metrics = pool_metrics(pool) | {"auroc_ceiling": auroc_ceiling(pool, levels_of(eval_file))}
+    metrics = pool_metrics(pool) | {"auroc_ceiling": toy_build.auroc_ceiling(pool, toy_build.levels_of(eval_file))}
     result = {
         "row": row,
         "seed": seed,
@@ -370,30 +341,20 @@ def job_pool(out: Path, result: dict) -> list[dict]:
 CLAIM_AUROC, CLAIM_ECE, CLAIM_LEVELS = 0.80, 0.08, 6.0
 
 
-def standard_error(value: tuple[float, float | None], n: int) -> float | None:
-    """The standard error over n seeds behind interval()'s (mean, half-width); None for one seed.
-
-    >>> round(standard_error((0.6, 4.303 * 0.1 / 3**0.5), 3), 6)    # std 0.1 over 3 seeds
-    0.057735
-    """
-    mean, half = value
-    return None if half is None or n < 2 else half / T_975[n - 1]
-
-
 def within_noise_of(mine: dict, other: dict) -> tuple[float, float] | None:
     """(mean accuracy difference mine - other, their joint standard error), or None where either
     row has a single seed. "Within noise" is the paper's tab:main convention: no further below than
-    one joint standard error, sqrt(se_mine^2 + se_other^2), over training seeds.
+    one joint standard error, sqrt(se_mine^2 + se_other^2), over training seeds (each se is
+    interval()'s half-width over t).
 
     >>> diff, joint = within_noise_of({"acc": (0.80, 4.303 * 0.03 / 3**0.5), "seeds": [1, 2, 3]},
     ...                               {"acc": (0.82, 4.303 * 0.04 / 3**0.5), "seeds": [1, 2, 3]})
     >>> round(diff, 6), round(joint, 6)     # sqrt(0.03^2 + 0.04^2) / sqrt(3) = 0.05 / sqrt(3)
     (-0.02, 0.028868)
     """
-    se_mine = standard_error(mine["acc"], len(mine["seeds"]))
-    se_other = standard_error(other["acc"], len(other["seeds"]))
-    if se_mine is None or se_other is None:
+    if mine["acc"][1] is None or other["acc"][1] is None:
         return None
+    se_mine, se_other = (row["acc"][1] / T_975[len(row["seeds"]) - 1] for row in (mine, other))
     return mine["acc"][0] - other["acc"][0], (se_mine**2 + se_other**2) ** 0.5
 
 

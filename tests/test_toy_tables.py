@@ -176,7 +176,7 @@ def test_the_dev_split_is_the_first_training_problems_and_the_tables_say_so(tmp_
     assert toy_build.split_file(tmp_path, "test", world) == tmp_path / "test.jsonl"
     dev = toy_build.split_file(tmp_path, "dev", world)
     assert [json.loads(line) for line in dev.read_text().splitlines()] == rows[: toy_build.DEV_SIZE]
-    assert toy_tables.levels_of(dev) == {r["id"]: r["level"] for r in rows[:250]}
+    assert toy_build.levels_of(dev) == {r["id"]: r["level"] for r in rows[:250]}
     credo = {"seeds": [101], **{key: (0.5, None) for key, _ in toy_tables.COLUMNS}}
     assert "development split (the first 250 training problems)" in toy_tables.markdown_tables(
         {"credo": credo}, "h", "dev"
