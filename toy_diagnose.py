@@ -78,11 +78,13 @@ def training_records(job: Path, bin_steps: int) -> dict[int, list[tuple[str, str
 
 
 def eval_records(job: Path) -> list[tuple[str, str]]:
+    """[(problem id, text)] of the job's evaluation, one per generated sample: eval.py writes a
+    sample once per confidence source it reads (GRPO's: the numeral and the digit readout)."""
     path = job / "eval" / "samples.jsonl"
     if not path.exists():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [(r["problem_id"], r["text"]) for r in rows]
+    return list({(r["problem_id"], r["sample"]): (r["problem_id"], r["text"]) for r in rows}.values())
 
 
 def style_table(row: Path, bin_steps: int) -> dict[str, float | None]:

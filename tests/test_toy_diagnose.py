@@ -31,7 +31,10 @@ def make_job(job: Path, world: Path, steps: list[list[tuple[str, str]]], evals: 
     (job / "run" / "config.yaml").write_text(yaml.safe_dump({"train_data": str(world / "train.jsonl")}))
     for i, recs in enumerate(steps):
         write_jsonl(job / "run" / "rollouts" / f"step_{i:06d}.jsonl", [{"question_id": q, "text": t} for q, t in recs])
-    write_jsonl(job / "eval" / "samples.jsonl", [{"problem_id": p, "text": t} for p, t in evals])
+    write_jsonl(
+        job / "eval" / "samples.jsonl",
+        [{"problem_id": p, "sample": i, "source": "readout", "text": t} for i, (p, t) in enumerate(evals)],
+    )
     return job
 
 
@@ -129,3 +132,16 @@ def test_the_command_line_prints_each_row(tmp_path, world, capsys):
     assert capsys.readouterr().out.strip() == f"{tmp_path / 'r'} steps 0-9: 0.500  eval: -"
     with pytest.raises(SystemExit, match="--bin must be at least 1"):
         toy_diagnose.main(["styles", str(tmp_path / "r"), "--bin", "0"])
+
+
+def test_an_evaluation_sample_counts_once_whatever_the_sources_that_read_it(tmp_path, world):
+    job = make_job(tmp_path / "s1", world, [[("tr-2", STEPS2)]], [])
+    # eval.py's records for GRPO: each generated sample once per confidence source
+    rows = [
+        {"problem_id": p, "sample": i, "source": src, "text": t}
+        for i, (p, t) in enumerate([("te-2", DIRECT2), ("te-3", STEPS2)])
+        for src in ("verbalized", "digit")
+    ]
+    write_jsonl(job / "eval" / "samples.jsonl", rows + [rows[0] | {"source": "logprob"}])  # a third source, one sample
+    assert toy_diagnose.eval_records(job) == [("te-2", DIRECT2), ("te-3", STEPS2)]
+    assert toy_diagnose.style_table(job, bin_steps=1)["eval"] == 0.5
