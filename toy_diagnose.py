@@ -1,6 +1,7 @@
 """Diagnostics of finished toy runs, behind docs/toy.md's account of CREDO's accuracy cost.
 
     python toy_diagnose.py styles ROW [ROW ...] [--bin 20]
+    python toy_diagnose.py cells ROW [ROW ...]
     python toy_diagnose.py adam ROW [ROW ...] --against GRPO_ROW
 
 A ROW is one row of a `toy_tables.py` run (`<out>/credo`, holding `s53/`, `s54/`, ...) or one of
@@ -10,6 +11,8 @@ its jobs (`<out>/credo/s53`, holding `run/`).
   one text in both styles), in the training rollouts by bins of steps and in the evaluation
   samples, pooled over the row's seeds. RL on the toy gains accuracy by learning the direct style
   away (docs/toy.md), so this share is how fast a row learns, step by step.
+* `cells`: the evaluation's accuracy by level and style, pooled over the row's seeds: where a
+  row's accuracy differs from another's, the style it chose or the sums it writes in a style.
 * `adam`: for each seed, the median over the trunk's tensors (every parameter but the embeddings
   and the output projection) of the ratio of the median square root of AdamW's second moment at
   the last checkpoint to the same seed's of `--against`. A ratio r > 1 means every update of the
@@ -77,14 +80,14 @@ def training_records(job: Path, bin_steps: int) -> dict[int, list[tuple[str, str
     return bins
 
 
-def eval_records(job: Path) -> list[tuple[str, str]]:
-    """[(problem id, text)] of the job's evaluation, one per generated sample: eval.py writes a
-    sample once per confidence source it reads (GRPO's: the numeral and the digit readout)."""
+def eval_records(job: Path) -> list[dict]:
+    """The job's evaluation samples, one per generated sample: eval.py writes a sample once per
+    confidence source it reads (GRPO's: the numeral and the digit readout)."""
     path = job / "eval" / "samples.jsonl"
     if not path.exists():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return list({(r["problem_id"], r["sample"]): (r["problem_id"], r["text"]) for r in rows}.values())
+    return list({(r["problem_id"], r["sample"]): r for r in rows}.values())
 
 
 def style_table(row: Path, bin_steps: int) -> dict[str, float | None]:
@@ -93,13 +96,28 @@ def style_table(row: Path, bin_steps: int) -> dict[str, float | None]:
     for job in jobs_of(row):
         levels = world_levels(job)
         parts = {f"steps {s}-{s + bin_steps - 1}": recs for s, recs in training_records(job, bin_steps).items()}
-        parts["eval"] = eval_records(job)
+        parts["eval"] = [(r["problem_id"], r["text"]) for r in eval_records(job)]
         for name, recs in parts.items():
             d, n = direct_share(recs, levels)
             tally = counts.setdefault(name, [0, 0])
             tally[0], tally[1] = tally[0] + d, tally[1] + n
     order = sorted((k for k in counts if k != "eval"), key=lambda k: int(k.split()[1].split("-")[0])) + ["eval"]
     return {k: (counts[k][0] / counts[k][1] if counts[k][1] else None) for k in order}
+
+
+def cell_accuracy(row: Path) -> dict[str, tuple[float, int]]:
+    """{"L1": (accuracy, samples), "L2 direct": ..., "L2 steps": ..., ...} of the evaluation
+    samples by level and style (level 1 is one cell), pooled over the row's jobs."""
+    cells: dict[tuple[int, str], list[int]] = {}
+    for job in jobs_of(row):
+        levels = world_levels(job)
+        for r in eval_records(job):
+            level = levels[r["problem_id"]]
+            tally = cells.setdefault((level, solution_style(r["text"]) if level >= 2 else ""), [0, 0])
+            tally[0], tally[1] = tally[0] + int(r["a"]), tally[1] + 1
+    if not cells:
+        raise SystemExit(f"{row}: no evaluation samples (eval/samples.jsonl) in its jobs")
+    return {f"L{level} {style}".strip(): (a / n, n) for (level, style), (a, n) in sorted(cells.items())}
 
 
 def second_moment_scale(ckpt: Path) -> dict[str, float]:
@@ -146,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     st = sub.add_parser("styles", help="direct-style share by training steps and at evaluation")
     st.add_argument("rows", nargs="+", type=Path)
     st.add_argument("--bin", type=int, default=20, help="steps per bin of training rollouts")
+    ce = sub.add_parser("cells", help="evaluation accuracy by level and style")
+    ce.add_argument("rows", nargs="+", type=Path)
     ad = sub.add_parser("adam", help="AdamW second moment of the trunk relative to another row's")
     ad.add_argument("rows", nargs="+", type=Path)
     ad.add_argument("--against", type=Path, required=True)
@@ -156,6 +176,9 @@ def main(argv: list[str] | None = None) -> None:
         for row in args.rows:
             table = style_table(row, args.bin)
             print(row, "  ".join(f"{k}: {'-' if v is None else f'{v:.3f}'}" for k, v in table.items()))
+    elif args.what == "cells":
+        for row in args.rows:
+            print(row, "  ".join(f"{k}: {acc:.3f} ({n})" for k, (acc, n) in cell_accuracy(row).items()))
     else:
         for row in args.rows:
             ratios = adam_ratios(row, args.against)

@@ -26,14 +26,14 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def make_job(job: Path, world: Path, steps: list[list[tuple[str, str]]], evals: list[tuple[str, str]]) -> Path:
+def make_job(job: Path, world: Path, steps: list[list[tuple[str, str]]], evals: list[tuple[str, str, int]]) -> Path:
     (job / "run").mkdir(parents=True)
     (job / "run" / "config.yaml").write_text(yaml.safe_dump({"train_data": str(world / "train.jsonl")}))
     for i, recs in enumerate(steps):
         write_jsonl(job / "run" / "rollouts" / f"step_{i:06d}.jsonl", [{"question_id": q, "text": t} for q, t in recs])
     write_jsonl(
         job / "eval" / "samples.jsonl",
-        [{"problem_id": p, "sample": i, "source": "readout", "text": t} for i, (p, t) in enumerate(evals)],
+        [{"problem_id": p, "sample": i, "source": "readout", "text": t, "a": a} for i, (p, t, a) in enumerate(evals)],
     )
     return job
 
@@ -56,23 +56,32 @@ def test_styles_pool_seeds_by_bins_of_steps_and_count_only_two_additions_or_more
             [("tr-2", STEPS2), ("tr-2", STEPS2)],
             [("tr-2", DIRECT2)],
         ],
-        [("te-2", DIRECT2), ("te-3", STEPS2)],
+        [("te-2", DIRECT2, 0), ("te-3", STEPS2, 1)],
     )
     # seed 2: step 0 has 1 of 1; no bin beyond; evaluation 0 of 2 (and one level-1 sample)
-    make_job(row / "s2", world, [[("tr-2", DIRECT2)]], [("te-2", STEPS2), ("te-3", STEPS2), ("tr-1", ONE)])
+    make_job(row / "s2", world, [[("tr-2", DIRECT2)]], [("te-2", STEPS2, 1), ("te-3", STEPS2, 0), ("tr-1", ONE, 1)])
     table = toy_diagnose.style_table(row, bin_steps=2)
     assert table == {"steps 0-1": 3 / 6, "steps 2-3": 1.0, "eval": 1 / 4}
     assert list(table) == ["steps 0-1", "steps 2-3", "eval"]
     assert toy_diagnose.style_table(row / "s2", bin_steps=2) == {"steps 0-1": 1.0, "eval": 0.0}
+    # the same evaluation samples by level and style, pooled over both seeds
+    assert toy_diagnose.cell_accuracy(row) == {
+        "L1": (1.0, 1),
+        "L2 direct": (0.0, 1),
+        "L2 steps": (1.0, 1),
+        "L3 steps": (0.5, 2),
+    }
 
 
-def test_a_row_without_jobs_or_rollouts_is_refused(tmp_path, world):
+def test_a_row_without_jobs_rollouts_or_samples_is_refused(tmp_path, world):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="neither a toy_tables job"):
         toy_diagnose.jobs_of(tmp_path / "empty")
     job = make_job(tmp_path / "s1", world, [], [])
     with pytest.raises(SystemExit, match="no run/rollouts/"):
         toy_diagnose.style_table(job, bin_steps=5)
+    with pytest.raises(SystemExit, match="no evaluation samples"):
+        toy_diagnose.cell_accuracy(job)
 
 
 def tiny_config() -> Qwen3Config:
@@ -138,10 +147,13 @@ def test_an_evaluation_sample_counts_once_whatever_the_sources_that_read_it(tmp_
     job = make_job(tmp_path / "s1", world, [[("tr-2", STEPS2)]], [])
     # eval.py's records for GRPO: each generated sample once per confidence source
     rows = [
-        {"problem_id": p, "sample": i, "source": src, "text": t}
+        {"problem_id": p, "sample": i, "source": src, "text": t, "a": 1}
         for i, (p, t) in enumerate([("te-2", DIRECT2), ("te-3", STEPS2)])
         for src in ("verbalized", "digit")
     ]
     write_jsonl(job / "eval" / "samples.jsonl", rows + [rows[0] | {"source": "logprob"}])  # a third source, one sample
-    assert toy_diagnose.eval_records(job) == [("te-2", DIRECT2), ("te-3", STEPS2)]
+    assert [(r["problem_id"], r["text"]) for r in toy_diagnose.eval_records(job)] == [
+        ("te-2", DIRECT2),
+        ("te-3", STEPS2),
+    ]
     assert toy_diagnose.style_table(job, bin_steps=1)["eval"] == 0.5
