@@ -34,6 +34,7 @@ import yaml
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from checkpoint import latest_checkpoint
+from report import read_samples
 from toy_build import levels_of, solution_style
 
 
@@ -86,8 +87,7 @@ def eval_records(job: Path) -> list[dict]:
     path = job / "eval" / "samples.jsonl"
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return list({(r["problem_id"], r["sample"]): r for r in rows}.values())
+    return list({(r["problem_id"], r["sample"]): r for r in read_samples(path)}.values())
 
 
 def style_table(row: Path, bin_steps: int) -> dict[str, float | None]:

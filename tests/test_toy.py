@@ -149,6 +149,14 @@ def test_the_addition_check_adds_steps_until_the_model_adds_and_fails_in_one_lin
     )
 
 
+def test_the_last_checkpoint_is_the_last_finished_one(tmp_path):
+    for name in ("step_000010", "step_000020", "step_000030.tmp"):  # the last save was cut off
+        (tmp_path / "ckpt" / name).mkdir(parents=True)
+    assert toy.last_checkpoint(tmp_path) == tmp_path / "ckpt" / "step_000020"
+    with pytest.raises(RuntimeError, match="no checkpoint under"):
+        toy.last_checkpoint(tmp_path / "elsewhere")
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     for argv, says in (
         (["--methods", "credo,ppo"], "unknown ppo"),
