@@ -121,8 +121,8 @@ def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, fl
 
 
 def last_checkpoint(run_dir: Path) -> Path:
-    """The finished checkpoint with the most steps (a `step_N.tmp` is one whose save was cut off;
-    checkpoint.latest_checkpoint reads the same, but this module keeps torch out of its imports)."""
+    """The finished checkpoint with the most steps (a `step_N.tmp` is one whose save was cut off).
+    The same rule as checkpoint.latest_checkpoint, which this copy should give way to."""
     ckpts = sorted((run_dir / "ckpt").glob("step_*[0-9]"))
     if not ckpts:
         raise RuntimeError(f"no checkpoint under {run_dir}")
