@@ -1,7 +1,8 @@
 """Per-token log-probs of completions from final hidden states, without [N, L, V] logits.
 
-`token_logprobs` is what the training forward calls (policy.forward); the rest are the
-custom autograd functions behind it: eager blocks of `chunk_tokens` rows, or blocks
+`token_logprobs` (padded rows) and `selected_logprobs` (chosen positions, as a packed row
+needs) are what the training forward calls (policy.forward); the rest are the custom
+autograd functions behind them: eager blocks of `chunk_tokens` rows, or blocks
 compiled once (`compile_logprob_blocks`) for the GPU update. Both hold one fp32
 [rows, V] block at a time and recompute its logits in backward from the saved
 log-sum-exp.
@@ -234,27 +235,38 @@ def token_logprobs(
     as the update runs on a GPU; None: the eager blocks above, `chunk_tokens` rows each.
     """
     n_seq, seq_len, dim = hidden.shape
+    flat_hidden = hidden[:, :-1].reshape(-1, dim)  # [N*(L-1), H]
+    flat_targets = input_ids[:, 1:].reshape(-1)  # [N*(L-1)]
+    if score_mask is None:
+        logp = selected_logprobs(flat_hidden, lm_head, flat_targets, chunk_tokens, blocks, temperature)
+    else:
+        # The scored columns' indices: where score_mask lives (a host mask needs no device sync)
+        rows = score_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)  # [M]
+        scored = selected_logprobs(flat_hidden[rows], lm_head, flat_targets[rows], chunk_tokens, blocks, temperature)
+        logp = torch.zeros(flat_targets.shape, dtype=torch.float32, device=hidden.device).index_copy(0, rows, scored)
+    return logp.reshape(n_seq, seq_len - 1)  # [N, L-1]
+
+
+def selected_logprobs(
+    hidden: torch.Tensor,
+    lm_head: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_tokens: int = 512,
+    blocks: LogprobBlocks | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """log pi_T(targets | hidden) row by row: hidden [M, H] (the positions that predict them),
+    targets [M] -> [M] fp32. token_logprobs' work once the scored columns are chosen; a packed
+    row whose prompts are shared (policy.pack_rows) calls it directly, since there the token
+    that follows a position in the row is not always the one it predicts. The matmuls run
+    in the autocast dtype when autocast is on."""
+    if not temperature > 0:
+        raise ValueError(f"log-probs at temperature {temperature!r}: a sampling temperature must be > 0")
     device_type = hidden.device.type
     if torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)
     else:
         dtype = torch.promote_types(hidden.dtype, lm_head.dtype)
-    flat_hidden = hidden[:, :-1].reshape(-1, dim)  # [N*(L-1), H]
-    flat_targets = input_ids[:, 1:].reshape(-1)  # [N*(L-1)]
-    if not temperature > 0:
-        raise ValueError(f"log-probs at temperature {temperature!r}: a sampling temperature must be > 0")
-
-    def scored(h, y):  # [M, H], [M] -> [M]
-        if blocks is None:
-            return _LinearLogprobs.apply(h, lm_head, y, chunk_tokens, dtype, float(temperature))
-        return _BlockedLinearLogprobs.apply(h, lm_head, y, blocks, dtype, float(temperature))
-
-    if score_mask is None:
-        logp = scored(flat_hidden, flat_targets)
-    else:
-        # The scored columns' indices: where score_mask lives (a host mask needs no device sync)
-        rows = score_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)  # [M]
-        logp = torch.zeros(flat_targets.shape, dtype=torch.float32, device=hidden.device).index_copy(
-            0, rows, scored(flat_hidden[rows], flat_targets[rows])
-        )
-    return logp.reshape(n_seq, seq_len - 1)  # [N, L-1]
+    if blocks is None:
+        return _LinearLogprobs.apply(hidden, lm_head, targets, chunk_tokens, dtype, float(temperature))
+    return _BlockedLinearLogprobs.apply(hidden, lm_head, targets, blocks, dtype, float(temperature))

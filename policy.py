@@ -7,8 +7,8 @@ pass, and every read of the model's confidence, shared by training and evaluatio
     c = model_confidence(fwd)                                          # [N] sigmoid(z_H - z_L), eq:readout
 
 Holds: `<CONF_HIGH>`/`<CONF_LOW>` as special tokens with initialised rows; `Batch` (collate),
-the micro-batch plan (cut by tokens, whole groups), packing into one padding-free row with an
-attention restricted to each sequence; compiled decoder layers for the update; the one
+the micro-batch plan (cut by tokens, whole groups), packing into one padding-free row (each
+distinct prompt once) with an attention restricted to each sequence; compiled decoder layers for the update; the one
 forward that gives per-token log-probs, the readout `z_H - z_L` at the slot and eq:digitexp
 (indexing computed on the host, so it never waits for the GPU); the no-grad confidence
 reads of evaluation.
@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
+from torch._dynamo.decorators import mark_static, mark_unbacked  # not re-exported by torch._dynamo in 2.13
+from torch.nn.attention.bias import causal_lower_right
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
@@ -143,6 +145,7 @@ class Batch:
     ans_mask: torch.Tensor  # [N, L-1] answer segment
     conf_mask: torch.Tensor  # [N, L-1] analysis segment (and a sampled slot token, conf_train=sampled)
     slot_pos: torch.Tensor  # [N]      position whose next-token distribution is the slot; -1: none
+    prompt_len: torch.Tensor  # [N]    prompt tokens of each row (its first prompt_len ids)
     digit_pos: torch.Tensor | None = None  # [N] decimal position after a teacher-forced "0." (eq:digitexp); -1: none
     digit_ids: torch.Tensor | None = None  # [10] token ids of "0".."9"
 
@@ -160,6 +163,7 @@ class Batch:
             self.ans_mask[index, : width - 1],
             self.conf_mask[index, : width - 1],
             self.slot_pos[index],
+            self.prompt_len[index],
             None if self.digit_pos is None else self.digit_pos[index],
             self.digit_ids,
         )
@@ -289,25 +293,81 @@ def collate(
             if digit_pos is not None:
                 digit_pos[i] = slot_pos[i] + 2  # the position of the appended "."
     digits = torch.tensor(teacher_digits[0]) if teacher_digits is not None else None
-    return Batch(input_ids, attention, completion, ans, conf, slot_pos, digit_pos, digits)
+    prompt_len = torch.tensor([len(r.prompt_ids) for r in rollouts], dtype=torch.long)
+    return Batch(input_ids, attention, completion, ans, conf, slot_pos, prompt_len, digit_pos, digits)
 
 
-def pack_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The rows of a batch without their padding, as one row: ids [1, S] and position ids
-    [1, S] restarting at 0 for each sequence (S = sum of lengths), and each row's start [N].
+class Packing(NamedTuple):
+    """A micro-batch as one padding-free row in which the rows that share a prompt share its
+    tokens: each distinct prompt once, then every row's completion, which attends to its
+    prompt's segment and causally to itself (sequence_attention)."""
+
+    ids: torch.Tensor  # [1, S] the packed tokens
+    positions: torch.Tensor  # [1, S] each token's position in its own sequence
+    segments: torch.Tensor  # [K, 4] host: start, end, context start, context end (a prompt: no context)
+    prompt_start: torch.Tensor  # [N] where each row's prompt sits in the packed row
+    completion_start: torch.Tensor  # [N] where each row's completion starts
+    prompt_len: torch.Tensor  # [N]
+
+    def index(self, pos: torch.Tensor) -> torch.Tensor:
+        """The packed-row index of position `pos` of each row's own sequence: pos [N] or [N, C]
+        (host) -> the same shape. A position at or past a row's end maps past its completion;
+        callers clamp or mask it."""
+        shape = (-1,) + (1,) * (pos.dim() - 1)
+        prompt_len = self.prompt_len.view(shape)
+        in_prompt = self.prompt_start.view(shape) + pos
+        in_completion = self.completion_start.view(shape) + pos - prompt_len
+        return torch.where(pos < prompt_len, in_prompt, in_completion)
+
+
+def pack_rows(batch: Batch) -> Packing:
+    """The rows of a batch without their padding, each distinct prompt once (prompts first, in
+    order of first appearance, then the completions in row order). A group's G rollouts share
+    one prompt, so a micro-batch of whole groups computes each prompt once instead of G times:
+    the trainer's forward and backward cost the prompt tokens once per group. Every output
+    is that of the rows run separately, to float noise (the gradient reaching a shared prompt
+    token is the sum of what its rows send it).
 
     >>> def answer_only(n):
     ...     return ro.Segments(answer_end=n, analysis_start=n, analysis_end=n, slot=None, conf_text=None,
     ...                        fmt=False, has_answer=True, has_analysis=False)
     >>> b = collate([ro.Rollout("q", [5, 6], [7], "", "stop", answer_only(1)),
-    ...              ro.Rollout("q", [8], [9, 4], "", "stop", answer_only(2))], 0)
-    >>> [t.tolist() for t in pack_rows(b)]
-    [[[5, 6, 7, 8, 9, 4]], [[0, 1, 2, 0, 1, 2]], [0, 3]]
+    ...              ro.Rollout("q", [5, 6], [9, 4], "", "stop", answer_only(2)),
+    ...              ro.Rollout("r", [8], [3], "", "stop", answer_only(1))], 0)
+    >>> p = pack_rows(b)
+    >>> p.ids.tolist(), p.positions.tolist(), p.segments.tolist()
+    ([[5, 6, 8, 7, 9, 4, 3]], [[0, 1, 0, 2, 2, 3, 1]], [[0, 2, 0, 0], [2, 3, 2, 2], [3, 4, 0, 2], [4, 6, 0, 2], [6, 7, 2, 3]])
+    >>> p.index(torch.tensor([[0, 1, 2, 3]] * 3)).tolist()   # row 2's positions 2, 3 lie past its end
+    [[0, 1, 3, 4], [0, 1, 4, 5], [2, 6, 7, 8]]
     """
-    lengths = batch.attention_mask.sum(dim=1)  # [N]
-    ids = torch.cat([row[:length] for row, length in zip(batch.input_ids, lengths.tolist())])[None]
-    positions = torch.cat([torch.arange(length) for length in lengths.tolist()])[None]
-    return ids, positions, lengths.cumsum(0) - lengths
+    lengths, prompt_lens = batch.attention_mask.sum(dim=1).tolist(), batch.prompt_len.tolist()
+    pieces, positions, segments = [], [], []
+    prompt_start, seen, cursor = [], {}, 0
+    for row, p in zip(batch.input_ids, prompt_lens):
+        key = row[:p].numpy().tobytes()
+        if key not in seen:
+            seen[key] = cursor
+            pieces.append(row[:p])
+            positions.append(torch.arange(p))
+            segments.append((cursor, cursor + p, cursor, cursor))
+            cursor += p
+        prompt_start.append(seen[key])
+    completion_start = []
+    for row, length, p, start in zip(batch.input_ids, lengths, prompt_lens, prompt_start):
+        completion_start.append(cursor)
+        if length > p:
+            pieces.append(row[p:length])
+            positions.append(torch.arange(p, length))
+            segments.append((cursor, cursor + length - p, start, start + p))
+            cursor += length - p
+    return Packing(
+        torch.cat(pieces)[None],
+        torch.cat(positions)[None],
+        torch.tensor(segments, dtype=torch.long),
+        torch.tensor(prompt_start, dtype=torch.long),
+        torch.tensor(completion_start, dtype=torch.long),
+        batch.prompt_len,
+    )
 
 
 SEQUENCE_ATTENTION = "credo_sequence_sdpa"  # the attention implementation packed rows need
@@ -315,48 +375,66 @@ SEQUENCE_ATTENTION = "credo_sequence_sdpa"  # the attention implementation packe
 
 @torch.compiler.disable
 def sequence_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, cu_seq_lens_q=None, **kwargs
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, credo_segments=None, **kwargs
 ):
-    """A transformers attention function: with `cu_seq_lens_q` (sequence boundaries [N+1] of a
-    packed row [1, heads, S, D]), causal sdpa within each sequence only; without it (padded
-    batches, generation) exactly transformers' sdpa.
+    """A transformers attention function: with `credo_segments` (Packing.segments [K, 4] of a
+    packed row [1, heads, S, D]), causal sdpa within each segment, a completion's queries
+    also seeing every key of its prompt's segment (its context); without it (padded batches,
+    generation) exactly transformers' sdpa.
 
-    sdpa on a packed row with the block-causal mask transformers builds computes S^2 pairs,
-    most of them masked out; this computes sum L_i^2 and builds no [S, S] mask
-    (docs/performance.md). Returns [1, S, heads, D] as transformers' sdpa does.
-    The boundaries are host data (a CPU tensor, see forward): reading them here, once per
+    sdpa on a packed row with a block mask would compute S^2 pairs, most of them masked out;
+    this computes each segment's own pairs and builds no [S, S] mask (docs/performance.md).
+    A completion's causal mask is aligned to its last key (causal_lower_right), which sdpa
+    runs without materialising it on a GPU. Returns [1, S, heads, D] as transformers' sdpa does.
+    The segments are host data (a CPU tensor, see forward): reading them here, once per
     layer, never waits for the GPU. It always runs eagerly, outside compile_layers' graphs:
-    its slices depend on the boundaries' values.
+    its slices depend on the segments' values.
     """
-    if cu_seq_lens_q is None:
+    if credo_segments is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
     if query.shape[0] != 1 or attention_mask is not None:
         raise ValueError(
-            f"sequence_attention: cu_seq_lens_q describes one packed row without a mask; got a batch of "
+            f"sequence_attention: credo_segments describe one packed row without a mask; got a batch of "
             f"{query.shape[0]} rows and "
             f"attention_mask={None if attention_mask is None else tuple(attention_mask.shape)}"
         )
-    if cu_seq_lens_q.device.type != "cpu":
+    if credo_segments.device.type != "cpu":
         raise ValueError(
-            "sequence_attention: cu_seq_lens_q must be a CPU tensor (reading it from the GPU would stall "
+            "sequence_attention: credo_segments must be a CPU tensor (reading them from the GPU would stall "
             "every layer on a host synchronisation)"
         )
-    bounds = cu_seq_lens_q.tolist()
+    segments = credo_segments.tolist()
+    ends = [0] + [end for _, end, _, _ in segments]
+    if [start for start, _, _, _ in segments] != ends[:-1] or ends[-1] != query.shape[2]:
+        raise ValueError(f"sequence_attention: segments {segments} do not tile the row's {query.shape[2]} tokens")
     gqa = query.shape[1] != key.shape[1]
-    out = [
-        torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, a:b],
-            key[:, :, a:b],
-            value[:, :, a:b],
-            is_causal=True,
-            dropout_p=dropout,
-            scale=scaling,
-            enable_gqa=gqa,
-        )
-        for a, b in zip(bounds[:-1], bounds[1:])
-    ]  # each [1, heads, L_i, D]
+    # sdpa given a causal_lower_right mask skips autocast's cast to one dtype (Qwen3's q and k
+    # leave their norms in fp32, v in the autocast dtype): cast as autocast would
+    device = query.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+    query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
+    out = []
+    for start, end, context_start, context_end in segments:
+        k, v = key[:, :, start:end], value[:, :, start:end]
+        mask = None
+        if context_end > context_start:
+            k = torch.cat([key[:, :, context_start:context_end], k], dim=2)
+            v = torch.cat([value[:, :, context_start:context_end], v], dim=2)
+            mask = causal_lower_right(end - start, k.shape[2])
+        out.append(
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, start:end],
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=mask is None,
+                dropout_p=dropout,
+                scale=scaling,
+                enable_gqa=gqa,
+            )
+        )  # each [1, heads, end - start, D]
     return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
 
 
@@ -430,10 +508,10 @@ def forward(
     logprobs=False: a confidence-only pass (a no-grad readout or digit pass): no column goes
     through the vocabulary projection, and Forward.logp is None.
 
-    packed: the micro-batch runs as one padding-free row (pack_rows) with position ids that
-    restart at each sequence, attended by sequence_attention (which this switches the model
-    to) within each sequence, so no compute goes to padding. The outputs are laid out as in
-    the padded case.
+    packed: the micro-batch runs as one padding-free row (pack_rows) in which rows with the
+    same prompt share its tokens, attended by sequence_attention (which this switches the
+    model to), so no compute goes to padding and a group's prompt is computed once. The
+    outputs are laid out as in the padded case.
     detach_readout: z_diff is read from the detached final hidden state, so its gradient
     reaches only the output rows of H and L (the auxiliary head of tab:decompose).
     Computed in policy.dtype (autocast) over fp32 weights; every output is fp32."""
@@ -448,33 +526,34 @@ def forward(
         if packed:
             # Everything that indexes the packed row is computed here on the host, so the
             # forward never waits for the GPU to learn a boundary or a count.
-            ids, positions, starts = pack_rows(batch)  # [1, S], [1, S], [N]
-            lengths = batch.attention_mask.sum(dim=1)  # [N]
-            bounds = torch.cat([starts, starts[-1:] + lengths[-1:]]).int()  # [N+1], stays on the CPU
-            columns = torch.arange(batch.input_ids.shape[1] - 1)  # [L-1]
-            index = (starts[:, None] + columns).clamp(max=ids.shape[1] - 2)  # [N, L-1] column in the row
-            scored = torch.zeros(1, ids.shape[1] - 1, dtype=torch.bool)
-            scored[0, index[completion]] = True  # pairs across two rows: never
-            ids = to_device(ids, device)
-            # A mask of ones keeps transformers from building the [S, S] block mask
-            # (sequence_attention separates the sequences by `bounds` instead).
+            packing = pack_rows(batch)
+            ids = to_device(packing.ids, device)  # [1, S]
+            # A mask of ones keeps transformers from building an [S, S] mask
+            # (sequence_attention separates the sequences by their segments instead).
             use_sequence_attention(model)
+            segments = packing.segments
+            # compile_layers' graphs take the segments' count as a size like any other: unbacked,
+            # so that no guard ties it to another size that happens to be equal (a recompile)
+            mark_unbacked(segments, 0)
+            mark_static(segments, 1)
             hidden = model.model(
                 input_ids=ids,
-                position_ids=to_device(positions, device),
+                position_ids=to_device(packing.positions, device),
                 attention_mask=torch.ones_like(ids),
-                cu_seq_lens_q=bounds,
-                cu_seq_lens_k=bounds,
+                credo_segments=segments,
                 use_cache=False,
             ).last_hidden_state  # [1, S, H]
-            flat_logp = logprob_kernels.token_logprobs(
-                hidden, lm_head, ids, score_mask=scored, blocks=policy.logprob_blocks, temperature=policy.temperature
-            )  # [1, S-1]
-            logp = torch.where(completion_dev, flat_logp[0, to_device(index, device)], 0.0)
-            row_starts = to_device(starts, device)
+            if logprobs:
+                columns = torch.arange(batch.input_ids.shape[1] - 1).expand(len(batch), -1)  # [N, L-1]
+                at = to_device(packing.index(columns)[completion], device)  # [M] the scored columns' positions
+                targets = to_device(batch.input_ids[:, 1:][completion], device)  # [M] the tokens they predict
+                scored = logprob_kernels.selected_logprobs(
+                    hidden[0, at], lm_head, targets, blocks=policy.logprob_blocks, temperature=policy.temperature
+                )  # [M]
+                logp = torch.zeros(completion.shape, device=device).masked_scatter(completion_dev, scored)
 
-            def hidden_at(pos: torch.Tensor) -> torch.Tensor:  # [N] -> [N, H]
-                return hidden[0, row_starts + pos.clamp(min=0)]
+            def hidden_at(pos: torch.Tensor) -> torch.Tensor:  # host [N] -> [N, H]
+                return hidden[0, to_device(packing.index(pos.clamp(min=0)), device)]
         else:
             attention = to_device(batch.attention_mask, device)
             position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)
@@ -491,18 +570,18 @@ def forward(
                 temperature=policy.temperature,
             )  # [N, L-1]
 
-            def hidden_at(pos: torch.Tensor) -> torch.Tensor:
-                return hidden[torch.arange(len(batch), device=device), pos.clamp(min=0)]
+            def hidden_at(pos: torch.Tensor) -> torch.Tensor:  # host [N] -> [N, H]
+                return hidden[torch.arange(len(batch), device=device), to_device(pos.clamp(min=0), device)]
 
     # eq:readout in fp32, outside autocast: z_H - z_L is a difference of two close logits
-    h_slot = hidden_at(slot_pos)  # [N, H]
+    h_slot = hidden_at(batch.slot_pos)  # [N, H]
     z_diff = losses.readout_logits(h_slot.detach() if detach_readout else h_slot, lm_head, high_id, low_id)  # [N]
     z_diff = torch.where(slot_pos >= 0, z_diff, 0.0)
     c_digit = None
     if batch.digit_pos is not None:
         digits = to_device(batch.digit_ids, device)
-        h_int = hidden_at(slot_pos).float()  # [N, H] before "0"
-        h_dec = hidden_at(to_device(batch.digit_pos, device)).float()  # [N, H] after "0."
+        h_int = h_slot.float()  # [N, H] before "0"
+        h_dec = hidden_at(batch.digit_pos).float()  # [N, H] after "0."
         c_digit = losses.digit_expectation(h_int @ lm_head[digits[:2]].float().T, h_dec @ lm_head[digits].float().T)
     return Forward(logp if logprobs else None, z_diff, c_digit)
 

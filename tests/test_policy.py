@@ -175,7 +175,7 @@ def test_micro_batches_pack_whole_groups_up_to_the_budget():
 def test_sequence_attention_refuses_a_padded_batch_with_sequence_bounds():
     q = torch.zeros(2, 1, 4, 8)
     with pytest.raises(ValueError, match="one packed row without a mask; got a batch of 2 rows"):
-        pol.sequence_attention(None, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 2, 4]))
+        pol.sequence_attention(None, q, q, q, None, credo_segments=torch.tensor([[0, 2, 0, 0], [2, 4, 0, 0]]))
 
 
 # --- the forward pass ---------------------------------------------------------------------------
@@ -221,6 +221,58 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
         policy.model.zero_grad(set_to_none=True)
     for param, g in grads[False].items():
         assert_same_gradient(grads[True][param], g, param)
+
+
+def test_packed_rows_share_prompts_and_change_no_output_or_gradient(tiny_dir):
+    """Two groups with prompts of different lengths in one micro-batch, one row with no
+    completion token: packing computes each prompt once (18 + 5 prompt tokens, not 3 x 18 +
+    2 x 5), and the log-probs, readouts and parameter gradients equal the padded forward's to
+    float noise (fp32)."""
+    policy = tiny_policy(tiny_dir)
+    tok = policy.tokenizer
+    long_prompt = tok.encode("<|im_start|>user\nwhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    short_prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    assert len(long_prompt) == 18 and len(short_prompt) == 5  # the counts the docstring gives
+
+    def rollout(prompt, text):
+        ids = tok.encode(text, add_special_tokens=False)
+        return Rollout("q", prompt, ids, "", "stop", ro.parse_segments(tok, ids, "readout", "\\boxed"))
+
+    rollouts = [
+        rollout(long_prompt, "\\boxed{4} <analysis> ok </analysis> <confidence>"),
+        rollout(long_prompt, "\\boxed{5} <analysis> a long one </analysis> <confidence>"),
+        rollout(long_prompt, "\\boxed{6}"),
+        rollout(short_prompt, "\\boxed{7} <analysis> b </analysis> <confidence>"),
+        rollout(short_prompt, ""),
+    ]
+    batch = pol.collate(rollouts, tok.pad_token_id)
+    packing = pol.pack_rows(batch)
+    completions = int(batch.attention_mask.sum()) - int(batch.prompt_len.sum())
+    assert packing.ids.shape[1] == 18 + 5 + completions
+    mask = batch.completion_mask
+
+    def run(packed: bool):
+        policy.model.zero_grad(set_to_none=True)
+        fwd = pol.forward(policy, batch, packed=packed)
+        (fwd.logp[mask].sum() + fwd.z_diff.sum()).backward()
+        grads = {name: p.grad.clone() for name, p in policy.model.named_parameters() if p.grad is not None}
+        return fwd.logp.detach(), fwd.z_diff.detach(), grads
+
+    logp_pad, z_pad, grads_pad = run(False)
+    logp_pack, z_pack, grads_pack = run(True)
+    torch.testing.assert_close(logp_pack[mask], logp_pad[mask], atol=1e-5, rtol=1e-5)
+    assert (logp_pack[~mask] == 0).all()
+    torch.testing.assert_close(z_pack, z_pad, atol=1e-5, rtol=1e-5)
+    assert grads_pack.keys() == grads_pad.keys()
+    for name, g in grads_pad.items():
+        assert_same_gradient(grads_pack[name], g, name)
+    policy.model.zero_grad(set_to_none=True)
+
+
+def test_sequence_attention_refuses_segments_that_do_not_tile_the_row():
+    q = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="do not tile the row's 4 tokens"):
+        pol.sequence_attention(None, q, q, q, None, credo_segments=torch.tensor([[0, 2, 0, 0], [3, 4, 0, 2]]))
 
 
 # On a CPU, checkpointing around compiled layers is checked by test_parallel's two-rank
@@ -285,7 +337,7 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
 def test_sequence_attention_reads_its_bounds_from_the_host():
     q = torch.zeros(1, 1, 4, 8)
     with pytest.raises(ValueError, match="must be a CPU tensor"):
-        pol.sequence_attention(None, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 2, 4], device="meta"))
+        pol.sequence_attention(None, q, q, q, None, credo_segments=torch.tensor([[0, 2, 0, 0], [2, 4, 0, 0]], device="meta"))
 
 
 def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
