@@ -257,7 +257,7 @@ def selected_logprobs(
 ) -> torch.Tensor:
     """log pi_T(targets | hidden) row by row: hidden [M, H] (the positions that predict them),
     targets [M] -> [M] fp32. token_logprobs' work once the scored columns are chosen; a packed
-    row whose prompts are shared (policy.pack_rows) calls it directly, since there the token
+    row whose prompts are shared (packing.pack_rows) calls it directly, since there the token
     that follows a position in the row is not always the one it predicts. The matmuls run
     in the autocast dtype when autocast is on."""
     if not temperature > 0:

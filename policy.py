@@ -7,12 +7,12 @@ pass, and every read of the model's confidence, shared by training and evaluatio
     c = model_confidence(fwd)                                          # [N] sigmoid(z_H - z_L), eq:readout
 
 Holds: `<CONF_HIGH>`/`<CONF_LOW>` as special tokens with initialised rows; `Batch` (collate),
-the micro-batch plan (cut by tokens, whole groups), packing into one padding-free row (each
-distinct prompt once) with an attention restricted to each sequence; compiled decoder layers for the update; the one
-forward that gives per-token log-probs, the readout `z_H - z_L` at the slot and eq:digitexp
-(indexing computed on the host, so it never waits for the GPU); the no-grad confidence
-reads of evaluation.
-Does not hold: the losses (losses.py), credit or the update (credo.py), sharding (parallel.py).
+the micro-batch plan (cut by tokens, whole groups); compiled decoder layers for the update;
+the one forward, padded or packed, that gives per-token log-probs, the readout `z_H - z_L`
+at the slot and eq:digitexp (indexing computed on the host, so it never waits for the GPU);
+the no-grad confidence reads of evaluation.
+Does not hold: the packed row's layout and attention (packing.py), the losses (losses.py),
+credit or the update (credo.py), sharding (parallel.py).
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ from typing import NamedTuple
 
 import torch
 from torch._dynamo.decorators import mark_static, mark_unbacked  # not re-exported by torch._dynamo in 2.13
-from torch.nn.attention.bias import causal_lower_right
-from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import logprob_kernels
 import losses
 import rollout as ro
+from packing import pack_rows, use_sequence_attention
 from schema import Config
 
 RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
@@ -297,157 +295,6 @@ def collate(
     return Batch(input_ids, attention, completion, ans, conf, slot_pos, prompt_len, digit_pos, digits)
 
 
-class Packing(NamedTuple):
-    """A micro-batch as one padding-free row in which the rows that share a prompt share its
-    tokens: each distinct prompt once, then every row's completion, which attends to its
-    prompt's segment and causally to itself (sequence_attention)."""
-
-    ids: torch.Tensor  # [1, S] the packed tokens
-    positions: torch.Tensor  # [1, S] each token's position in its own sequence
-    segments: torch.Tensor  # [K, 4] host: start, end, context start, context end (a prompt: no context)
-    prompt_start: torch.Tensor  # [N] where each row's prompt sits in the packed row
-    completion_start: torch.Tensor  # [N] where each row's completion starts
-    prompt_len: torch.Tensor  # [N]
-
-    def index(self, pos: torch.Tensor) -> torch.Tensor:
-        """The packed-row index of position `pos` of each row's own sequence: pos [N] or [N, C]
-        (host) -> the same shape. A position at or past a row's end maps past its completion;
-        callers clamp or mask it."""
-        shape = (-1,) + (1,) * (pos.dim() - 1)
-        prompt_len = self.prompt_len.view(shape)
-        in_prompt = self.prompt_start.view(shape) + pos
-        in_completion = self.completion_start.view(shape) + pos - prompt_len
-        return torch.where(pos < prompt_len, in_prompt, in_completion)
-
-
-def pack_rows(batch: Batch) -> Packing:
-    """The rows of a batch without their padding, each distinct prompt once (prompts first, in
-    order of first appearance, then the completions in row order). A group's G rollouts share
-    one prompt, so a micro-batch of whole groups computes each prompt once instead of G times:
-    the trainer's forward and backward cost the prompt tokens once per group. Every output
-    is that of the rows run separately, to float noise (the gradient reaching a shared prompt
-    token is the sum of what its rows send it).
-
-    >>> def answer_only(n):
-    ...     return ro.Segments(answer_end=n, analysis_start=n, analysis_end=n, slot=None, conf_text=None,
-    ...                        fmt=False, has_answer=True, has_analysis=False)
-    >>> b = collate([ro.Rollout("q", [5, 6], [7], "", "stop", answer_only(1)),
-    ...              ro.Rollout("q", [5, 6], [9, 4], "", "stop", answer_only(2)),
-    ...              ro.Rollout("r", [8], [3], "", "stop", answer_only(1))], 0)
-    >>> p = pack_rows(b)
-    >>> p.ids.tolist(), p.positions.tolist(), p.segments.tolist()
-    ([[5, 6, 8, 7, 9, 4, 3]], [[0, 1, 0, 2, 2, 3, 1]], [[0, 2, 0, 0], [2, 3, 2, 2], [3, 4, 0, 2], [4, 6, 0, 2], [6, 7, 2, 3]])
-    >>> p.index(torch.tensor([[0, 1, 2, 3]] * 3)).tolist()   # row 2's positions 2, 3 lie past its end
-    [[0, 1, 3, 4], [0, 1, 4, 5], [2, 6, 7, 8]]
-    """
-    lengths, prompt_lens = batch.attention_mask.sum(dim=1).tolist(), batch.prompt_len.tolist()
-    pieces, positions, segments = [], [], []
-    prompt_start, seen, cursor = [], {}, 0
-    for row, p in zip(batch.input_ids, prompt_lens):
-        key = row[:p].numpy().tobytes()
-        if key not in seen:
-            seen[key] = cursor
-            pieces.append(row[:p])
-            positions.append(torch.arange(p))
-            segments.append((cursor, cursor + p, cursor, cursor))
-            cursor += p
-        prompt_start.append(seen[key])
-    completion_start = []
-    for row, length, p, start in zip(batch.input_ids, lengths, prompt_lens, prompt_start):
-        completion_start.append(cursor)
-        if length > p:
-            pieces.append(row[p:length])
-            positions.append(torch.arange(p, length))
-            segments.append((cursor, cursor + length - p, start, start + p))
-            cursor += length - p
-    return Packing(
-        torch.cat(pieces)[None],
-        torch.cat(positions)[None],
-        torch.tensor(segments, dtype=torch.long),
-        torch.tensor(prompt_start, dtype=torch.long),
-        torch.tensor(completion_start, dtype=torch.long),
-        batch.prompt_len,
-    )
-
-
-SEQUENCE_ATTENTION = "credo_sequence_sdpa"  # the attention implementation packed rows need
-
-
-@torch.compiler.disable
-def sequence_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, credo_segments=None, **kwargs
-):
-    """A transformers attention function: with `credo_segments` (Packing.segments [K, 4] of a
-    packed row [1, heads, S, D]), causal sdpa within each segment, a completion's queries
-    also seeing every key of its prompt's segment (its context); without it (padded batches,
-    generation) exactly transformers' sdpa.
-
-    sdpa on a packed row with a block mask would compute S^2 pairs, most of them masked out;
-    this computes each segment's own pairs and builds no [S, S] mask (docs/performance.md).
-    A completion's causal mask is aligned to its last key (causal_lower_right), which sdpa
-    runs without materialising it on a GPU. Returns [1, S, heads, D] as transformers' sdpa does.
-    The segments are host data (a CPU tensor, see forward): reading them here, once per
-    layer, never waits for the GPU. It always runs eagerly, outside compile_layers' graphs:
-    its slices depend on the segments' values.
-    """
-    if credo_segments is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-        )
-    if query.shape[0] != 1 or attention_mask is not None:
-        raise ValueError(
-            f"sequence_attention: credo_segments describe one packed row without a mask; got a batch of "
-            f"{query.shape[0]} rows and "
-            f"attention_mask={None if attention_mask is None else tuple(attention_mask.shape)}"
-        )
-    if credo_segments.device.type != "cpu":
-        raise ValueError(
-            "sequence_attention: credo_segments must be a CPU tensor (reading them from the GPU would stall "
-            "every layer on a host synchronisation)"
-        )
-    segments = credo_segments.tolist()
-    ends = [0] + [end for _, end, _, _ in segments]
-    if [start for start, _, _, _ in segments] != ends[:-1] or ends[-1] != query.shape[2]:
-        raise ValueError(f"sequence_attention: segments {segments} do not tile the row's {query.shape[2]} tokens")
-    gqa = query.shape[1] != key.shape[1]
-    # sdpa given a causal_lower_right mask skips autocast's cast to one dtype (Qwen3's q and k
-    # leave their norms in fp32, v in the autocast dtype): cast as autocast would
-    device = query.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
-    query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
-    out = []
-    for start, end, context_start, context_end in segments:
-        k, v = key[:, :, start:end], value[:, :, start:end]
-        mask = None
-        if context_end > context_start:
-            k = torch.cat([key[:, :, context_start:context_end], k], dim=2)
-            v = torch.cat([value[:, :, context_start:context_end], v], dim=2)
-            mask = causal_lower_right(end - start, k.shape[2])
-        out.append(
-            torch.nn.functional.scaled_dot_product_attention(
-                query[:, :, start:end],
-                k,
-                v,
-                attn_mask=mask,
-                is_causal=mask is None,
-                dropout_p=dropout,
-                scale=scaling,
-                enable_gqa=gqa,
-            )
-        )  # each [1, heads, end - start, D]
-    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
-
-
-def use_sequence_attention(model) -> None:
-    """Make `model` attend with sequence_attention (idempotent). It is transformers' sdpa for
-    every input but a packed row, so generation and padded forwards are unchanged."""
-    if model.config._attn_implementation == SEQUENCE_ATTENTION:
-        return
-    AttentionInterface.register(SEQUENCE_ATTENTION, sequence_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(SEQUENCE_ATTENTION, sdpa_mask)
-    model.set_attn_implementation(SEQUENCE_ATTENTION)
-
-
 def compile_layers(model, backend: str = "inductor") -> None:
     """Run each decoder layer's forward through torch.compile in train mode (idempotent).
 
@@ -526,7 +373,7 @@ def forward(
         if packed:
             # Everything that indexes the packed row is computed here on the host, so the
             # forward never waits for the GPU to learn a boundary or a count.
-            packing = pack_rows(batch)
+            packing = pack_rows(batch.input_ids, batch.attention_mask, batch.prompt_len)
             ids = to_device(packing.ids, device)  # [1, S]
             # A mask of ones keeps transformers from building an [S, S] mask
             # (sequence_attention separates the sequences by their segments instead).

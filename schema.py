@@ -134,7 +134,7 @@ class Config:
     pack_sequences: AUTO | bool = _field(
         "auto",
         "true (auto, resolved at load): each micro-batch is one padding-free row, attention within each "
-        "sequence (policy.sequence_attention) | false: rows padded to the longest",
+        "sequence (packing.sequence_attention), each distinct prompt once | false: rows padded to the longest",
     )
     # --- verifier
     verify_workers: int = _field(8, "processes grading rollouts")

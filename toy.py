@@ -61,6 +61,7 @@ from pathlib import Path
 import numpy as np
 
 import toy_build
+from checkpoint import latest_checkpoint
 from figures import plot_collapse, plot_reliability
 from metrics import calibration_metrics
 from report import read_samples
@@ -118,15 +119,6 @@ def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, fl
             proc.wait()
             log.close()
     return seconds
-
-
-def last_checkpoint(run_dir: Path) -> Path:
-    """The finished checkpoint with the most steps (a `step_N.tmp` is one whose save was cut off).
-    The same rule as checkpoint.latest_checkpoint, which this copy should give way to."""
-    ckpts = sorted((run_dir / "ckpt").glob("step_*[0-9]"))
-    if not ckpts:
-        raise RuntimeError(f"no checkpoint under {run_dir}")
-    return ckpts[-1]
 
 
 def summarize(records: list[dict], out: Path, labels: dict) -> dict:
@@ -275,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     for method in methods:
         name, channel = method.upper(), METHODS[method][1]
         timings[f"train_{method}_s"] = round(seconds[out / f"train_{method}.log"], 1)
-        ckpt = last_checkpoint(out / method)
+        ckpt = latest_checkpoint(out / method)
         spec_ckpts += [
             {"label": f"{method}/before", "path": model_dir, "channel": channel, "method": name},
             {"label": f"{method}/after", "path": str(ckpt), "channel": channel, "method": name},

@@ -47,6 +47,7 @@ from tqdm import tqdm
 
 import toy
 import toy_build
+from checkpoint import latest_checkpoint
 from figures import plot_row_intervals
 from metrics import auroc
 from report import pool_metrics, read_samples
@@ -175,7 +176,7 @@ def trained_checkpoint(source: Path, row: str, seed: int) -> Path:
     """The last checkpoint of `row`'s job with training seed `seed` under a finished run `source`."""
     if not (job_dir(source, row, seed) / "result.json").exists():
         raise FileNotFoundError(f"{job_dir(source, row, seed)}: no finished job to take the checkpoint of")
-    return toy.last_checkpoint(job_dir(source, row, seed) / "run")
+    return latest_checkpoint(job_dir(source, row, seed) / "run")
 
 
 def check_source(source: Path, plan: dict) -> None:
@@ -229,7 +230,7 @@ def run_job(
             ],
             where / "train.log",
         )
-        entry, eval_seed = {"label": f"{row}/s{seed}", "path": str(toy.last_checkpoint(where / "run"))}, EVAL_SEED
+        entry, eval_seed = {"label": f"{row}/s{seed}", "path": str(latest_checkpoint(where / "run"))}, EVAL_SEED
     train_s = time.perf_counter() - t0
     (where / "eval_plan.json").write_text(json.dumps([entry]))
     toy.run_stage(

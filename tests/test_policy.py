@@ -28,12 +28,13 @@ import parallel
 import policy as pol
 import rollout as ro
 import runlog
+from packing import pack_rows
 from rollout import Rollout
 
 
 def test_docstring_examples_hold():
     result = doctest.testmod(pol, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 7 and result.failed == 0
+    assert result.attempted >= 5 and result.failed == 0
 
 
 # --- reserved tokens --------------------------------------------------------------------------
@@ -172,12 +173,6 @@ def test_micro_batches_pack_whole_groups_up_to_the_budget():
     assert pol.pad_fraction(lengths, padded) == 0.0
 
 
-def test_sequence_attention_refuses_a_padded_batch_with_sequence_bounds():
-    q = torch.zeros(2, 1, 4, 8)
-    with pytest.raises(ValueError, match="one packed row without a mask; got a batch of 2 rows"):
-        pol.sequence_attention(None, q, q, q, None, credo_segments=torch.tensor([[0, 2, 0, 0], [2, 4, 0, 0]]))
-
-
 # --- the forward pass ---------------------------------------------------------------------------
 
 
@@ -230,7 +225,8 @@ def test_packed_rows_share_prompts_and_change_no_output_or_gradient(tiny_dir):
     float noise (fp32)."""
     policy = tiny_policy(tiny_dir)
     tok = policy.tokenizer
-    long_prompt = tok.encode("<|im_start|>user\nwhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    question = "<|im_start|>user\nwhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"
+    long_prompt = tok.encode(question, add_special_tokens=False)
     short_prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
     assert len(long_prompt) == 18 and len(short_prompt) == 5  # the counts the docstring gives
 
@@ -246,7 +242,7 @@ def test_packed_rows_share_prompts_and_change_no_output_or_gradient(tiny_dir):
         rollout(short_prompt, ""),
     ]
     batch = pol.collate(rollouts, tok.pad_token_id)
-    packing = pol.pack_rows(batch)
+    packing = pack_rows(batch.input_ids, batch.attention_mask, batch.prompt_len)
     completions = int(batch.attention_mask.sum()) - int(batch.prompt_len.sum())
     assert packing.ids.shape[1] == 18 + 5 + completions
     mask = batch.completion_mask
@@ -267,12 +263,6 @@ def test_packed_rows_share_prompts_and_change_no_output_or_gradient(tiny_dir):
     for name, g in grads_pad.items():
         assert_same_gradient(grads_pack[name], g, name)
     policy.model.zero_grad(set_to_none=True)
-
-
-def test_sequence_attention_refuses_segments_that_do_not_tile_the_row():
-    q = torch.zeros(1, 1, 4, 8)
-    with pytest.raises(ValueError, match="do not tile the row's 4 tokens"):
-        pol.sequence_attention(None, q, q, q, None, credo_segments=torch.tensor([[0, 2, 0, 0], [3, 4, 0, 2]]))
 
 
 # On a CPU, checkpointing around compiled layers is checked by test_parallel's two-rank
@@ -332,12 +322,6 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
         pol.forward(policy, batch, packed=True)
     assert counters["stats"]["unique_graphs"] == graphs  # no recompilation
     torch._dynamo.reset()
-
-
-def test_sequence_attention_reads_its_bounds_from_the_host():
-    q = torch.zeros(1, 1, 4, 8)
-    with pytest.raises(ValueError, match="must be a CPU tensor"):
-        pol.sequence_attention(None, q, q, q, None, credo_segments=torch.tensor([[0, 2, 0, 0], [2, 4, 0, 0]], device="meta"))
 
 
 def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):

@@ -19,9 +19,11 @@ import sys
 import numpy as np
 import pytest
 
+import checkpoint
 import metrics
 import toy
 import toy_build
+import toy_tables
 
 
 def test_splits_are_deterministic_disjoint_and_graded():
@@ -150,11 +152,13 @@ def test_the_addition_check_adds_steps_until_the_model_adds_and_fails_in_one_lin
 
 
 def test_the_last_checkpoint_is_the_last_finished_one(tmp_path):
+    """toy.py and toy_tables.py evaluate checkpoint.latest_checkpoint: never a cut-off save."""
     for name in ("step_000010", "step_000020", "step_000030.tmp"):  # the last save was cut off
         (tmp_path / "ckpt" / name).mkdir(parents=True)
-    assert toy.last_checkpoint(tmp_path) == tmp_path / "ckpt" / "step_000020"
-    with pytest.raises(RuntimeError, match="no checkpoint under"):
-        toy.last_checkpoint(tmp_path / "elsewhere")
+    assert toy.latest_checkpoint is toy_tables.latest_checkpoint is checkpoint.latest_checkpoint
+    assert checkpoint.latest_checkpoint(tmp_path) == tmp_path / "ckpt" / "step_000020"
+    with pytest.raises(FileNotFoundError, match="without a finished checkpoint"):
+        checkpoint.latest_checkpoint(tmp_path / "elsewhere")
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
