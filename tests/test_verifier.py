@@ -15,6 +15,7 @@ import pytest
 from sandbox_cases import CORRECT, STDIO, TESTS, completion
 
 import grading
+import mathpool
 import verifier
 
 pytestmark = pytest.mark.usefixtures("no_leftovers", "close_math_pool")
@@ -138,7 +139,10 @@ def test_value_comparison(expected, actual, match):
     ],
 )
 def test_verify_math_batch_grades_in_order(text, gold, expected):
-    assert verifier.verify_math_batch([(text, gold)], workers=2) == [expected]
+    # What is graded, not how fast: ten times the default limit, so that a CPU starved by the
+    # suite's other workers cannot turn a slow parse into a False (the speed has its own tests)
+    timeout_s = 10 * verifier.DEFAULT_MATH_TIMEOUT_S
+    assert verifier.verify_math_batch([(text, gold)], workers=2, timeout_s=timeout_s) == [expected]
 
 
 @pytest.mark.parametrize(
@@ -513,3 +517,11 @@ def test_invalid_utf8_stdout_fails_without_growing_the_grader():
     payload = b"\xff" * (8 << 20)
     verdict, peak = _peak_bytes(spec.judge, 0, b"O", payload)
     assert verdict is False and peak < len(payload) // 2
+
+
+def test_every_warm_up_item_of_a_math_worker_grades_correct():
+    """A worker warms each parsing path before it says ready; an item graded otherwise would make
+    every worker fail its start (mathpool.serve raises), so each must grade correct here."""
+    assert len(mathpool.WARM_UP_ITEMS) == 5
+    for text, gold in mathpool.WARM_UP_ITEMS:
+        assert verifier._verify_math_inprocess(text, gold, 5.0) == "correct", (text, gold)
