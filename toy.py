@@ -34,9 +34,10 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
    of each trained checkpoint ("after").
 
 Outputs in `runs/toy/` (or `--out`): `report.json`
-(`{"CREDO": {"before": {...}, "after": {...}}, "RLCR": {...}}`, the keys of
-`eval.calibration_metrics` plus `mean_conf` and `parse_fail`), `report.md` (the table printed
-at the end), `reliability_<method>.png` (before and after panels) and
+(`{"CREDO": {"before": {...}, "after": {...}, "before, unseen": {...}, "after, unseen": {...}},
+"RLCR": {...}}`, the keys of `eval.calibration_metrics` plus `mean_conf` and `parse_fail`; "unseen":
+the same samples on the held-out problems that are not training problems verbatim, about 70% of
+them), `report.md` (the table printed at the end), `reliability_<method>.png` (before and after panels) and
 `collapse.png` (the reported values, `fig:collapse`).
 
 What to expect (docs/toy.md has the measured numbers, over world and training seeds):
@@ -121,8 +122,21 @@ def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, fl
     return seconds
 
 
-def summarize(records: list[dict], out: Path, labels: dict) -> dict:
-    """report.json / report.md / figures from the eval records (each method's own channel)."""
+def pool_report(mine: list[dict]) -> dict:
+    """The metrics of one model's records: calibration_metrics of those that reported a confidence,
+    with their mean confidence, the share that did not, and the accuracy of all."""
+    parsed = [r for r in mine if r["c"] is not None]
+    metrics = calibration_metrics([r["c"] for r in parsed], [r["a"] for r in parsed]) if parsed else {}
+    metrics["mean_conf"] = float(np.mean([r["c"] for r in parsed])) if parsed else None
+    metrics["parse_fail"] = 1 - len(parsed) / len(mine)
+    metrics["acc_all"] = float(np.mean([r["a"] for r in mine]))
+    return metrics
+
+
+def summarize(records: list[dict], out: Path, labels: dict, unseen: set[str] = frozenset()) -> dict:
+    """report.json / report.md / figures from the eval records (each method's own channel); with
+    `unseen` (problem ids), also "before, unseen" and "after, unseen": the same records on those
+    problems only (the held-out problems that are not training problems: toy_build.unseen_problems)."""
     report, pools = {}, {}
     for method, (before, after, source) in labels.items():
         report[method] = {}
@@ -130,12 +144,10 @@ def summarize(records: list[dict], out: Path, labels: dict) -> dict:
             mine = [r for r in records if r["run"] == label and r["source"] == source]
             if not mine:
                 continue
+            report[method][when] = pool_report(mine)
+            if unseen:
+                report[method][f"{when}, unseen"] = pool_report([r for r in mine if r["problem_id"] in unseen])
             parsed = [r for r in mine if r["c"] is not None]
-            metrics = calibration_metrics([r["c"] for r in parsed], [r["a"] for r in parsed]) if parsed else {}
-            metrics["mean_conf"] = float(np.mean([r["c"] for r in parsed])) if parsed else None
-            metrics["parse_fail"] = 1 - len(parsed) / len(mine)
-            metrics["acc_all"] = float(np.mean([r["a"] for r in mine]))
-            report[method][when] = metrics
             if parsed:
                 pools.setdefault(method, {})[f"{method} {when}"] = (
                     np.array([r["c"] for r in parsed], dtype=float),
@@ -299,7 +311,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     )
     timings["eval_s"] = round(time.perf_counter() - t0, 1)
 
-    report = summarize(read_samples(out / "eval" / "samples.jsonl"), out, labels)
+    unseen = toy_build.unseen_problems(cache, test)
+    report = summarize(read_samples(out / "eval" / "samples.jsonl"), out, labels, unseen)
     timings["total_s"] = round(time.perf_counter() - t_start, 1)
     (out / "timings.json").write_text(json.dumps(timings, indent=1))
     print(markdown_table(report))

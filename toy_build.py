@@ -1,7 +1,8 @@
 """The toy's world: its recipe (`WORLD`), the chained-sum problems and their splits (training,
 held-out, and the `dev` and `extra` splits toy_tables.py evaluates on), the scripted solver, the tiny
 model and tokenizer, the supervised warm start and its addition check, the AUROC ceiling its levels
-and styles allow (`auroc_ceiling`), and the cache under
+and styles allow (`auroc_ceiling`), which evaluated problems are not training problems
+(`unseen_problems`), and the cache under
 `.cache/toy/` (`.cache/toy-w<seed>/` for another world seed), rebuilt only when the recipe
 changes. docs/toy.md describes the world and why it is built this way.
 
@@ -199,6 +200,15 @@ def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
 def levels_of(path: Path) -> dict[str, int]:
     """{problem id: level} of a toy split."""
     return {row["id"]: row["level"] for row in map(json.loads, path.read_text().splitlines())}
+
+
+def unseen_problems(world_cache: Path, split: Path) -> set[str]:
+    """The ids of the problems of `split` that are not training problems (`train.jsonl`) verbatim.
+    The held-out generator does not exclude the training problems, and a level has only 9^(L+1)
+    problems: every level-1 problem is a training problem, about 45% of level 2 (docs/toy.md)."""
+    training = {row["problem"] for row in map(json.loads, (world_cache / "train.jsonl").read_text().splitlines())}
+    rows = map(json.loads, split.read_text().splitlines())
+    return {row["id"] for row in rows if row["problem"] not in training}
 
 
 def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:

@@ -7,7 +7,8 @@
 Holds: the rows (each a `credo.py configs/toy.yaml` override set and the channel it is read
 through), one job per row and training seed (train, then evaluate the last checkpoint on the
 held-out split), and the tables and figure made from the jobs' results. It does not hold the
-world (toy.py builds it), the loop (credo.py) or the metrics (metrics.py, report.py).
+world (toy.py builds it), the loop (credo.py), the metrics (metrics.py, report.py) or the
+claims and their statistics (toy_claims.py).
 
 Each finished job leaves `<out>/<row>/s<seed>/result.json`, written last: an interrupted run
 started again with the same arguments skips the jobs that finished and redoes the others
@@ -25,7 +26,9 @@ SD. `--checkpoints-from DIR` evaluates the checkpoints that a finished run under
 Outputs under `--out` (default runs/toy-tables/): `tables.md` (both tables as the paper lays
 them out, mean and 95% t-interval over seeds, with the date, machine and wall time),
 `tables.json` (every job's metrics and the aggregates) and `tables.png`/`.pdf` (each row's
-Acc, ECE, AUROC and Brier with their intervals and the seeds as dots).
+Acc, ECE, AUROC and Brier with their intervals and the seeds as dots). About 30% of a held-out
+split's problems are training problems verbatim (toy_build.unseen_problems), so `tables.md` and
+`tables.json` (`unseen`) also hold both tables on the others only, from the same samples.
 """
 
 from __future__ import annotations
@@ -42,15 +45,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 from tqdm import tqdm
 
 import toy
 import toy_build
 from checkpoint import latest_checkpoint
 from figures import plot_row_intervals
-from metrics import auroc
 from report import pool_metrics, read_samples
+from toy_claims import BASE, T_975, claims, interval, problem_interval
 
 ROOT = Path(__file__).resolve().parent
 SEEDS = (44, 45, 46)  # fresh training seeds: 43 is configs/toy.yaml's, 101 was the tuning seed
@@ -86,7 +88,6 @@ ROWS = {
     ),
     "credo_kappa0": Row("ablation", "w/o discrepancy weighting (kappa=0)", "kappa=0", ["kappa=0"], "readout"),
 }
-BASE = "base"  # the warm start read through its verbalized numeral (tab:main's Base row)
 COLUMNS = (
     ("acc", "Acc"),
     ("ece", "ECE"),
@@ -95,8 +96,6 @@ COLUMNS = (
     ("effective_levels", "Eff. levels"),
     ("auroc_ceiling", "AUROC ceiling"),  # toy_build.auroc_ceiling(): what a confidence of level and style alone reaches
 )
-# Two-sided 95% quantiles of Student's t by degrees of freedom (n seeds - 1).
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def parse_seeds(count: str, listed: str | None) -> list[int]:
@@ -114,21 +113,6 @@ def parse_seeds(count: str, listed: str | None) -> list[int]:
     if not count.isdigit() or not 1 <= int(count) <= limit:
         raise ValueError(f"--seeds {count!r}: a count of training seeds from 1 to {limit}")
     return [SEEDS[0] + i for i in range(int(count))]
-
-
-def interval(values: list[float]) -> tuple[float, float | None]:
-    """Mean and half-width of the 95% t-interval over seeds (None for one value).
-
-    >>> mean, half = interval([0.5, 0.6, 0.7])      # std 0.1, t(2) = 4.303: 4.303 * 0.1 / sqrt(3)
-    >>> round(mean, 6), round(half, 3), interval([0.5])
-    (0.6, 0.248, (0.5, None))
-    """
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    return mean, T_975[n - 1] * std / n**0.5
 
 
 def check_plan(out: Path, plan: dict) -> None:
@@ -284,124 +268,29 @@ def aggregate(results: list[dict]) -> dict:
     return rows
 
 
-RESAMPLES = 1000  # bootstrap draws of the problems for problem_interval
-
-
-def problem_interval(pools: list[list[dict]], resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
-    """The 95% percentile interval of the seeds' mean AUROC when the problems are drawn again: each
-    draw takes as many problems as were evaluated, with replacement, every sample of a problem with
-    it, the same problems for every seed (`pools`: one job's samples per seed, over the same
-    problems). The t-interval over seeds counts how training seeds differ; this counts which
-    problems the split happened to hold (docs/toy-protocol-extra.md). None where a draw has no
-    (correct, wrong) pair to rank or `pools` is empty.
-
-    >>> cases = [("x", 1, 0.9), ("x", 0, 0.2), ("y", 1, 0.8), ("y", 0, 0.1)]
-    >>> pool = [{"problem_id": p, "a": a, "c": c} for p, a, c in cases]
-    >>> problem_interval([pool], resamples=50)  # every draw ranks right above wrong: AUROC 1
-    (1.0, 1.0)
-    """
-    if not pools:
-        return None
-    problems = sorted({r["problem_id"] for pool in pools for r in pool})
-    index = {p: i for i, p in enumerate(problems)}
-    by_seed = []
-    for pool in pools:
-        scored = [r for r in pool if r["c"] is not None]
-        by_seed.append(
-            (
-                np.array([index[r["problem_id"]] for r in scored]),
-                np.array([r["c"] for r in scored], dtype=float),
-                np.array([r["a"] for r in scored], dtype=float),
-            )
+def tabulate(jobs: list[tuple[dict, list[dict]]]) -> dict:
+    """aggregate() of the jobs' results, each row with the interval of its AUROC over problems
+    (problem_interval of the row's samples, seed by seed): `jobs` pairs a result with its samples."""
+    rows = aggregate([result for result, _ in jobs])
+    for row, values in rows.items():  # the problems' share of the AUROC's spread
+        values["auroc_problems"] = problem_interval(
+            [pool for result, pool in sorted(jobs, key=lambda job: job[0]["seed"]) if result["row"] == row]
         )
-    rng = np.random.default_rng(seed)
-    means = []
-    for _ in range(resamples):
-        times = np.bincount(rng.integers(0, len(problems), len(problems)), minlength=len(problems))
-        values = []
-        for which, c, a in by_seed:  # a problem drawn k times counts its samples k times
-            weight = times[which]
-            value = auroc(np.repeat(c, weight), np.repeat(a, weight))
-            if value is None:
-                return None
-            values.append(value)
-        means.append(sum(values) / len(values))
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(low), float(high)
+    return rows
+
+
+def restricted(result: dict, pool: list[dict], problems: set[str], levels: dict[str, int]) -> tuple[dict, list[dict]]:
+    """A finished job's result and samples on `problems` only, its metrics computed again from
+    those samples (`levels`: {problem id: level}, for the AUROC ceiling)."""
+    mine = [r for r in pool if r["problem_id"] in problems]
+    metrics = pool_metrics(mine) | {"auroc_ceiling": toy_build.auroc_ceiling(mine, levels)}
+    return {**result, "metrics": metrics}, mine
 
 
 def job_pool(out: Path, result: dict) -> list[dict]:
     """A finished job's evaluated samples, read through its row's channel."""
     samples = job_dir(out, result["row"], result["seed"]) / "eval" / "samples.jsonl"
     return [r for r in read_samples(samples) if r["source"] == result["channel"]]
-
-
-# Issue 24's claims, read off the tables: CREDO's readout calibrated (AUROC, ECE), its accuracy
-# kept (its interval reaches the warm start's mean or above, and it is within noise of GRPO's), RLCR's
-# numerals on a handful of values.
-CLAIM_AUROC, CLAIM_ECE, CLAIM_LEVELS = 0.80, 0.08, 6.0
-
-
-def within_noise_of(mine: dict, other: dict) -> tuple[float, float] | None:
-    """(mean accuracy difference mine - other, their joint standard error), or None where either
-    row has a single seed. "Within noise" is the paper's tab:main convention: no further below than
-    one joint standard error, sqrt(se_mine^2 + se_other^2), over training seeds (each se is
-    interval()'s half-width over t).
-
-    >>> diff, joint = within_noise_of({"acc": (0.80, 4.303 * 0.03 / 3**0.5), "seeds": [1, 2, 3]},
-    ...                               {"acc": (0.82, 4.303 * 0.04 / 3**0.5), "seeds": [1, 2, 3]})
-    >>> round(diff, 6), round(joint, 6)     # sqrt(0.03^2 + 0.04^2) / sqrt(3) = 0.05 / sqrt(3)
-    (-0.02, 0.028868)
-    """
-    if mine["acc"][1] is None or other["acc"][1] is None:
-        return None
-    se_mine, se_other = (row["acc"][1] / T_975[len(row["seeds"]) - 1] for row in (mine, other))
-    return mine["acc"][0] - other["acc"][0], (se_mine**2 + se_other**2) ** 0.5
-
-
-def claims(rows: dict) -> list[tuple[str, bool]]:
-    """(claim with its measured value, whether it holds) for each claim the rows can decide.
-
-    >>> rows = {"base": {"acc": (0.48, 0.01)}, "credo": {"acc": (0.47, 0.02), "auroc": (0.85, 0.01),
-    ...         "ece": (0.09, 0.02)}, "rlcr": {"effective_levels": (4.1, 0.3)}}
-    >>> [holds for _, holds in claims(rows)]
-    [True, False, True, True]
-    """
-    found = []
-    if "credo" in rows:
-        auroc, ece = rows["credo"]["auroc"], rows["credo"]["ece"]
-        spread = rows["credo"].get("auroc_problems")
-        over = f"; over problems {spread[0]:.3f}-{spread[1]:.3f}" if spread else ""
-        found.append((f"CREDO's readout AUROC >= {CLAIM_AUROC} (mean {auroc[0]:.3f}{over})", auroc[0] >= CLAIM_AUROC))
-        found.append((f"CREDO's readout ECE <= {CLAIM_ECE} (mean {ece[0]:.3f})", ece[0] <= CLAIM_ECE))
-        if BASE in rows:
-            (acc, half), base = rows["credo"]["acc"], rows[BASE]["acc"][0]
-            found.append(
-                (
-                    f"CREDO's accuracy no lower than the warm start's within noise ({acc:.3f} ± {half or 0:.3f} "
-                    f"vs {base:.3f})",
-                    acc + (half or 0.0) >= base,
-                )
-            )
-        gap = within_noise_of(rows["credo"], rows["grpo"]) if "grpo" in rows else None
-        if gap is not None:
-            diff, joint = gap
-            found.append(
-                (
-                    f"CREDO's accuracy within noise of GRPO's ({rows['credo']['acc'][0]:.3f} vs "
-                    f"{rows['grpo']['acc'][0]:.3f}: {diff:+.3f}, one joint standard error {joint:.3f})",
-                    diff >= -joint,
-                )
-            )
-    if "rlcr" in rows:
-        levels = rows["rlcr"]["effective_levels"][0]
-        found.append(
-            (
-                f"RLCR's numerals on a handful of values (effective levels {levels:.1f} <= {CLAIM_LEVELS})",
-                levels <= CLAIM_LEVELS,
-            )
-        )
-    return found
 
 
 def _cell(value, digits: int) -> str:
@@ -414,14 +303,15 @@ def _cell(value, digits: int) -> str:
     return text.replace("0.", ".") if digits == 3 else text
 
 
-def markdown_tables(rows: dict, header: str, split: str = "test") -> str:
-    """tab:main (Base and the methods) and tab:ablation (CREDO and its leave-one-out rows)."""
+def markdown_tables(rows: dict, header: str, split: str = "test", only: str = "") -> str:
+    """tab:main (Base and the methods) and tab:ablation (CREDO and its leave-one-out rows); `only`
+    says which of the split's problems the rows were measured on, where not all of them."""
     cols = " | ".join(name for _, name in COLUMNS)
     out = [header, ""]
     for table, title, names in (
         (
             "main",
-            f"tab:main in miniature: the toy's {SPLITS[split]}, each method through its own channel",
+            f"tab:main in miniature: the toy's {SPLITS[split]}{only}, each method through its own channel",
             [BASE, "grpo", "rlcr", "dcpo", "credo"],
         ),
         (
@@ -449,7 +339,7 @@ def markdown_tables(rows: dict, header: str, split: str = "test") -> str:
     if spreads:
         out += [
             "AUROC over problems (the 95% interval of the seeds' mean AUROC when the problems are drawn "
-            "again, toy_tables.problem_interval): "
+            "again, toy_claims.problem_interval): "
             + "; ".join(
                 f"{'Base' if name == BASE else ROWS[name].label} {low:.3f}-{high:.3f}" for name, (low, high) in spreads
             ),
@@ -557,11 +447,11 @@ def main(argv: list[str] | None = None) -> dict | None:
             results.append(result)
             bar.set_postfix_str(f"{result['row']}/s{result['seed']}: acc {result['metrics']['acc']:.3f}")
             bar.update()
-    aggregated = aggregate(results)
-    for row, values in aggregated.items():  # the problems' share of the AUROC's spread
-        values["auroc_problems"] = problem_interval(
-            [job_pool(out, r) for r in sorted(results, key=lambda r: r["seed"]) if r["row"] == row]
-        )
+    aggregated = tabulate([(r, job_pool(out, r)) for r in results])
+    # The same samples on the problems no training run saw verbatim (toy_build.unseen_problems)
+    unseen = toy_build.unseen_problems(cache, eval_file)
+    levels = toy_build.levels_of(eval_file)
+    unseen_rows = tabulate([restricted(r, job_pool(out, r), unseen, levels) for r in results]) if unseen else {}
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     wall = time.perf_counter() - t_start
     header = (
@@ -573,8 +463,20 @@ def main(argv: list[str] | None = None) -> dict | None:
         + (f"; the checkpoints trained under {source}" if source else "")
     )
     text = markdown_tables(aggregated, header, args.split)
+    if unseen_rows:
+        by_level = [sum(levels[p] == level for p in unseen) for level in sorted(set(levels.values()))]
+        text += "\n" + markdown_tables(
+            unseen_rows,
+            f"### The same samples on the {len(unseen)} of {len(levels)} problems that are not training problems\n\n"
+            f"The held-out generator does not exclude training problems: only these {len(unseen)} were "
+            f"seen by no training run (by level: {' / '.join(map(str, by_level))}).",
+            args.split,
+            f", its {len(unseen)} problems that are not training problems",
+        )
     (out / "tables.md").write_text(text)
-    (out / "tables.json").write_text(json.dumps({"header": header, "jobs": results, "rows": aggregated}, indent=1))
+    saved = {"header": header, "jobs": results, "rows": aggregated}
+    saved["unseen"] = {"problems": sorted(unseen), "rows": unseen_rows}
+    (out / "tables.json").write_text(json.dumps(saved, indent=1))
     panels = {
         ("Base" if row == BASE else ROWS[row].short): {
             name: (*values[key], [j["metrics"][key] for j in results if j["row"] == row])

@@ -9,6 +9,7 @@ readout lags the accuracy RL adds;
 `CREDO_TOY_ALPHA0=1` runs that check here as well.
 """
 
+import collections
 import doctest
 import json
 import os
@@ -35,6 +36,49 @@ def test_splits_are_deterministic_disjoint_and_graded():
         assert r["problem"] == "What is " + " + ".join(map(str, r["ops"])) + "?"
     test = toy_build.make_split(50, 1, "u", 5)
     assert not {r["id"] for r in a} & {r["id"] for r in test}
+
+
+def test_held_out_problems_that_are_training_problems_verbatim_are_told_apart(tmp_path):
+    """The held-out generator draws from the same sums as the training split and its ids differ, but
+    its problems can repeat training ones: unseen_problems keeps only those that do not, by text."""
+    train = ["What is 1 + 2?", "What is 3 + 4 + 5?"]
+    held_out = ["What is 1 + 2?", "What is 2 + 1?", "What is 3 + 4 + 5?", "What is 3 + 4 + 6?"]
+    (tmp_path / "train.jsonl").write_text(
+        "".join(json.dumps({"id": f"tr{i}", "problem": q}) + "\n" for i, q in enumerate(train))
+    )
+    (tmp_path / "test.jsonl").write_text(
+        "".join(json.dumps({"id": f"te{i}", "problem": q}) + "\n" for i, q in enumerate(held_out))
+    )
+    assert toy_build.unseen_problems(tmp_path, tmp_path / "test.jsonl") == {"te1", "te3"}
+    # The default world's splits (seeds 0 and 1): a level has 9^(L+1) problems and the training split
+    # 400 of each level, so every level-1 held-out problem is a training one and no level-5 one is.
+    world = toy_build.WORLD
+    training = {
+        r["problem"] for r in toy_build.make_split(world["n_train"], world["seed"], "toy-train", world["levels"])
+    }
+    seen = collections.Counter(
+        r["level"]
+        for r in toy_build.make_split(world["n_test"], world["seed"] + 1, "toy-test", world["levels"])
+        if r["problem"] in training
+    )
+    assert seen[1] == world["n_test"] // 5 and seen[5] == 0 and 0 < seen[2] < world["n_test"] // 5
+
+
+def test_the_report_measures_the_same_samples_again_on_the_unseen_problems(tmp_path):
+    """CREDO before and after on problems x (a training problem) and y (not one): each "unseen"
+    entry is the same model's samples on y alone, exactly as measured on their own."""
+    cases = [("x", 1, 0.9), ("x", 1, 0.8), ("y", 1, 0.6), ("y", 0, 0.3)]
+    records = [
+        {"run": f"credo/{when}", "source": "readout", "problem_id": p, "a": a, "c": c}
+        for when in ("before", "after")
+        for p, a, c in cases
+    ]
+    report = toy.summarize(records, tmp_path, {"CREDO": ("credo/before", "credo/after", "readout")}, {"y"})
+    assert list(report["CREDO"]) == ["before", "before, unseen", "after", "after, unseen"]
+    assert report["CREDO"]["after"]["acc"] == 0.75 and report["CREDO"]["after, unseen"]["acc"] == 0.5
+    assert report["CREDO"]["after, unseen"] == toy.pool_report(records[6:8])
+    assert report["CREDO"]["after, unseen"]["mean_conf"] == pytest.approx(0.45)
+    assert "| CREDO (readout) | after, unseen | 0.500 | 1.000 |" in (tmp_path / "report.md").read_text()
 
 
 def test_scripted_solver_is_right_on_easy_problems_and_often_wrong_on_hard_ones():

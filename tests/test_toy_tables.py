@@ -8,13 +8,12 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import config
 import toy_build
+import toy_claims
 import toy_tables
-from metrics import auroc
 
 
 def test_doctests():
@@ -57,13 +56,6 @@ def test_seeds_are_a_count_or_a_list():
     assert toy_tables.parse_seeds("3", "47,50") == [47, 50] and toy_tables.parse_seeds("3", "44") == [44]
 
 
-def test_interval_is_the_t_interval_of_the_seeds():
-    mean, half = toy_tables.interval([0.2, 0.4, 0.9])  # mean 0.5, sample std 0.360555, t(2) = 4.303
-    assert mean == pytest.approx(0.5, abs=1e-12)
-    assert half == pytest.approx(4.303 * 0.3605551275 / 3**0.5, rel=1e-9)
-    assert toy_tables.interval([0.7]) == (0.7, None)
-
-
 def fake_result(row, seed, acc, auroc=0.5, ece=0.1, levels=3.0):
     metrics = {"acc": acc, "ece": ece, "auroc": auroc, "brier": 0.2, "effective_levels": levels, "auroc_ceiling": 0.8}
     return {"row": row, "seed": seed, "channel": "readout", "metrics": metrics}
@@ -89,30 +81,6 @@ def test_tables_are_laid_out_as_the_paper_with_intervals_and_claims():
     assert "| w/o discrepancy weighting (kappa=0) | .500 | .100 | - | .200 | 3.0 | .800 | 44 |" in ablation
     assert "- holds: CREDO's readout AUROC >= 0.8 (mean 0.840)" in text
     assert "- holds: CREDO's accuracy no lower" in text and "RLCR" not in text
-
-
-def test_credo_is_within_noise_of_grpo_when_no_further_below_than_one_joint_standard_error():
-    """The paper's tab:main convention. Accuracies over seeds 44-46: GRPO 0.80 / 0.82 / 0.84 (std
-    0.02), CREDO d + 0.79 / 0.80 / 0.81 (std 0.01); each se = std / sqrt(3), joint se =
-    sqrt(0.02^2 + 0.01^2) / sqrt(3) = 0.012910. CREDO's mean is 0.80 + d, GRPO's 0.82."""
-    joint = (0.02**2 + 0.01**2) ** 0.5 / 3**0.5
-
-    def verdict(shift: float) -> tuple[str, bool]:
-        results = [fake_result("grpo", 44 + i, acc) for i, acc in enumerate((0.80, 0.82, 0.84))]
-        results += [fake_result("credo", 44 + i, acc + shift) for i, acc in enumerate((0.79, 0.80, 0.81))]
-        rows = toy_tables.aggregate(results)
-        diff, se = toy_tables.within_noise_of(rows["credo"], rows["grpo"])
-        assert diff == pytest.approx(shift - 0.02, abs=1e-12) and se == pytest.approx(joint, rel=1e-9)
-        (claim,) = [found for found in toy_tables.claims(rows) if "GRPO" in found[0]]
-        return claim
-
-    text, holds = verdict(0.0)  # 0.020 below, more than 0.0129: not within noise
-    assert not holds and text.endswith("(0.800 vs 0.820: -0.020, one joint standard error 0.013)")
-    assert verdict(0.0072)[1] and not verdict(0.0070)[1]  # the edge: -0.0128 holds, -0.0130 does not
-    assert verdict(0.05)[1]  # above GRPO's
-    one_seed = toy_tables.aggregate([fake_result("grpo", 44, 0.8), fake_result("credo", 44, 0.7)])
-    assert toy_tables.within_noise_of(one_seed["credo"], one_seed["grpo"]) is None
-    assert not any("GRPO" in claim for claim, _ in toy_tables.claims(one_seed))  # one seed cannot decide it
 
 
 def test_the_ceiling_is_added_to_a_job_finished_before_its_column(tmp_path):
@@ -146,6 +114,22 @@ def test_the_ceiling_is_added_to_a_job_finished_before_its_column(tmp_path):
     (where / "eval" / "samples.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match="samples of a finished job are gone"):
         toy_tables.with_ceiling(tmp_path / "out", world, result)
+
+
+def test_a_job_restricted_to_some_problems_is_measured_again_on_their_samples_only():
+    """Problem x (level 1) is answered right twice at c 0.9 / 0.7; y (level 2) right at 0.6 and
+    wrong at 0.2 and 0.4. On y alone: accuracy 1/3, AUROC 1 (0.6 above both), Brier
+    (0.16 + 0.04 + 0.16) / 3 = 0.12, ECE (0.4 + 0.2 + 0.4) / 3 (three bins of one sample), AUROC
+    ceiling 0.5 (one level and style: one cell, every pair a tie)."""
+    cases = [("x", 1, 0.9), ("x", 1, 0.7), ("y", 1, 0.6), ("y", 0, 0.2), ("y", 0, 0.4)]
+    pool = [{"problem_id": p, "a": a, "c": c, "text": "1 + 2 = 3. The answer is"} for p, a, c in cases]
+    result = fake_result("credo", 44, 0.6)
+    mine, samples = toy_tables.restricted(result, pool, {"y"}, {"x": 1, "y": 2})
+    assert samples == pool[2:] and mine["seed"] == 44 and mine["row"] == "credo"
+    assert mine["metrics"]["acc"] == pytest.approx(1 / 3) and mine["metrics"]["auroc"] == 1.0
+    assert mine["metrics"]["brier"] == pytest.approx(0.12) and mine["metrics"]["n_samples"] == 3
+    assert mine["metrics"]["ece"] == pytest.approx(1 / 3) and mine["metrics"]["auroc_ceiling"] == 0.5
+    assert result["metrics"]["acc"] == 0.6  # the full job's result is left as it was
 
 
 def test_an_interrupted_run_redoes_only_the_unfinished_jobs(tmp_path):
@@ -215,29 +199,6 @@ def test_checkpoints_are_taken_only_from_a_run_of_the_same_world_and_overrides(t
         toy_tables.trained_checkpoint(tmp_path, "credo", 47)
 
 
-def _pool(problems: int, rng) -> list[dict]:
-    """Samples of `problems` problems x 4, the problem's difficulty drawn, c informative but noisy."""
-    pool = []
-    for i in range(problems):
-        p = rng.uniform(0.1, 0.9)
-        for _ in range(4):
-            a = int(rng.random() < p)
-            pool.append({"problem_id": f"q{i}", "a": a, "c": float(np.clip(p + 0.2 * a + rng.normal(0, 0.2), 0, 1))})
-    return pool
-
-
-def test_the_problem_interval_counts_which_problems_were_drawn():
-    rng = np.random.default_rng(1)
-    few, many = [_pool(50, rng) for _ in range(2)], [_pool(800, rng) for _ in range(2)]
-    mean = lambda pools: sum(auroc([r["c"] for r in p], [r["a"] for r in p]) for p in pools) / len(pools)  # noqa: E731
-    low, high = toy_tables.problem_interval(few)
-    assert low < mean(few) < high and toy_tables.problem_interval(few) == (low, high)  # seeded: the same draws
-    wide, narrow = high - low, np.subtract(*toy_tables.problem_interval(many)[::-1])
-    assert 2.5 < wide / narrow < 6.5  # 16x the problems: about 4x narrower (sqrt 16)
-    assert toy_tables.problem_interval([[{"problem_id": "q", "a": 1, "c": 0.5}]]) is None  # nothing to rank
-    assert toy_tables.problem_interval([]) is None
-
-
 # One real job of each kind (the warm start's Base row and a CREDO training of 2 steps), each
 # evaluated on the held-out split with one sample per problem, then the same command again:
 # every job is found finished, nothing is trained, the tables come out the same.
@@ -262,6 +223,11 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
     first = json.loads((tmp_path / "tables.json").read_text())
     assert [j["metrics"]["n_samples"] for j in first["jobs"]] == [250, 250]
     assert (tmp_path / "tables.png").exists() and "tab:main in miniature" in (tmp_path / "tables.md").read_text()
+    # the same samples on the held-out problems that are not training problems: fewer, none of level 1
+    unseen = toy_build.unseen_problems(toy_world, toy_world / "test.jsonl")
+    assert first["unseen"]["problems"] == sorted(unseen) and 0 < len(unseen) < 250
+    assert first["unseen"]["rows"]["credo"]["seeds"] == [44]
+    assert f"its {len(unseen)} problems that are not training problems" in (tmp_path / "tables.md").read_text()
     capsys.readouterr()
     assert toy_tables.main(argv) == rows
     assert "resuming: 2 of 2 jobs already finished" in capsys.readouterr().out
@@ -276,6 +242,7 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
         str(tmp_path / "credo" / "s44" / "run")
     )
     assert "development split" in (tmp_path / "dev" / "tables.md").read_text()
+    assert json.loads((tmp_path / "dev" / "tables.json").read_text())["unseen"] == {"problems": [], "rows": {}}
 
 
 @pytest.mark.slow
@@ -289,7 +256,7 @@ def test_the_claims_hold_on_a_finished_tables_run():
         row: {k: tuple(v) if isinstance(v, list) and k != "seeds" else v for k, v in values.items()}
         for row, values in saved["rows"].items()
     }
-    found = toy_tables.claims(rows)
+    found = toy_claims.claims(rows)
     assert len(found) == 5 and all(holds for _, holds in found), found
     plan = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "plan.json").read_text())
     assert plan["world"] == toy_build.world_key(toy_build.world_of(plan["world_seed"])[0]), (
