@@ -3,7 +3,6 @@ resuming an interrupted run, and (slow) one real job end to end. The whole table
 hour on 2 cores) is not part of the suite: `CREDO_TOY_TABLES=<out>` checks issue 24's claims on
 the tables.json of a finished run (docs/toy.md)."""
 
-import doctest
 import json
 import os
 from pathlib import Path
@@ -14,10 +13,6 @@ import config
 import toy_build
 import toy_claims
 import toy_tables
-
-
-def test_doctests():
-    assert doctest.testmod(toy_tables).failed == 0
 
 
 def test_every_row_is_a_valid_configuration():
