@@ -15,7 +15,7 @@ adam_fused, activation_checkpointing, wandb_mode) are resolved by one named func
 the device is known. `confidence_plan` decides, once, everything that depends on how a method
 gets its confidence (the swap point of a new channel).
 
-Does not hold: reading data (data.py), the model (policy.py), or the loop (credo.py).
+Does not hold: reading data (dataprep/data.py), the model (policy.py), or the loop (credo.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Literal
 
 import yaml
 
-from methods import METHODS, method_of
+from methods import CALIBRATION_LOSSES, METHODS, TARGETS, method_of
 from rollout import DOMAINS
 from schema import BY_DOMAIN, Config, hints
 
@@ -285,6 +285,15 @@ def validate_config(cfg: Config) -> None:
         )
     if cfg.domain not in DOMAINS:
         raise ValueError(f"domain={cfg.domain!r} is not supported; choose one of {DOMAINS}")
+    for key, registry, register in (
+        ("target", TARGETS, "register_target"),
+        ("calibration_loss", CALIBRATION_LOSSES, "register_calibration_loss"),
+    ):
+        if getattr(cfg, key) not in registry:
+            raise ValueError(
+                f"{key}={getattr(cfg, key)!r} is not supported; choose one of {tuple(registry)} (or {register} "
+                f"in methods.py, docs/forking.md)"
+            )
     method, channel, source = cfg.method, cfg.channel, confidence_source(cfg)
     reads = method_of(method).reads  # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")
@@ -379,8 +388,8 @@ class ConfidencePlan:
     weights_read:  what eq:sw's discrepancy weights read: model, numeral, or digit_pass (a
                    baseline's eq:digitexp from a no-grad pass, tab:sw_baseline)
     teacher_digits: the training forward teacher-forces "0." after the slot (eq:digitexp)
-    cal_loss:      the term alpha multiplies: regression (eq:calloss) or head (the BCE of an
-                   auxiliary readout on the detached hidden state, tab:decompose)
+    detach_readout: the readout reads the detached final hidden state, so that alpha's loss
+                   trains only the head (the two output rows; conf_train=head, tab:decompose)
     record:        the confidence a step logs: model (c) or report (the sampled report)
     stops_at_slot: rollouts end at the slot (a stop string, or a cut with thinking on)
     cuts_at_slot:  ... cut there after generation (thinking on: a trace may mention the tag)
@@ -394,7 +403,7 @@ class ConfidencePlan:
     rewards_read: Literal["model", "numeral", "slot_token"]
     weights_read: Literal["model", "numeral", "digit_pass"]
     teacher_digits: bool
-    cal_loss: Literal["regression", "head"]
+    detach_readout: bool
     record: Literal["model", "report"]
     stops_at_slot: bool
     cuts_at_slot: bool
@@ -433,7 +442,7 @@ def confidence_plan(cfg: Config) -> ConfidencePlan:
         rewards_read=rewards,
         weights_read=weights,
         teacher_digits=not baseline and source == "digit_exp",
-        cal_loss="head" if cfg.conf_train == "head" else "regression",
+        detach_readout=cfg.conf_train == "head",
         record="report" if rewards != "model" and cfg.channel == "verbalized" else "model",
         stops_at_slot=stops,
         cuts_at_slot=stops and bool(cfg.enable_thinking),

@@ -4,43 +4,42 @@
     python credo.py configs/math.yaml seed=44
     python credo.py --help-config               # every key: default, source in the paper, help
 
-One step, as in section 3 of the paper (equations by their labels):
+One step, as in section 3 of the paper (equations by their labels), is `train`'s loop body:
 
   1. rollouts   B questions x G samples from the engine (vLLM), stopped at the slot
   2. segments   answer / analysis / slot of each completion, found on token ids
-  3. outcomes   a_i by math-verify in killable workers (code: the sandbox), F_i, the slot
-  4. forward    ONE pass over prompt+completion: per-token log-probs and
-                z_H - z_L at the slot (`eq:readout`), without [N, T, V] fp32 logits
-  5. credit     r^ans, r^conf (`eq:rewards3`) -> group-standardised A^ans, A^conf;
-                discrepancy weights w (`eq:sw`) from the detached readout;
-                per-token advantages (`eq:total`)
-  6. update     clipped objective (`eq:grpo`) + alpha * L_cal (`eq:calloss`),
-                alpha and kappa warmed up linearly; AdamW with accumulation
+  3. outcomes   a_i by the verifier, F_i, the slot, any confidence sampled as text
+  4. confidence the detached c of every rollout: a no-grad pass over the batch reads
+                z_H - z_L at the slot (`eq:readout`), or eq:digitexp (`detached_confidences`)
+  5. credit     once, for the whole batch: the target t, the method's rewards (`eq:rewards3`),
+                group-standardised A^ans and A^conf, discrepancy weights w (`eq:sw`)
+                (methods.credit)
+  6. update     per micro-batch, the same for every method: ONE forward (log-probs and c with
+                its gradient), the clipped objective (`eq:grpo`) + alpha * L_cal (`eq:calloss`),
+                backward; then AdamW (`update`)
   7. sync       weights pushed into the engine in memory; prefix cache reset
 
-The baselines (GRPO, RLCR, DCPO on the verbalized channel) and the ablations are the same
-loop with other config values: each method is one rewards function in methods.py's registry,
-and `config.confidence_plan` derives once, from what the method reads, what its confidence
-is and who reads it (docs/forking.md).
-
-Where things live: schema.py and config.py (the typed Config, the confidence plan), sampling.py
-(steps 1-3), methods.py (the rewards and the shared credit), policy.py (model, batches, THE
-forward, every confidence read), losses.py (the equations), rollout.py (prompts, segments),
-engine.py (generation), verifier.py (grading), parallel.py (torchrun, FSDP2), checkpoint.py
-(resume, preemption), runlog.py (what a step writes). This file holds the update and the loop.
+The baselines (GRPO, RLCR, DCPO on the verbalized channel) and the ablations are the same loop
+with other config values: what research changes is a registry in methods.py (rewards, target,
+calibration loss), and config.confidence_plan derives once how a run gets its confidence
+(docs/forking.md). Everything around the step (the world, resume, memory fit, compile,
+preemption) is `setup`.
 
 Simplifications, on purpose (read them before forking):
-  * One optimizer step per rollout batch, so the update is on-policy: the
-    "old" log-probs of `eq:grpo` are the detached current ones (rho = 1), and
-    the clip only matters if you add inner epochs.
+  * One optimizer step per rollout batch, so the update is on-policy: the "old" log-probs of
+    `eq:grpo` are the detached current ones (rho = 1), and the clip only matters if you add
+    inner epochs.
   * No KL term and no reference model (the paper's KL coefficient is 0).
-  * Advantages need the readout of every member of a group. Micro-batches are
-    cut by tokens (micro_batch_tokens) and hold whole groups, so the readouts
-    come from the same forward that trains; only a group too long for one
-    micro-batch gets a no-grad readout pass over its rows first.
-  * One process per GPU, data parallel only (parallel.py: torchrun, FSDP2, a colocated
-    TP = 1 engine per rank, DCP checkpoints; `NPROC=8 bash run.sh math`). With no
-    launcher it is one process with no process group, as before.
+  * Credit needs every group member's c before any gradient: step 4 is a no-grad pass of its
+    own (no vocabulary projection), which costs a forward but keeps one credit path for every
+    method and micro-batch (docs/performance.md measures it).
+  * One process per GPU, data parallel only (infra/parallel.py: torchrun, FSDP2, a colocated
+    TP = 1 engine per rank, DCP checkpoints; `NPROC=8 bash run.sh math`). With no launcher it
+    is one process with no process group.
+
+Not here: the equations (losses.py), the registries and the shared credit (methods.py), THE
+forward and every confidence read (policy.py), steps 1-3 (sampling.py), generation
+(engine.py), grading (verifier.py), and run infrastructure (infra/).
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ from __future__ import annotations
 import random
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,15 +56,15 @@ import yaml
 from tqdm import tqdm
 
 import config
-import data
 import losses
-import memfit
-import parallel
+import methods
 import policy as pol
-import runlog
+import problems
 import sampling
-import tables
-from checkpoint import (
+from config import ConfidencePlan
+from engine import make_engine
+from infra import memfit, parallel, runlog
+from infra.checkpoint import (
     Preempted,
     PreemptionGuard,
     checkpoint_step,
@@ -73,25 +73,49 @@ from checkpoint import (
     resume_point,
     save_checkpoint,
 )
-from config import ConfidencePlan
-from engine import make_engine
-from methods import ConfidenceReads, Credit, confidence_reads, credit
+from infra.runlog import StepStats
+from methods import Confidences, Credit
 from policy import Batch, Policy
-from runlog import StepStats
 from schema import Config
 
 # ============================================================================================
-# Step 5: rewards, targets, advantages (per whole groups).
+# Steps 4-5: the detached confidences, then credit for the whole batch.
 # ============================================================================================
 
 
 def warmup(value: float, step: int, warmup_steps: int) -> float:
-    """Linear warm-up: value * (step + 1) / warmup_steps for the first warmup_steps steps."""
+    """Linear warm-up: value * (step + 1) / warmup_steps for the first warmup_steps steps.
+
+    The paper gives "warmup for alpha and kappa: 30 steps" without a shape; this reads it as
+    linear from 1/warmup_steps of the value at step 0 to the whole value at step warmup_steps - 1."""
     return value * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else value
 
 
+def detached_confidences(
+    policy: Policy,
+    batch: Batch,
+    rollouts: list,
+    out: sampling.Outcomes,
+    micro: list[list[int]],
+    cfg: Config,
+    plan: ConfidencePlan,
+) -> tuple[Confidences, torch.Tensor | None]:
+    """What credit reads, [N] each with NaN where there is none, and the model's own c [N]
+    (None where credit reads no model c).
+
+    The model's c comes from a no-grad pass over the training batch, micro-batch by micro-batch
+    as the update will run it, so it is the c the update's forward computes (to float rounding).
+    A report sampled as text (out.reported) and a baseline's no-grad digit expectation
+    (tab:sw_baseline) are read as ConfidencePlan.rewards_read and weights_read say."""
+    c_model = pol.confidences(policy, batch, micro, cfg.pack_sequences) if plan.reads_model else None
+    reads = {"model": c_model, "numeral": out.reported, "slot_token": out.reported}
+    if plan.weights_read == "digit_pass":
+        reads["digit_pass"] = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences)
+    return Confidences(rewards=reads[plan.rewards_read], weights=reads[plan.weights_read]), c_model
+
+
 # ============================================================================================
-# Step 6: the update.
+# Step 6: the update, the same for every method and micro-batch.
 # ============================================================================================
 
 
@@ -110,79 +134,79 @@ def make_optimizer(model, cfg: Config, device_type: str) -> torch.optim.AdamW:
     )
 
 
-def confidence_loss(
-    fwd: pol.Forward,
-    conf: torch.Tensor,
-    target: torch.Tensor,
-    correct: torch.Tensor,
-    valid: torch.Tensor,
-    plan: ConfidencePlan,
-) -> torch.Tensor:
-    """The term alpha multiplies: L_cal (eq:calloss), or the auxiliary head's BCE (conf_train=head)."""
-    if plan.cal_loss == "head":
-        return losses.auxiliary_head_loss(fwd.z_diff, correct, valid)
-    return losses.calibration_loss(conf, target, valid)
+@dataclass
+class Update:
+    """What one update reports besides the new weights."""
+
+    loss_pg: float  # J of eq:grpo, as a batch mean
+    loss_cal: float  # the calibration loss, as a mean over V
+    grad_norm: float  # before clipping
+    completion_logp: list  # [N] of [completion tokens]: the trainer's log-probs (engine/trainer agreement)
 
 
-def group_credit(
-    rows: list[int],
-    c_model: torch.Tensor | None,
-    out: sampling.Outcomes,
-    reads: ConfidenceReads,
-    cfg: Config,
-    kappa: float,
-) -> Credit:
-    """credit() for the whole groups `rows`; c_model: [len(rows)] their detached model c,
-    wherever `reads` leaves it to the model."""
-    if reads.rewards is not None:
-        conf, conf_valid = reads.rewards[rows], reads.rewards_valid[rows]
-    else:
-        conf, conf_valid = c_model, out.valid[rows]
-    if reads.weights is not None:
-        w_conf, w_valid = reads.weights[rows], reads.weights_valid[rows]
-    else:
-        w_conf, w_valid = c_model, out.valid[rows]
-    return credit(out.correct[rows], out.fmt[rows], conf, conf_valid, cfg, kappa, w_conf, w_valid)
-
-
-def split_group_credit(
+def update(
     policy: Policy,
+    optimizer,
     batch: Batch,
     micro: list[list[int]],
-    whole: list[bool],
+    step_credit: Credit,
     out: sampling.Outcomes,
-    reads: ConfidenceReads,
     cfg: Config,
     plan: ConfidencePlan,
-    kappa: float,
-) -> Credit:
-    """Credit of every row whose micro-batch does not hold whole groups, [N] (0 elsewhere).
+    alpha: float,
+    n_total: float,
+    n_valid_total: float,
+) -> Update:
+    """Forward, loss, backward per micro-batch; then one optimizer step.
 
-    Credit needs every group member's confidence. A group placed whole in a micro-batch gets
-    its model c from that micro-batch's training forward; a group too long for one micro-batch
-    (its rows split over several) gets it here, from a no-grad pass over its rows first.
-    Where credit reads no model c (reports sampled as text), every row is credited here."""
-    n = len(batch)
-    if not plan.reads_model:
-        return group_credit(list(range(n)), None, out, reads, cfg, kappa)
-    c_model = torch.zeros(n)  # [N]
-    with torch.no_grad():
-        for rows in (rows for rows, is_whole in zip(micro, whole) if not is_whole):
-            fwd = pol.forward(
-                policy,
-                batch.select(rows),
-                packed=cfg.pack_sequences,
-                detach_readout=plan.cal_loss == "head",
-                logprobs=False,
-            )
-            c_model[rows] = pol.model_confidence(fwd).float().cpu()
-    split = sorted(row for rows, is_whole in zip(micro, whole) if not is_whole for row in rows)
-    part = group_credit(split, c_model[split], out, reads, cfg, kappa)
-    index = torch.tensor(split)
-    return Credit(*(torch.zeros(n).index_copy(0, index, value.float()) for value in part))
+    n_total, n_valid_total: the denominators of the batch means of J (sequences) and of the
+    calibration loss (|V|, the rollouts with a slot). Under data parallelism gradients are
+    averaged over ranks, so the caller passes the global counts divided by the world size.
+    |V| = 0 leaves the calibration loss a zero."""
+    n_valid_total = n_valid_total if n_valid_total > 0 else 1.0
+    calibration_loss = methods.entry_of(methods.CALIBRATION_LOSSES, "calibration_loss", cfg.calibration_loss)
+    # Statistics stay on the device until the last backward: reading one back after each
+    # backward would stall the GPU before every micro-batch.
+    terms, logp_of = [], []  # [(pg, cal) weighted], [(rows, logp [n_mb, L-1], completion mask)]
+    policy.model.train()
+    for rows in micro:
+        mb, mb_credit = batch.select(rows), step_credit.select(rows)
+        fwd = pol.forward(policy, mb, packed=cfg.pack_sequences, detach_readout=plan.detach_readout)
+        dev = fwd.logp.device
+        adv_tok = losses.token_advantages(
+            *(pol.to_device(t, dev) for t in (mb_credit.adv_ans, mb_credit.adv_conf, mb_credit.w)),
+            *(pol.to_device(t, dev) for t in (mb.ans_mask, mb.conf_mask)),
+        )  # [n_mb, L-1]
+        pg = losses.clipped_policy_loss(
+            fwd.logp, fwd.logp.detach(), adv_tok, pol.to_device(mb.completion_mask, dev), cfg.clip_eps
+        )
+        valid = out.valid[rows]  # [n_mb] V: the rollouts with a slot
+        cal = calibration_loss(
+            pol.model_confidence(fwd), pol.to_device(mb_credit.target, dev), pol.to_device(valid, dev)
+        )
+        # both terms are means over the whole rollout batch: sequences for J, V for L_cal
+        pg_share, cal_share = len(rows) / n_total, float(valid.sum()) / n_valid_total
+        (pg * pg_share + alpha * cal * cal_share).backward()
+        terms.append(torch.stack([pg.detach() * pg_share, cal.detach() * cal_share]))
+        logp_of.append((rows, fwd.logp.detach(), mb.completion_mask))
+
+    loss_pg, loss_cal = torch.stack(terms).sum(dim=0).tolist()  # host sync: after the last backward
+    completion_logp: list[torch.Tensor | None] = [None] * len(batch)
+    for rows, logp, mask in logp_of:
+        for row, row_logp, row_mask in zip(rows, logp.cpu(), mask):
+            completion_logp[row] = row_logp[row_mask]
+    grad_norm = parallel.clip_gradients(policy.model, cfg.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return Update(loss_pg=loss_pg, loss_cal=loss_cal, grad_norm=grad_norm, completion_logp=completion_logp)
 
 
-def train_on_batch(
+# ============================================================================================
+# Steps 4-6 together: what the loop runs on a step's batch.
+# ============================================================================================
+
+
+def train_step(
     policy: Policy,
     optimizer,
     batch: Batch,
@@ -190,99 +214,44 @@ def train_on_batch(
     cfg: Config,
     plan: ConfidencePlan,
     step: int,
+    rollouts: list | None = None,
     n_total: float | None = None,
     n_valid_total: float | None = None,
 ) -> StepStats:
-    """Forward/backward over micro-batches, one optimizer step. Returns the step's statistics.
-
-    out.valid: the rollouts of L_cal; out.reported: what the rewards read instead of the
-    model's c (plan.rewards_read); out.weight_conf: eq:sw's confidence when a no-grad pass
-    gave it (plan.weights_read). n_total, n_valid_total: the denominators of the batch means
-    of J and L_cal; by default this call's N and |V|. Under data parallelism gradients are
-    averaged over ranks, so a caller passes the global counts divided by the world size."""
-    n, group = len(batch), cfg.group_size
-    alpha, kappa = warmup(cfg.alpha, step, cfg.warmup_steps), warmup(cfg.kappa, step, cfg.warmup_steps)
-    n_norm = float(n_total) if n_total is not None else float(n)
-    # |V| = 0 leaves L_cal a zero; a passed-in share |V|/W may be below 1 and is used as it is
-    n_valid = (
-        float(n_valid_total) if n_valid_total is not None and n_valid_total > 0 else max(float(out.valid.sum()), 1.0)
-    )
-    head, packed = plan.cal_loss == "head", cfg.pack_sequences
-    reads = confidence_reads(out.reported, out.weight_conf, plan.weights_read)
+    """Steps 4-6 on a step's batch: the detached confidences, credit, the update. Returns the
+    step's statistics. rollouts: the batch's, which a baseline's digit pass reads
+    (tab:sw_baseline). n_total, n_valid_total: as `update` takes them; by default this batch's
+    N and |V|."""
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, group, whole_groups=plan.reads_model, packed=packed)
-    whole = [plan.reads_model and pol.holds_whole_groups(rows, group) for rows in micro]  # credited from their forward
-    shared = split_group_credit(policy, batch, micro, whole, out, reads, cfg, plan, kappa) if not all(whole) else None
-
-    c_model = torch.zeros(n)  # [N] the model's c, detached
-    step_credit = Credit.zeros(n)  # [N] each
-    # Statistics stay on the device until the last backward: reading one back after each
-    # backward would stall the GPU before every micro-batch (device: copy with .to(dev)).
-    loss_terms, logp_of = [], []  # ((pg, cal), rows, |V| rows); (rows, logp [n_mb, L-1], mask, c unless credited)
-    policy.model.train()
-    for rows, is_whole in zip(micro, whole):
-        mb = batch.select(rows)
-        fwd = pol.forward(policy, mb, packed=packed, detach_readout=head)
-        conf = pol.model_confidence(fwd)  # [n_mb], with grad
-        if is_whole:  # credit needs the group's c: the one host sync of a micro-batch, between forward and backward
-            c_model[rows] = conf.detach().float().cpu()
-            mb_credit = group_credit(rows, c_model[rows], out, reads, cfg, kappa)
-        else:
-            mb_credit = shared.select(rows)
-        dev = fwd.logp.device
-        adv_tok = losses.token_advantages(
-            *(
-                pol.to_device(t, dev)
-                for t in (mb_credit.adv_ans, mb_credit.adv_conf, mb_credit.w, mb.ans_mask, mb.conf_mask)
-            )
-        )  # [n_mb, L-1]
-        pg = losses.clipped_policy_loss(
-            fwd.logp, fwd.logp.detach(), adv_tok, pol.to_device(mb.completion_mask, dev), cfg.clip_eps
-        )
-        cal = confidence_loss(
-            fwd, conf, *(pol.to_device(t, dev) for t in (mb_credit.target, out.correct[rows], out.valid[rows])), plan
-        )
-        # Both terms are means over the whole rollout batch (sequences for J, V for L_cal).
-        n_valid_mb = int(out.valid[rows].sum())
-        loss = pg * len(rows) / n_norm + alpha * cal * n_valid_mb / n_valid
-        loss.backward()
-        loss_terms.append((torch.stack([pg.detach(), cal.detach()]), len(rows), n_valid_mb))
-        logp_of.append((rows, fwd.logp.detach(), mb.completion_mask, None if is_whole else conf.detach()))
-        step_credit.place(rows, mb_credit)
-
-    loss_pg = loss_cal = 0.0
-    for (pg, cal), (_, n_mb, n_valid_mb) in zip(
-        torch.stack([terms for terms, _, _ in loss_terms]).tolist(), loss_terms
-    ):
-        loss_pg += pg * n_mb / n_norm  # the host sync of the step's losses, after every backward
-        loss_cal += cal * n_valid_mb / n_valid
-    completion_logp: list[torch.Tensor | None] = [None] * n  # per rollout, for the engine/trainer agreement metric
-    for rows, logp, mask, conf in logp_of:
-        for row, row_logp, row_mask in zip(rows, logp.cpu(), mask):
-            completion_logp[row] = row_logp[row_mask]
-        if conf is not None:
-            c_model[rows] = conf.float().cpu()
-
-    grad_norm = parallel.clip_gradients(policy.model, cfg.max_grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    if plan.record == "report":  # a baseline's confidence of record: its report
-        conf_of_record, conf_valid = out.reported.float(), reads.rewards_valid
+    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, packed=cfg.pack_sequences)
+    if plan.weights_read == "digit_pass" and rollouts is None:
+        raise ValueError("a baseline's digit pass (confidence=digit_exp) reads the rollouts: pass rollouts=")
+    # 4. what credit reads, detached
+    conf, c_model = detached_confidences(policy, batch, rollouts, out, micro, cfg, plan)
+    # 5. credit, once, for the whole batch
+    alpha, kappa = (warmup(value, step, cfg.warmup_steps) for value in (cfg.alpha, cfg.kappa))
+    step_credit = methods.credit(out.correct, out.fmt, conf, cfg, kappa)
+    # 6. the update
+    n_total = float(len(batch)) if n_total is None else n_total
+    n_valid_total = float(out.valid.sum()) if n_valid_total is None else n_valid_total
+    done = update(policy, optimizer, batch, micro, step_credit, out, cfg, plan, alpha, n_total, n_valid_total)
+    if plan.record == "report":  # the confidence a step logs: a baseline's report, or the model's c
+        record_conf, record_valid = out.reported.float(), ~torch.isnan(out.reported)
     else:
-        conf_of_record, conf_valid = c_model, out.valid
+        record_conf, record_valid = c_model, out.valid
     return StepStats(
-        loss_pg=loss_pg,
-        loss_cal=loss_cal,
+        loss_pg=done.loss_pg,
+        loss_cal=done.loss_cal,
         alpha=alpha,
         kappa=kappa,
-        grad_norm=grad_norm,
-        pad_fraction=0.0 if packed else pol.pad_fraction(lengths, micro),
+        grad_norm=done.grad_norm,
+        pad_fraction=0.0 if cfg.pack_sequences else pol.pad_fraction(lengths, micro),
         micro_batches=len(micro),
-        readout_pass_rows=sum(len(rows) for rows, is_whole in zip(micro, whole) if plan.reads_model and not is_whole),
+        readout_pass_rows=len(batch) if c_model is not None else 0,
         credit=step_credit,
-        conf=conf_of_record,
-        conf_valid=conf_valid,
-        completion_logp=completion_logp,
+        conf=record_conf,
+        conf_valid=record_valid,
+        completion_logp=done.completion_logp,
     )
 
 
@@ -294,68 +263,19 @@ def train_on_batch(
 def train(cfg: Config) -> Path:
     """Run (or resume) a training run; returns the run directory.
 
-    One process with no launcher, or one rank of a torchrun job (parallel.py): every rank
+    One process with no launcher, or one rank of a torchrun job (infra/parallel.py): every rank
     runs this function; rank 0 alone writes the run directory's files."""
-    world = parallel.init_world()
-    parallel.check_world(cfg, world)
-    parallel.main_print(world, f"[credo] world size {world.world_size}", flush=True)
-    plan = config.confidence_plan(cfg)
-    run_dir = config.run_dir_of(cfg)
-    resume = resume_point(cfg, run_dir)  # None: a fresh run (refused where a run already is)
-    parallel.barrier(world)  # every rank has looked before rank 0 clears anything
-    if world.is_main:
-        if resume is None:
-            clear_run(run_dir)  # overwrite=true, or what resume=auto found no checkpoint of
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(cfg), sort_keys=False))
-        data.prepare_on_first_use(cfg.train_data)  # the paper's split, downloaded on first use
-    parallel.barrier(world)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-
-    # Under torchrun the checkpoint is loaded into host memory and sharded onto the GPUs
-    # after the engine has its copy (parallel.World.load_device).
-    policy = pol.load_policy(str(resume or cfg.model), world.load_device, pol.compute_dtype(cfg), cfg.temperature)
-    policy.model.config.use_cache = False
-    checkpointing, why = memfit.decide_checkpointing(
-        cfg, memfit.shape_of(policy.model.config.to_dict()), world.world_size, parallel.gpu_memory_gib(world)
-    )
-    if checkpointing:
-        parallel.enable_activation_checkpointing(policy.model)
-    if why:
-        parallel.main_print(world, f"[credo] {why}", flush=True)
-    if config.compiles_layers(cfg, world.device.type):
-        pol.compile_update(policy)  # compiles at the first update (tens of seconds), then fused kernels
-    rows = data.load_rows(cfg.train_data, cfg.domain)
-    rows, prompts = sampling.training_problems(rows, cfg, plan, policy.tokenizer, announce=world.is_main)
-    stream = sampling.QuestionStream(len(rows), cfg.seed)
-    per_step = config.questions_per_step(cfg)  # the whole step's, over all ranks
-    total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * len(rows) // per_step
-
-    if resume and checkpoint_step(resume) >= total_steps:  # resume=auto on a finished run
+    run = setup(cfg)
+    if run.engine is None:  # resume=auto on a finished run
         parallel.main_print(
-            world,
-            f"[credo] {run_dir} is complete ({checkpoint_step(resume)} of {total_steps} steps): nothing to do",
-            flush=True,
+            run.world, f"[credo] {run.dir} is complete ({run.start_step} of {run.total_steps} steps): nothing to do"
         )
-        return run_dir
-
-    # The engine starts from the same weights the trainer holds (reserved rows included).
-    # It is built before any state is restored: vLLM re-seeds the global RNGs on start-up.
-    # Each rank has its own (TP = 1), built from the full model before it is sharded.
-    engine_dir = run_dir if not world.distributed else run_dir / "engine" / f"rank_{world.rank:05d}"
-    engine = make_engine(cfg, plan, policy.model, policy.tokenizer, str(resume or cfg.model), engine_dir, policy.dtype)
-    policy.model = parallel.shard_model(policy.model, world, policy.dtype)
-    optimizer = make_optimizer(policy.model, cfg, world.device.type)
-    start_step = 0
-    if resume:
-        start_step, stream.cursor = restore_state(resume, optimizer, policy.model, world)
-
+        return run.dir
+    world, policy, engine, plan = run.world, run.policy, run.engine, run.plan
     bar = tqdm(
-        range(start_step, total_steps),
-        initial=start_step,
-        total=total_steps,
+        range(run.start_step, run.total_steps),
+        initial=run.start_step,
+        total=run.total_steps,
         desc="credo",
         dynamic_ncols=True,
         disable=not world.is_main,
@@ -364,24 +284,18 @@ def train(cfg: Config) -> Path:
     # SIGTERM/SIGINT stop the loop after a step; the handlers and the loggers close on any exit
     with (
         PreemptionGuard() as guard,
-        runlog.RunLog(run_dir, world, cfg, resumed_at=start_step if resume else None) as log,
+        runlog.RunLog(run.dir, world, cfg, resumed_at=run.start_step if run.resumed else None) as log,
     ):
         for step in bar:
             timings = {}
             # 1-2. rollouts and their segments: this rank's whole groups of the step's questions
             with runlog.timed(timings, "rollout"):
-                step_idx = stream.take(per_step)  # the same on every rank
+                step_idx = run.stream.take(run.questions_per_step)  # the same on every rank
                 q_idx = parallel.rank_slice(step_idx, world)
-                questions = [rows[i] for i in q_idx]
+                questions = [run.rows[i] for i in q_idx]
+                prompts = [run.prompts[i] for i in q_idx]
                 rollouts = sampling.make_rollouts(
-                    engine,
-                    policy.tokenizer,
-                    questions,
-                    [prompts[i] for i in q_idx],
-                    cfg,
-                    plan,
-                    step,
-                    seed=world.rank_seed(cfg.seed),
+                    engine, policy.tokenizer, questions, prompts, cfg, plan, step, seed=world.rank_seed(cfg.seed)
                 )
                 engine.sleep()  # CUDA: free the GPU for the update
 
@@ -389,23 +303,23 @@ def train(cfg: Config) -> Path:
             with runlog.timed(timings, "verify"):
                 out = sampling.outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
 
-            # 4-6. one forward per micro-batch, credit, update. Gradients are averaged over ranks,
-            # so the batch means take the global counts / W (None: this call's own, one process).
+            # 4-6. the detached confidences, credit for the whole batch, the update. Gradients are
+            # averaged over ranks, so the batch means take the global counts / W.
             with runlog.timed(timings, "train"):
                 batch = pol.training_batch(rollouts, policy.tokenizer, plan.teacher_digits, plan.samples_slot_token)
                 counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
-                n_total, n_valid_total = (
-                    (counts["n"] / world.world_size, counts["valid"] / world.world_size)
-                    if world.distributed
-                    else (None, None)
-                )
                 parallel.gather_root(policy.model)
-                if plan.weights_read == "digit_pass":  # tab:sw_baseline
-                    out.weight_conf = pol.digit_expectations(
-                        policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences
-                    )
-                stats = train_on_batch(
-                    policy, optimizer, batch, out, cfg, plan, step, n_total=n_total, n_valid_total=n_valid_total
+                stats = train_step(
+                    policy,
+                    run.optimizer,
+                    batch,
+                    out,
+                    cfg,
+                    plan,
+                    step,
+                    rollouts=rollouts,
+                    n_total=counts["n"] / world.world_size,
+                    n_valid_total=counts["valid"] / world.world_size,
                 )
                 logp_gap = runlog.engine_logprob_gap(rollouts, stats.completion_logp, world)
 
@@ -415,7 +329,7 @@ def train(cfg: Config) -> Path:
 
             record = log.step(
                 step,
-                [rows[i]["id"] for i in step_idx],
+                [run.rows[i]["id"] for i in step_idx],
                 rollouts,
                 out,
                 stats,
@@ -430,20 +344,102 @@ def train(cfg: Config) -> Path:
                     c="-" if record["mean_c"] is None else f"{record['mean_c']:.2f}",
                 )
             stop = guard.requested(world)  # collective: every rank agrees
-            if (step + 1) % cfg.save_every == 0 or step + 1 == total_steps or stop:
-                ckpt = save_checkpoint(run_dir, step + 1, policy, optimizer, stream.cursor, cfg, world)
+            if (step + 1) % cfg.save_every == 0 or step + 1 == run.total_steps or stop:
+                ckpt = save_checkpoint(run.dir, step + 1, policy, run.optimizer, run.stream.cursor, cfg, world)
             if stop:
                 break
     engine.close()
     if stop:
         parallel.main_print(
             world,
-            f"[credo] {signal.Signals(stop).name}: stopped after step {step + 1} of {total_steps}; "
+            f"[credo] {signal.Signals(stop).name}: stopped after step {step + 1} of {run.total_steps}; "
             f"checkpoint {ckpt}. Continue with the same command and resume=auto.",
             flush=True,
         )
         raise Preempted(128 + stop)
-    return run_dir
+    return run.dir
+
+
+# ============================================================================================
+# Setup: everything around the step.
+# ============================================================================================
+
+
+@dataclass
+class Run:
+    """What `setup` prepares for the loop."""
+
+    world: parallel.World
+    plan: ConfidencePlan
+    dir: Path  # runs/<name>
+    policy: Policy
+    engine: object | None  # engine.VLLMEngine or engine.HFEngine; None: the run is complete
+    optimizer: torch.optim.Optimizer | None
+    rows: list[dict]  # the training problems that fit the prompt budget
+    prompts: list[list[int]]  # their prompt ids
+    stream: sampling.QuestionStream
+    questions_per_step: int  # over all ranks
+    total_steps: int
+    start_step: int
+    resumed: bool
+
+
+def setup(cfg: Config) -> Run:
+    """The world, the run directory, the policy (memory fit, compile), the problems, the engine,
+    the sharded model and its optimizer, and the restored state of a resumed run.
+
+    The engine is built before any state is restored: vLLM re-seeds the global RNGs on
+    start-up. Under torchrun each rank has its own (TP = 1), built from the full model before it
+    is sharded; the checkpoint is loaded into host memory first (parallel.World.load_device)."""
+    world = parallel.init_world()
+    parallel.check_world(cfg, world)
+    parallel.main_print(world, f"[credo] world size {world.world_size}", flush=True)
+    plan = config.confidence_plan(cfg)
+    run_dir = config.run_dir_of(cfg)
+    resume = resume_point(cfg, run_dir)  # None: a fresh run (refused where a run already is)
+    parallel.barrier(world)  # every rank has looked before rank 0 clears anything
+    if world.is_main:
+        if resume is None:
+            clear_run(run_dir)  # overwrite=true, or what resume=auto found no checkpoint of
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict(cfg), sort_keys=False))
+    parallel.barrier(world)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+    policy = pol.load_policy(str(resume or cfg.model), world.load_device, pol.compute_dtype(cfg), cfg.temperature)
+    policy.model.config.use_cache = False
+    checkpointing, why = memfit.decide_checkpointing(
+        cfg, memfit.shape_of(policy.model.config.to_dict()), world.world_size, parallel.gpu_memory_gib(world)
+    )
+    if checkpointing:
+        parallel.enable_activation_checkpointing(policy.model)
+    if why:
+        parallel.main_print(world, f"[credo] {why}", flush=True)
+    if config.compiles_layers(cfg, world.device.type):
+        pol.compile_update(policy)  # compiles at the first update (tens of seconds), then fused kernels
+    rows = problems.load_rows(cfg.train_data, cfg.domain)
+    rows, prompts = sampling.training_problems(rows, cfg, plan, policy.tokenizer, announce=world.is_main)
+    stream = sampling.QuestionStream(len(rows), cfg.seed)
+    per_step = config.questions_per_step(cfg)
+    total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * len(rows) // per_step
+
+    run = Run(
+        world, plan, run_dir, policy, None, None, rows, prompts, stream, per_step, total_steps, 0, resume is not None
+    )
+    if resume and checkpoint_step(resume) >= total_steps:
+        run.start_step = checkpoint_step(resume)
+        return run  # complete: no engine, nothing to train
+    engine_dir = run_dir if not world.distributed else run_dir / "engine" / f"rank_{world.rank:05d}"
+    run.engine = make_engine(
+        cfg, plan, policy.model, policy.tokenizer, str(resume or cfg.model), engine_dir, policy.dtype
+    )
+    policy.model = parallel.shard_model(policy.model, world, policy.dtype)
+    run.optimizer = make_optimizer(policy.model, cfg, world.device.type)
+    if resume:
+        run.start_step, stream.cursor = restore_state(resume, run.optimizer, policy.model, world)
+    return run
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -456,14 +452,6 @@ def main(argv: list[str] | None = None) -> None:
     try:  # bad input: one line naming the problem (a traceback with --debug)
         if argv[0] == "--help-config":
             print(config.help_text())
-            return
-        if argv[0] == "--list":
-            print(tables.list_configs())
-            return
-        if argv[0] == "--table":
-            if len(argv) != 2:
-                raise ValueError(f"usage: credo.py --table <name>; tables: {', '.join(tables.load_tables())}")
-            print(tables.table_commands(argv[1]))
             return
         dry_run = "--dry-run" in argv
         args = [a for a in argv if a != "--dry-run"]

@@ -11,10 +11,10 @@ reads (the same forward as training's):
   verbalized  the parsed numeral inside <confidence>...</confidence> (eq:verb)
   digit       p1 + p0 * E[d] / 10 from the logits at the numeral's positions (eq:digitexp)
 No temperature scaling is applied to any of them. One record per (sample, source) goes to
-samples.jsonl; report.py aggregates them into tables and figures.py draws the figures.
+samples.jsonl; evaluation/report.py aggregates them into tables and evaluation/figures.py draws the figures.
 
 Holds: checkpoint description, evaluation sets, the generate-grade-read pass and the CLI.
-Does not hold: metrics (metrics.py), tables (report.py), figures (figures.py).
+Does not hold: metrics (evaluation/metrics.py), tables (evaluation/report.py), figures (evaluation/figures.py).
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ import torch
 from tqdm import tqdm
 
 import config
-import data
 import policy as pol
+import problems
 import rollout as ro
 import verifier
-from checkpoint import latest_checkpoint
 from engine import HFEngine, make_engine, sampling_settings
-from figures import make_figures
-from report import aggregate, write_tables
+from evaluation.evalsets import EVAL_SETS
+from evaluation.figures import make_figures
+from evaluation.report import aggregate, write_tables
+from infra.checkpoint import latest_checkpoint
 from schema import Config
 
 ROOT = Path(__file__).resolve().parent
@@ -88,11 +89,11 @@ def resolve_set(spec: str) -> tuple[str, str, Path]:
         name, rest = spec.split("=", 1)
         path, _, domain = rest.rpartition(":") if rest.endswith((":math", ":code")) else (rest, "", "math")
         return name, domain, Path(path)
-    if spec not in data.EVAL_SETS:
+    if spec not in EVAL_SETS:
         raise ValueError(
-            f"unknown evaluation set {spec!r}; known: {', '.join(data.EVAL_SETS)} (or name=path.jsonl[:math|:code])"
+            f"unknown evaluation set {spec!r}; known: {', '.join(EVAL_SETS)} (or name=path.jsonl[:math|:code])"
         )
-    domain = data.EVAL_SETS[spec]["domain"]
+    domain = EVAL_SETS[spec]["domain"]
     return spec, domain, DATA_DIR / domain / f"{spec}.jsonl"
 
 
@@ -100,7 +101,7 @@ def load_set(name: str, domain: str, path: Path) -> list[dict]:
     """Rows of an evaluation set: math {"id", "problem", "answer"}, code {"id", "problem", "tests"}."""
     if not path.exists():
         raise FileNotFoundError(f"evaluation set {name!r}: {path} does not exist (prepare the data first)")
-    return data.load_rows(str(path), domain)
+    return problems.load_rows(str(path), domain)
 
 
 def evaluate(
@@ -117,7 +118,7 @@ def evaluate(
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     specs = [resolve_set(s) for s in sets]
-    problems = {name: load_set(name, domain, path) for name, domain, path in specs}
+    problem_sets = {name: load_set(name, domain, path) for name, domain, path in specs}
     records, engine, engine_vocab = [], None, None
     samples_path = out_dir / "samples.jsonl"
     with samples_path.open("w") as sink:
@@ -152,7 +153,7 @@ def evaluate(
             run_seed = seed if seed is not None else (ckpt.seed if ckpt.seed is not None else 43)
             budget, packed = cfg.micro_batch_tokens, cfg.pack_sequences
             for name, domain, _ in tqdm(specs, desc=f"eval {ckpt.label}", dynamic_ncols=True):
-                rows, per_problem = problems[name], n or data.EVAL_SETS.get(name, {}).get("n", 4)
+                rows, per_problem = problem_sets[name], n or EVAL_SETS.get(name, {}).get("n", 4)
                 prompts = [
                     ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, domain, cfg.enable_thinking) for r in rows
                 ]
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated evaluation seeds for base models (no training seed): one run per seed",
     )
     parser.add_argument(
-        "--sets", required=True, help=f"comma-separated: {', '.join(data.EVAL_SETS)} or name=path.jsonl[:math|:code]"
+        "--sets", required=True, help=f"comma-separated: {', '.join(EVAL_SETS)} or name=path.jsonl[:math|:code]"
     )
     parser.add_argument("--n", type=int, default=None, help="samples per problem (default: tab:data's n per set)")
     parser.add_argument("--temperature", type=float, default=0.7)

@@ -109,27 +109,27 @@ def calibration_loss(conf: torch.Tensor, target: torch.Tensor, valid: torch.Tens
     return sq_err.sum() / n_valid
 
 
-def auxiliary_head_loss(z_diff: torch.Tensor, correct: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Binary cross-entropy of the readout c = sigmoid(z_diff) against a, mean over V.
+def auxiliary_head_loss(conf: torch.Tensor, correct: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of the readout c against a, mean over V.
 
     The loss of the "GRPO + auxiliary head" arm of `app:decompose` (tab:decompose):
-    there `z_diff` is computed from the *detached* final hidden state, so only the head
-    (the two output rows of H and L) learns to predict per-rollout correctness, and the
-    policy is trained by GRPO alone. Computed from logits (log-sigmoid) for stability.
+    there c is read from the *detached* final hidden state, so only the head (the two
+    output rows of H and L) learns to predict per-rollout correctness, and the policy is
+    trained by GRPO alone. From probabilities, each log clamped at -100 as torch's
+    binary_cross_entropy does (fp32 rounds c to 1 only beyond z_H - z_L of about 17).
     Rollouts outside V contribute nothing; V empty gives a zero attached to the graph.
 
-    >>> z = torch.tensor([0.0, 2.0, -1.0])
-    >>> auxiliary_head_loss(z, torch.tensor([1., 0., 1.]), torch.tensor([True, True, False]))
+    >>> c = torch.sigmoid(torch.tensor([0.0, 2.0, -1.0]))
+    >>> auxiliary_head_loss(c, torch.tensor([1., 0., 1.]), torch.tensor([True, True, False]))
     tensor(1.4100)
     """
     valid = valid.bool()
-    per_rollout = torch.nn.functional.binary_cross_entropy_with_logits(
-        z_diff, correct.to(z_diff.dtype), reduction="none"
-    )  # [N]
+    safe = torch.where(valid, conf, torch.full_like(conf, 0.5))  # NaN outside V never reaches the loss
+    per_rollout = torch.nn.functional.binary_cross_entropy(safe, correct.to(conf.dtype), reduction="none")  # [N]
     per_rollout = torch.where(valid, per_rollout, torch.zeros_like(per_rollout))
     n_valid = valid.sum()
     if n_valid == 0:
-        return (z_diff * 0.0).nan_to_num(0.0).sum()
+        return (conf * 0.0).nan_to_num(0.0).sum()
     return per_rollout.sum() / n_valid
 
 

@@ -1,32 +1,32 @@
-"""The methods, by name: how each turns a group's outcomes and confidences into rewards.
+"""The research knobs: four registries, each chosen by a config key, each with one signature.
 
-    @register_method("brier", reads="model")
-    def brier(g: GroupOutcomes, cfg: Config) -> Rewards:
-        ...
+    rewards            method:            (g: GroupOutcomes, cfg: Config) -> Rewards       register_method
+    confidence target  target:            (correct [N], cfg: Config) -> t [N]               register_target
+    calibration loss   calibration_loss:  (c [N], t [N], valid [N]) -> scalar               register_calibration_loss
+    confidence channel channel, confidence, conf_train -> how c is obtained    CHANNEL_READS, config.confidence_plan
 
-A method is one rewards function with the signature above, registered under the name a
-config's `method:` gives. `reads` says which confidence its rewards score, and so what the
-run must produce (config.confidence_plan decides the rest from it):
+A method's rewards say which confidence they score (`reads`), and config.confidence_plan
+derives from it what a run must produce:
 
   model    the model's own c, read from the logits at the slot (eq:readout, or eq:digitexp
            on the verbalized prompt); it can also be regressed (alpha > 0, eq:calloss)
   report   a confidence sampled as text: the parsed numeral of the verbalized prompt (eq:verb)
   nothing  no confidence: the rewards score the answer only
 
-Everything else about a step is shared by every method and lives in `credit` below: the
-target t (eq:target), the group standardisation of both rewards (eq:grpo), eq:sw's
-discrepancy weights on the answer advantage, and the A^conf ablation. docs/forking.md walks
-through adding one.
+Everything else about credit is shared by every method and lives in `credit` below: the
+target t, the group standardisation of both rewards (eq:grpo), eq:sw's discrepancy weights on
+the answer advantage, and the A^conf ablation. docs/forking.md adds one entry to each of the
+first three registries, with a test that follows it literally.
 
 Does not hold: the equations themselves (losses.py), which confidence is read where
-(config.ConfidencePlan), or the loop (credo.py).
+(config.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 import torch
 
@@ -43,7 +43,7 @@ class GroupOutcomes:
     correct: torch.Tensor  # [N] a_i in {0, 1}
     fmt: torch.Tensor  # [N] F_i in {0, 1}
     conf: torch.Tensor  # [N] the confidence the method reads, detached; NaN where there is none
-    target: torch.Tensor  # [N] t_i of eq:target
+    target: torch.Tensor  # [N] t_i, the confidence target (eq:calloss; the `target` registry)
     group_size: int  # G
 
 
@@ -57,7 +57,7 @@ class Rewards(NamedTuple):
 @dataclass(frozen=True)
 class Method:
     name: str
-    rewards: Callable[[GroupOutcomes, dict], Rewards]
+    rewards: Callable[[GroupOutcomes, Config], Rewards]
     reads: Reads
     help: str  # one line, for errors and listings
 
@@ -71,7 +71,7 @@ def register_method(name: str, reads: Reads) -> Callable:
     if reads not in ("model", "report", "nothing"):
         raise ValueError(f"method {name!r}: reads={reads!r}; choose model, report or nothing")
 
-    def register(rewards: Callable[[GroupOutcomes, dict], Rewards]) -> Callable:
+    def register(rewards: Callable[[GroupOutcomes, Config], Rewards]) -> Callable:
         if name in METHODS:
             raise ValueError(f"method {name!r} is registered twice")
         help_line = (rewards.__doc__ or name).strip().splitlines()[0]
@@ -123,94 +123,115 @@ def dcpo(g: GroupOutcomes, cfg: Config) -> Rewards:
 
 
 # ============================================================================================
-# What every method shares: from its rewards to the advantages of a step.
+# The confidence target and the calibration loss.
+# ============================================================================================
+
+Entry = TypeVar("Entry", bound=Callable)
+TARGETS: dict[str, Callable[[torch.Tensor, Config], torch.Tensor]] = {}
+CALIBRATION_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {}
+
+
+def _registrar(registry: dict, kind: str, name: str) -> Callable[[Entry], Entry]:
+    def register(function: Entry) -> Entry:
+        if name in registry:
+            raise ValueError(f"{kind} {name!r} is registered twice")
+        registry[name] = function
+        return function
+
+    return register
+
+
+def register_target(name: str) -> Callable:
+    """Register the decorated `(correct [N], cfg) -> t [N]` as `target: name`. `correct` holds
+    whole groups (rollout i of question q is row q*G + i, G = cfg.group_size)."""
+    return _registrar(TARGETS, "target", name)
+
+
+def register_calibration_loss(name: str) -> Callable:
+    """Register the decorated `(c [N], t [N], valid [N] bool) -> scalar` as `calibration_loss:
+    name`: c carries the gradient, the loss is a mean over `valid` (rows outside it may hold any
+    value, even NaN), and with no valid row it is a zero still attached to the graph."""
+    return _registrar(CALIBRATION_LOSSES, "calibration loss", name)
+
+
+def entry_of(registry: dict, key: str, name: str):
+    """The registered entry `name` of `registry`, or one line naming the known ones."""
+    if name not in registry:
+        raise ValueError(f"{key}={name!r} is not registered; choose one of {tuple(registry)} (methods.py)")
+    return registry[name]
+
+
+@register_target("hybrid")
+def hybrid(correct: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """t_i = gamma a_i + (1 - gamma) mean_group(a) (eq:calloss)."""
+    return losses.hybrid_target(correct, cfg.gamma, cfg.group_size)
+
+
+@register_target("correctness")
+def correctness(correct: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """t_i = a_i: the auxiliary head's label (tab:decompose), and gamma = 1."""
+    return correct.float()
+
+
+@register_calibration_loss("squared")
+def squared(conf: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """L_cal = mean over V of (c - t)^2 (eq:calloss)."""
+    return losses.calibration_loss(conf, target, valid)
+
+
+@register_calibration_loss("head_bce")
+def head_bce(conf: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The auxiliary head's binary cross-entropy toward a (tab:decompose; with target: correctness)."""
+    return losses.auxiliary_head_loss(conf, target, valid)
+
+
+# ============================================================================================
+# What every method shares: from the step's outcomes and confidences to its advantages.
 # ============================================================================================
 
 
 class Credit(NamedTuple):
-    """Step 5 for whole groups: one entry per rollout, [N] each (credit)."""
+    """Step 5 for the whole batch: one entry per rollout, [N] each (credit)."""
 
-    target: torch.Tensor  # t_i (eq:target)
-    r_ans: torch.Tensor  # r^ans (methods.py)
+    target: torch.Tensor  # t_i (the `target` registry; eq:calloss)
+    r_ans: torch.Tensor  # r^ans (the method's rewards)
     r_conf: torch.Tensor  # r^conf
     w: torch.Tensor  # eq:sw's discrepancy weight of the answer advantage
     adv_ans: torch.Tensor  # A^ans, group-standardised
     adv_conf: torch.Tensor  # A^conf, group-standardised (0 with conf_advantage=false)
 
-    @classmethod
-    def zeros(cls, n: int) -> Credit:
-        return cls(*(torch.zeros(n) for _ in cls._fields))
-
     def select(self, rows: list[int]) -> Credit:
         return Credit(*(value[rows] for value in self))
 
-    def place(self, rows: list[int], part: Credit) -> None:
-        """Write `part`, the credit of `rows`, into these [N] tensors."""
-        for mine, theirs in zip(self, part):
-            mine[rows] = theirs
+
+class Confidences(NamedTuple):
+    """The detached confidences credit reads, [N] each, NaN where a rollout has none: the
+    model's c (from a no-grad pass over the batch), a report sampled as text, or a baseline's
+    no-grad digit expectation, as ConfidencePlan.rewards_read and weights_read say."""
+
+    rewards: torch.Tensor  # what the method's rewards read
+    weights: torch.Tensor  # what eq:sw's discrepancy weights read
 
 
-def credit(
-    correct: torch.Tensor,
-    fmt: torch.Tensor,
-    conf: torch.Tensor,
-    valid: torch.Tensor,
-    cfg: Config,
-    kappa: float,
-    weight_conf: torch.Tensor | None = None,
-    weight_valid: torch.Tensor | None = None,
-) -> Credit:
-    """Rewards, target, weights and group-standardised advantages for whole groups.
+def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: Confidences, cfg: Config, kappa: float) -> Credit:
+    """Target, rewards, discrepancy weights and group-standardised advantages, for whole groups.
 
-    conf: [N] the confidence the rewards read, detached: the model's c (CREDO's readout or
-    digit expectation), or a report sampled as text (the baselines' parsed numeral q, the
-    sampled slot token of conf_train=sampled); entries outside `valid` are ignored.
-    weight_conf, weight_valid: the confidence that drives eq:sw's weights when it is not
-    `conf` (the readout under conf_train=sampled, a baseline's digit expectation).
-
-    The method's rewards come from its registered function (methods.py); the rest is every
-    method's: the target (eq:target), eq:sw's discrepancy weights on the answer advantage
-    (w = 1 when kappa = 0), and conf_advantage=false zeroing A^conf (the ablation).
+    correct, fmt: [N] a_i and F_i (rollout i of question q is row q*G + i). The target and the
+    rewards come from their registries (cfg.target, cfg.method); the rest is every method's:
+    eq:sw's weights on the answer advantage (w = 1 where there is no confidence, and when
+    kappa = 0), and conf_advantage=false zeroing A^conf (the ablation).
     """
     group = cfg.group_size
-    target = losses.hybrid_target(correct, cfg.gamma, group)
-    outcomes_in = GroupOutcomes(
-        correct=correct, fmt=fmt, target=target, group_size=group, conf=torch.where(valid, conf.float(), float("nan"))
-    )  # missing: NaN, never 0
+    target = entry_of(TARGETS, "target", cfg.target)(correct, cfg)
+    outcomes_in = GroupOutcomes(correct=correct, fmt=fmt, conf=conf.rewards.float(), target=target, group_size=group)
     r_ans, r_conf = method_of(cfg.method).rewards(outcomes_in, cfg)
-    if weight_conf is None:
-        weight_conf, weight_valid = conf, valid
+    weights_valid = ~torch.isnan(conf.weights)
     adv_conf = losses.group_standardize(r_conf, group)
     return Credit(
         target=target,
         r_ans=r_ans,
         r_conf=r_conf,
-        w=losses.discrepancy_weights(correct, weight_conf, weight_valid, kappa, group, cfg.w_min, cfg.w_max),
+        w=losses.discrepancy_weights(correct, conf.weights, weights_valid, kappa, group, cfg.w_min, cfg.w_max),
         adv_ans=losses.group_standardize(r_ans, group),
         adv_conf=adv_conf if cfg.conf_advantage else torch.zeros_like(adv_conf),
-    )
-
-
-class ConfidenceReads(NamedTuple):
-    """The confidences credit reads that are known before any forward, [N] each; None where
-    it reads the model's c instead (valid where the slot was reached)."""
-
-    rewards: torch.Tensor | None  # what the rewards read: a report sampled as text (plan.rewards_read)
-    rewards_valid: torch.Tensor | None  # bool: a report exists
-    weights: torch.Tensor | None  # what eq:sw's weights read (plan.weights_read): the report, or a
-    weights_valid: torch.Tensor | None  #     no-grad digit expectation
-
-
-def confidence_reads(
-    reported: torch.Tensor | None, weight_conf: torch.Tensor | None, weights_read: str
-) -> ConfidenceReads:
-    """reported: [N] a confidence sampled as text, NaN where none (None: the rewards read the
-    model's c); weight_conf: [N] a no-grad digit expectation, NaN where none; weights_read:
-    ConfidencePlan.weights_read, which of them eq:sw's weights read (model: neither)."""
-    weights = {"numeral": reported, "digit_pass": weight_conf}.get(weights_read)
-    return ConfidenceReads(
-        rewards=reported,
-        rewards_valid=None if reported is None else ~torch.isnan(reported),
-        weights=weights,
-        weights_valid=None if weights is None else ~torch.isnan(weights),
     )

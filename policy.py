@@ -11,8 +11,8 @@ the micro-batch plan (cut by tokens, whole groups); compiled decoder layers for 
 the one forward, padded or packed, that gives per-token log-probs, the readout `z_H - z_L`
 at the slot and eq:digitexp (indexing computed on the host, so it never waits for the GPU);
 the no-grad confidence reads of evaluation.
-Does not hold: the packed row's layout and attention (packing.py), the losses (losses.py),
-credit or the update (credo.py), sharding (parallel.py).
+Does not hold: the packed row's layout and attention (kernels/packing.py), the losses (losses.py),
+credit or the update (credo.py), sharding (infra/parallel.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import torch
 from torch._dynamo.decorators import mark_static, mark_unbacked  # not re-exported by torch._dynamo in 2.13
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import logprob_kernels
 import losses
 import rollout as ro
-from packing import pack_rows, use_sequence_attention
+from kernels import logprobs as logprob_kernels
+from kernels.packing import pack_rows, use_sequence_attention
 from schema import Config
 
 RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
@@ -97,9 +97,7 @@ class Policy:
     high_id: int  # <CONF_HIGH>
     low_id: int  # <CONF_LOW>
     dtype: torch.dtype  # forward/backward compute (compute_dtype): fp32 weights under autocast
-    logprob_blocks: logprob_kernels.LogprobBlocks | None = (
-        None  # compiled log-prob blocks (compile_update); None: eager
-    )
+    logprob_blocks: logprob_kernels.LogprobBlocks | None = None  # compiled (compile_update); None: eager
     temperature: float = 1.0  # log pi_T = log_softmax(logits / T) of the sampled tokens (sampling_temperature)
 
 
@@ -167,23 +165,18 @@ class Batch:
         )
 
 
-def micro_batches(lengths: list[int], budget: int, group: int, whole_groups: bool, packed: bool) -> list[list[int]]:
+def micro_batches(lengths: list[int], budget: int, packed: bool) -> list[list[int]]:
     """Row indices of each micro-batch: few micro-batches of at most `budget` tokens each.
 
     A micro-batch costs the sum of its lengths when packed, else its rows x its longest row
-    (padding counts). Units are placed in increasing cost, and a micro-batch is closed when
-    the next unit would overflow it. The units are rows, or with whole_groups whole groups
-    (so that credit can come from the training forward), except that a group whose rows alone
-    exceed the budget is split into rows, placed after the whole groups. The order never
-    changes a gradient (the loss is a sum over rows).
+    (padding counts). Rows are placed by increasing length, and a micro-batch is closed when
+    the next row would overflow it. The order never changes a gradient (the loss is a sum over
+    rows), and credit is computed for the whole batch before the update, so a group may span
+    micro-batches.
 
-    >>> micro_batches([5, 1, 4, 2], budget=6, group=2, whole_groups=False, packed=True)
+    >>> micro_batches([5, 1, 4, 2], budget=6, packed=True)
     [[1, 3], [2], [0]]
-    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=6, group=2, whole_groups=True, packed=True)
-    [[4, 5], [0, 1], [2, 3]]
-    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=5, group=2, whole_groups=True, packed=True)
-    [[4, 5], [1, 3], [2], [0]]
-    >>> micro_batches([5, 1, 4, 2], budget=8, group=2, whole_groups=False, packed=False)   # 2 x 2, 1 x 4, 1 x 5
+    >>> micro_batches([5, 1, 4, 2], budget=8, packed=False)   # 2 x 2, 1 x 4, 1 x 5
     [[1, 3], [2], [0]]
     """
     for row, length in enumerate(lengths):
@@ -192,42 +185,15 @@ def micro_batches(lengths: list[int], budget: int, group: int, whole_groups: boo
                 f"rollout {row} has {length} tokens, more than micro_batch_tokens = {budget}; raise "
                 f"micro_batch_tokens to at least max_prompt_tokens + max_completion_tokens + 2"
             )
-
-    def cost(rows: list[int]) -> int:
-        return sum(lengths[i] for i in rows) if packed else len(rows) * max(lengths[i] for i in rows)
-
-    def fill(units: list[list[int]]) -> list[list[int]]:
-        plan, current = [], []
-        for unit in units:
-            if current and cost(current + unit) > budget:
-                plan.append(current)
-                current = []
-            current = current + unit
-        return plan + ([current] if current else [])
-
-    groups, free = [], list(range(len(lengths)))
-    if whole_groups:
-        if len(lengths) % group:
-            raise ValueError(f"{len(lengths)} rows are not whole groups of {group}")
-        units = [list(range(q * group, (q + 1) * group)) for q in range(len(lengths) // group)]
-        groups = sorted((u for u in units if cost(u) <= budget), key=lambda u: (cost(u), u[0]))
-        free = [i for u in units if cost(u) > budget for i in u]
-    free.sort(key=lambda i: (lengths[i], i))
-    return fill(groups) + fill([[i] for i in free])
-
-
-def holds_whole_groups(rows: list[int], group: int) -> bool:
-    """rows are whole groups, each in order (qG, ..., qG + G - 1), as credit() needs them.
-
-    >>> holds_whole_groups([4, 5, 0, 1], 2), holds_whole_groups([1, 3], 2)
-    (True, False)
-    """
-    starts = rows[::group]
-    return (
-        len(rows) % group == 0
-        and all(s % group == 0 for s in starts)
-        and rows == [s + i for s in starts for i in range(group)]
-    )
+    plan, current = [], []
+    for row in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        grown = current + [row]
+        cost = sum(lengths[i] for i in grown) if packed else len(grown) * max(lengths[i] for i in grown)
+        if current and cost > budget:
+            plan.append(current)
+            grown = [row]
+        current = grown
+    return plan + ([current] if current else [])
 
 
 def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
@@ -469,9 +435,6 @@ def model_confidence(fwd: Forward) -> torch.Tensor:
     return losses.readout(fwd.z_diff, torch.zeros_like(fwd.z_diff))
 
 
-# --- Confidences sampled as text ------------------------------------------------------------
-
-
 # --- No-grad confidence reads (evaluation, and a baseline's eq:sw weights) --------------------
 
 
@@ -490,6 +453,14 @@ def _no_grad_reads(policy: Policy, batch: Batch, plan: list[list[int]], packed: 
     return Forward(None, z_diff, c_digit)
 
 
+def confidences(policy: Policy, batch: Batch, micro: list[list[int]], packed: bool) -> torch.Tensor:
+    """[N] the model's c of every row of a training batch, detached (model_confidence: eq:digitexp
+    where the batch teacher-forces digits, else eq:readout), from a no-grad pass over the
+    micro-batches `micro` (the update's own); NaN where a row has no slot."""
+    c = model_confidence(_no_grad_reads(policy, batch, micro, packed))  # [N]
+    return torch.where(batch.slot_pos >= 0, c, float("nan"))
+
+
 def digit_expectations(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bool) -> torch.Tensor:
     """[N] eq:digitexp of each rollout: a no-grad pass over prompt + completion up to
     <confidence> (at_slot: a tag that merged with the numeral is closed first) + a
@@ -501,7 +472,7 @@ def digit_expectations(policy: Policy, rollouts: list[ro.Rollout], budget: int, 
     tokenizer = policy.tokenizer
     batch = collate(at_slot(tokenizer, rollouts), tokenizer.pad_token_id, teacher_digits=digit_token_ids(tokenizer))
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    plan = micro_batches(lengths, budget, 1, whole_groups=False, packed=packed)
+    plan = micro_batches(lengths, budget, packed=packed)
     c_digit = _no_grad_reads(policy, batch, plan, packed).c_digit  # [N]
     return torch.where(batch.digit_pos >= 0, c_digit, float("nan"))
 
@@ -511,6 +482,6 @@ def readouts(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bo
     NaN where the rollout has no slot."""
     batch = collate(rollouts, policy.tokenizer.pad_token_id)
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    plan = micro_batches(lengths, budget, 1, whole_groups=False, packed=packed)
+    plan = micro_batches(lengths, budget, packed=packed)
     c = torch.sigmoid(_no_grad_reads(policy, batch, plan, packed).z_diff)  # [N]
     return torch.where(batch.slot_pos >= 0, c, float("nan"))

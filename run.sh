@@ -65,10 +65,10 @@ setup() {
   fi
   # The tiny world is rebuilt when the sources it is made from change (tiny.recipe_key).
   local recipe
-  recipe=$(cat tiny.py rollout.py | sha256sum | cut -c1-16)
+  recipe=$(cat worlds/tiny.py rollout.py | sha256sum | cut -c1-16)
   if [ ! -f "$TINY/model/config.json" ] || [ ! -f "$TINY/.recipe-$recipe" ]; then
-    echo "[setup] building the tiny local model and data under $TINY (tiny.py or rollout.py changed, or first use)"
-    "$PY" tiny.py "$TINY"
+    echo "[setup] building the tiny local model and data under $TINY (worlds/tiny.py or rollout.py changed, or first use)"
+    "$PY" -m worlds.tiny "$TINY"
   fi
 }
 
@@ -111,21 +111,21 @@ case "$target" in
   fixtures)
     shift
     setup
-    exec "$PY" realparts.py fetch "$@"
+    exec "$PY" -m infra.realparts fetch "$@"
     ;;
   prepare)
     shift
     setup
-    exec "$PY" data.py prepare "$@"
+    exec "$PY" -m dataprep.data prepare "$@"
     ;;
   toy)
     shift
     setup
     if [ "${1:-}" = "--tables" ]; then
       shift
-      exec "$PY" toy_tables.py "$@"
+      exec "$PY" -m worlds.toy_tables "$@"
     fi
-    exec "$PY" toy.py "$@"
+    exec "$PY" -m worlds.toy "$@"
     ;;
   bench)
     shift
@@ -135,7 +135,7 @@ case "$target" in
   plot)
     shift
     setup
-    exec "$PY" curves.py "$@"
+    exec "$PY" -m evaluation.curves "$@"
     ;;
   gpucheck)
     shift
@@ -144,17 +144,17 @@ case "$target" in
     ;;
   list)
     setup
-    exec "$PY" credo.py --list
+    exec "$PY" -m evaluation.tables --list
     ;;
   table)
     shift
     setup
-    exec "$PY" credo.py --table "$@"
+    exec "$PY" -m evaluation.tables --table "$@"
     ;;
   serve|ask)
     shift
     setup
-    exec "$PY" client.py "$target" "$@"
+    exec "$PY" -m evaluation.client "$target" "$@"
     ;;
   *)
     shift
@@ -163,6 +163,9 @@ case "$target" in
     for var in NPROC NNODES; do
       [[ "${!var}" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: $var must be a positive integer, got '${!var}'" >&2; exit 2; }
     done
+    # A training split of the paper (data/<domain>/*.jsonl) that does not exist yet is prepared
+    # now, once, before any rank starts: the loop only reads problems (problems.py).
+    [ "${NODE_RANK:-0}" = 0 ] && "$PY" -m dataprep.data first-use "$target" "$@"
     if [ "$NNODES" -gt 1 ]; then
       # Several nodes: the same command on each, NODE_RANK 0 .. NNODES-1, rendezvous at MASTER_ADDR.
       [ -n "${MASTER_ADDR:-}" ] && [ -n "${NODE_RANK:-}" ] || {

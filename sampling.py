@@ -10,7 +10,7 @@ rollouts earned.
   confidence sampled as text (`reported_confidence`: the parsed numeral or the sampled slot
   token), as an `Outcomes` record for the credit of step 5.
 
-Not here: reading the training rows (data.py), the confidence read from the model's logits
+Not here: reading the problems (problems.py), the confidence read from the model's logits
 (policy.py), the forward, the credit and the update (credo.py, methods.py), the engines
 (engine.py), segment parsing (rollout.py), grading itself (verifier.py).
 """
@@ -33,7 +33,7 @@ from schema import Config
 def training_problems(
     rows: list[dict], cfg: Config, plan: ConfidencePlan, tokenizer, announce: bool = True
 ) -> tuple[list[dict], list[list[int]]]:
-    """The training problems (`rows`, as data.load_rows reads them) and their prompt ids; problems
+    """The training problems (`rows`, as problems.load_rows reads them) and their prompt ids; problems
     whose prompt exceeds max_prompt_tokens are skipped, and counted on stderr (where `announce`)."""
     prompts = [ro.build_prompt_ids(tokenizer, r["problem"], plan.prompt, cfg.domain, cfg.enable_thinking) for r in rows]
     keep = [i for i, p in enumerate(prompts) if len(p) <= cfg.max_prompt_tokens]
@@ -77,8 +77,6 @@ class Outcomes:
     valid: torch.Tensor  # [N] bool: the slot was reached, so the model's c exists (V)
     # [N] a confidence sampled as text (plan.rewards_read), NaN where none; None when the rewards read the model's c
     reported: torch.Tensor | None
-    # [N] eq:sw's confidence from a no-grad eq:digitexp pass (plan.weights_read == "digit_pass"), NaN where none
-    weight_conf: torch.Tensor | None = None
 
 
 def make_rollouts(

@@ -69,9 +69,22 @@ class Config:
     )
     conf_train: Literal["regression", "sampled", "head"] = _field(
         "regression",
-        "how c learns: regression (alpha * L_cal through the model) | sampled (the slot token sampled "
-        "and scored by the reward; alpha=0) | head (alpha * BCE of the readout on the detached trunk)",
+        "how c learns: regression (alpha * calibration_loss through the model) | sampled (the slot token "
+        "sampled and scored by the reward; alpha=0) | head (alpha * calibration_loss of the readout on the "
+        "detached trunk; configs/grpo_head.yaml pairs it with target=correctness, calibration_loss=head_bce)",
         "tab:decompose",
+    )
+    target: str = _field(
+        "hybrid",
+        "the confidence target t: hybrid (gamma a + (1 - gamma) mean_group a) | correctness (t = a), or any "
+        "name registered with methods.register_target (docs/forking.md)",
+        "eq:calloss",
+    )
+    calibration_loss: str = _field(
+        "squared",
+        "the term alpha multiplies: squared ((c - t)^2, eq:calloss) | head_bce (the auxiliary head's BCE, "
+        "tab:decompose), or any name registered with methods.register_calibration_loss (docs/forking.md)",
+        "eq:calloss",
     )
     dcpo_lambda: float = _field(
         0.5, "DCPO's mixing weight of R_IG; not in tab:hyper, set to gamma's value", "eq:rewards"
@@ -155,10 +168,10 @@ class Config:
     wandb_mode: Literal["auto", "online", "offline"] = _field(
         "auto", "auto: online when WANDB_API_KEY is set, else offline (`wandb sync` later)"
     )
-    # --- distributed (parallel.py; `NPROC=8 bash run.sh math`, docs/distributed.md)
+    # --- distributed (infra/parallel.py; `NPROC=8 bash run.sh math`, docs/distributed.md)
     activation_checkpointing: AUTO | bool = _field(
         "auto",
-        "recompute decoder-layer activations in backward; auto: on when parallel.py's fit estimate says "
+        "recompute decoder-layer activations in backward; auto: on when infra/parallel.py's fit estimate says "
         "the update would not fit the GPU without it (never on a CPU)",
     )
     compile_layers: AUTO | bool = _field(

@@ -20,7 +20,7 @@ factorials), including inside C code where ``signal.alarm`` cannot interrupt.
 Design
 ======
 Math.  ``verify_math_batch`` hands items to a persistent pool of worker
-processes (``mathpool.py``; each worker runs this file with ``--math-worker``
+processes (``grading/mathpool.py``; each worker runs this file with ``--math-worker``
 and grades with ``_verify_math_inprocess``).  Every item is bounded by
 math-verify's own alarms inside the worker and by a wall-clock deadline in
 the parent, which kills a late worker; the parent never holds a sympy object.
@@ -52,7 +52,7 @@ blocked by seccomp).  A kernel or interpreter exploit in ``B`` that reaches
 pass non-builtin objects to ``candidate`` are not supported (they fail).
 
 How the sandbox isolates a program, its modes and the environment variables
-that choose them: ``sandbox.py``.  Math workers are not sandboxed: they get
+that choose them: ``grading/sandbox.py``.  Math workers are not sandboxed: they get
 an address-space limit, die with their parent, and use math-verify's LaTeX
 extraction only (``ExprExtractionConfig`` would feed text to sympy's
 ``eval``-based ``parse_expr``).
@@ -60,11 +60,11 @@ extraction only (``ExprExtractionConfig`` would feed text to sympy's
 Modules
 =======
 ``verifier.py`` (this file): answer extraction and the public entry points.
-``grading.py``: test schemas and the parent's comparisons.
-``mathpool.py``: the math worker pool.  ``sandbox.py``: the sandbox, parent
-side; ``sandbox_resources.py``: the uid, working directory and processes it
-takes and gives back.  ``sandbox_child.py``, ``sandbox_lockdown.py``,
-``typed_json.py``: the code that runs inside the sandbox, shipped compiled
+``grading/judge.py``: test schemas and the parent's comparisons.
+``grading/mathpool.py``: the math worker pool.  ``grading/sandbox.py``: the sandbox, parent
+side; ``grading/sandbox_resources.py``: the uid, working directory and processes it
+takes and gives back.  ``grading/sandbox_child.py``, ``grading/sandbox_lockdown.py``,
+``grading/typed_json.py``: the code that runs inside the sandbox, shipped compiled
 (the parent imports only ``typed_json``, to decode a trusted reference's
 values in ``call_outputs``).
 
@@ -82,12 +82,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import mathpool
-from grading import json_normalize, parse_call_tests, parse_tests
-from mathpool import close
+from grading import mathpool
+from grading.judge import json_normalize, parse_call_tests, parse_tests
+from grading.mathpool import close
+from grading.sandbox import SandboxError, SandboxLimits, TestSpec, run_tests, sandbox_config, sandbox_mode
+from grading.typed_json import decode_typed
 from rollout import answer_text
-from sandbox import SandboxError, SandboxLimits, TestSpec, run_tests, sandbox_config, sandbox_mode
-from typed_json import decode_typed
 
 __all__ = [
     "SandboxError",

@@ -6,7 +6,7 @@ time, on bench_step's inputs, timed side by side.
 Variants (each trains its own copy of the model from the same weights, on the same rollouts):
 * credo:              the default step (as bench_step's `credo`).
 * no_score_mask:      log-probs of every column, prompt included, through the vocabulary
-                      projection (logprob_kernels.token_logprobs called without score_mask).
+                      projection (logprobs.token_logprobs called without score_mask).
 * row_micro_batches:  micro-batches of `per_device_batch_size` rows of whole groups (the
                       plan before micro_batch_tokens) instead of the token budget.
 * padded:             pack_sequences=false (micro-batches padded to their longest row).
@@ -28,10 +28,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import logprob_kernels  # noqa: E402
 import policy as pol  # noqa: E402
 from bench import bench_step  # noqa: E402
 from bench.results_io import report  # noqa: E402
+from kernels import logprobs  # noqa: E402
 from schema import Config  # noqa: E402
 
 
@@ -44,20 +44,20 @@ def row_micro_batches(lengths: list[int], rows: int, group: int) -> list[list[in
 
 def variant(step_args: tuple, cfg: Config, score_mask: bool = True, row_plan: bool = False, packed: bool = True):
     """credo's step with the given changes taken back (module functions swapped for the call:
-    policy.forward calls logprob_kernels.token_logprobs, credo.train_on_batch calls pol.micro_batches)."""
+    policy.forward calls logprobs.token_logprobs, credo.train_step calls pol.micro_batches)."""
 
     def step(model, optimizer):
-        full_logprobs, plan = logprob_kernels.token_logprobs, pol.micro_batches
+        full_logprobs, plan = logprobs.token_logprobs, pol.micro_batches
         if not score_mask:
-            logprob_kernels.token_logprobs = lambda *a, score_mask=None, **k: full_logprobs(*a, **k)
+            logprobs.token_logprobs = lambda *a, score_mask=None, **k: full_logprobs(*a, **k)
         if row_plan:
-            pol.micro_batches = lambda lengths, budget, group, whole_groups, packed: row_micro_batches(
-                lengths, cfg.per_device_batch_size, group
+            pol.micro_batches = lambda lengths, budget, packed: row_micro_batches(
+                lengths, cfg.per_device_batch_size, cfg.group_size
             )
         try:
             return bench_step.credo_step(model, optimizer, *step_args, packed=packed)
         finally:
-            logprob_kernels.token_logprobs, pol.micro_batches = full_logprobs, plan
+            logprobs.token_logprobs, pol.micro_batches = full_logprobs, plan
 
     return step
 

@@ -1,4 +1,4 @@
-"""Peak memory and time of `logprob_kernels.token_logprobs` (+ `readout_logits` at the slot) against a
+"""Peak memory and time of `logprobs.token_logprobs` (+ `readout_logits` at the slot) against a
 naive full-vocabulary fp32 `log_softmax` + gather, forward and backward, each run in a fresh process (CPU or GPU).
 
     python bench/bench_logprobs.py [--seq 1024 4096 8192] [--vocab 151936] [--hidden 256]
@@ -17,7 +17,7 @@ side by side. Memory is the peak above a baseline taken after the inputs exist: 
 allocator peak on a GPU, the process's peak RSS (ru_maxrss) on a CPU (which includes
 the warm-up: RSS has no reset). `--chunk` is the chunked kernel's rows per chunk
 (chunk_tokens), reported with the results. `--impls` may add `compiled`, what the
-update runs on a GPU (logprob_kernels.compile_logprob_blocks: the per-block work under
+update runs on a GPU (logprobs.compile_logprob_blocks: the per-block work under
 torch.compile with inductor, `--compiled-chunk` rows per block; the warm-up compiles), and
 `checkpointed`, the previous formulation (row chunks under torch.utils.checkpoint),
 kept here to measure what the hand-written backward changed, and `grad_in_forward`,
@@ -116,8 +116,8 @@ def child(
 ) -> dict:
     import torch
 
-    import logprob_kernels
     import losses
+    from kernels import logprobs
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -137,11 +137,9 @@ def child(
     def chunked(h, w, ids, slot, blocks=None):
         """What policy.forward computes: the chunked log-probs, z_H - z_L at the slot (fp32)."""
         z = losses.readout_logits(h[torch.arange(1), slot.clamp(min=0)], w, 7, 11)  # [1]
-        return logprob_kernels.token_logprobs(h, w, ids, chunk_tokens=chunk, blocks=blocks), torch.where(
-            slot >= 0, z, 0.0
-        )
+        return logprobs.token_logprobs(h, w, ids, chunk_tokens=chunk, blocks=blocks), torch.where(slot >= 0, z, 0.0)
 
-    blocks = logprob_kernels.compile_logprob_blocks("inductor", compiled_chunk) if impl == "compiled" else None
+    blocks = logprobs.compile_logprob_blocks("inductor", compiled_chunk) if impl == "compiled" else None
 
     fn = {
         "naive": naive,

@@ -6,7 +6,7 @@ reporting achieved FLOP/s only (no MFU claim: no meaningful dense peak).
                               [--prompt 256] [--activation-checkpointing]
                               [--compile-layers auto|on|off] [--optimizer none|adamw] [--profile]
 
-The step is `credo.train_on_batch` on one collated batch (`--rows` rollouts of `--seq`
+The step is `credo.train_step` on one collated batch (`--rows` rollouts of `--seq`
 tokens, the first `--prompt` of them the prompt (default 256, or seq/4 up to 512 tokens), a readout
 slot near the end; group_size = rows): forward, readout, credit, loss, backward, gradient
 norm, and with `--optimizer adamw` a real AdamW step (credo.make_optimizer: fused on CUDA, as
@@ -39,12 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 import credo  # noqa: E402
-import memfit  # noqa: E402
-import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 import sampling  # noqa: E402
 from bench.results_io import report  # noqa: E402
+from infra import memfit, parallel  # noqa: E402
 from schema import Config  # noqa: E402
 
 SHAPES = {
@@ -226,7 +225,7 @@ def main() -> None:
     plan = config.confidence_plan(cfg)
 
     def step():
-        credo.train_on_batch(policy, optimizer, batch, out, cfg, plan, 1000)
+        credo.train_step(policy, optimizer, batch, out, cfg, plan, 1000)
         if cuda:
             torch.cuda.synchronize()
 

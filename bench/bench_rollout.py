@@ -32,15 +32,15 @@ def engines_side_by_side(questions: int, repeats: int) -> dict:
     import torch
 
     import config
-    import data
     import engine as eng
     import policy as pol
+    import problems
     import rollout as ro
 
     cfg = config.load_config("tiny")
     policy = pol.load_policy(cfg.model, torch.device("cpu"))
     model, tokenizer = policy.model, policy.tokenizer
-    rows = data.load_rows(cfg.train_data, cfg.domain)[:questions]
+    rows = problems.load_rows(cfg.train_data, cfg.domain)[:questions]
     prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, cfg.domain, cfg.enable_thinking) for r in rows]
     times = {"vllm": [], "hf": []}
     tokens = {"vllm": [], "hf": []}

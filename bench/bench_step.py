@@ -1,12 +1,12 @@
 """The training step without rollout (forward, loss, backward, optimizer) in tokens/s:
-credo's `train_on_batch` against a straightforward reference and TRL's GRPOTrainer loss path.
+credo's `train_step` against a straightforward reference and TRL's GRPOTrainer loss path.
 
     python bench/bench_step.py [--models tiny l4h256] [--repeats 3] [--no-trl] [--no-padded]
 
 Every path trains a copy of the same model, from the same weights, on the same
 rollouts (synthetic, varied lengths, groups of G):
 
-* credo:     `credo.train_on_batch` on `policy.collate`d rollouts, as configured by
+* credo:     `credo.train_step` on `policy.collate`d rollouts, as configured by
              default: micro-batches of whole groups up to micro_batch_tokens=auto
              (`micro` rollouts of the shapes' maximum length, the reference's worst case),
              each one padding-free packed row attended per sequence, log-probs of the
@@ -68,7 +68,7 @@ def build_model(name: str):
     """(model, tokenizer, high_id, low_id, saved dir) for a benchmark model, fp32 on CPU."""
     tiny_dir = ROOT / ".cache" / "tiny" / "model"
     if not (tiny_dir / "config.json").exists():
-        import tiny
+        from worlds import tiny
 
         tiny.ensure(ROOT / ".cache" / "tiny")
     policy = pol.load_policy(str(tiny_dir), torch.device("cpu"))
@@ -138,7 +138,8 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
         at_slot = logits[torch.arange(len(rows)), slot.clamp(min=0)]  # [n, V]
         z = torch.where(slot >= 0, at_slot[:, high_id] - at_slot[:, low_id], 0.0)
         conf = losses.readout(z, torch.zeros_like(z))
-        c = methods.credit(correct[rows], fmt[rows], conf.detach(), valid[rows], cfg, kappa)
+        detached = torch.where(valid[rows], conf.detach(), float("nan"))  # [n]
+        c = methods.credit(correct[rows], fmt[rows], methods.Confidences(detached, detached), cfg, kappa)
         adv_tok = losses.token_advantages(c.adv_ans, c.adv_conf, c.w, batch.ans_mask[rows], batch.conf_mask[rows])
         pg = losses.clipped_policy_loss(logp, logp.detach(), adv_tok, batch.completion_mask[rows], cfg.clip_eps)
         cal = losses.calibration_loss(conf, c.target, valid[rows])
@@ -157,7 +158,7 @@ def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_i
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
     out = sampling.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None)
-    return credo.train_on_batch(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
+    return credo.train_step(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
 
 
 def make_optimizer(model, cfg):

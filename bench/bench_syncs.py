@@ -7,7 +7,7 @@ A synchronisation (a `.item()`, a `.cpu()`, a `.tolist()`, a blocking copy, a da
 shape) lets the GPU's queue drain: the host then launches the next kernels while the GPU
 idles. A few per micro-batch are harmless; one per layer makes the step launch-bound.
 
-`credo.train_on_batch` runs on `--rows` rollouts of about `--seq` tokens, packed, in
+`credo.train_step` runs on `--rows` rollouts of about `--seq` tokens, packed, in
 bf16 over fp32 weights as training runs on CUDA, twice with the rows in one micro-batch and
 twice with each row its own (micro_batch_tokens = seq): a warm-up (compilation, allocator
 growth), then a counted run under torch.cuda.set_sync_debug_mode("warn"). Every warning is
@@ -142,7 +142,7 @@ def main() -> int:
     }
     counted, micro_batches = {}, {}
     for name, layout in layouts.items():
-        credo.train_on_batch(policy, optimizer, batch, out, layout, plan, 1000)  # warm-up
+        credo.train_step(policy, optimizer, batch, out, layout, plan, 1000)  # warm-up
         if cuda:
             torch.cuda.synchronize()
         with warnings.catch_warnings(record=True) as records:
@@ -150,7 +150,7 @@ def main() -> int:
             if cuda:
                 torch.cuda.set_sync_debug_mode("warn")
             try:
-                stats = credo.train_on_batch(policy, optimizer, batch, out, layout, plan, 1000)
+                stats = credo.train_step(policy, optimizer, batch, out, layout, plan, 1000)
             finally:
                 if cuda:
                     torch.cuda.set_sync_debug_mode("default")

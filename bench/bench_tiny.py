@@ -30,14 +30,14 @@ def tiny_run(steps: int, overrides: list[str], on_batch=None) -> dict:
     import config
     import credo
 
-    original = credo.train_on_batch
+    original = credo.train_step
 
     def recording(policy, optimizer, batch, out, cfg, *args, **kwargs):
         on_batch(batch, cfg)
         return original(policy, optimizer, batch, out, cfg, *args, **kwargs)
 
     if on_batch is not None:
-        credo.train_on_batch = recording
+        credo.train_step = recording
     try:
         with tempfile.TemporaryDirectory() as out:
             cfg = config.load_config("tiny", [f"max_steps={steps}", f"out_dir={out}", "save_every=1000", *overrides])
@@ -46,7 +46,7 @@ def tiny_run(steps: int, overrides: list[str], on_batch=None) -> dict:
             wall = time.perf_counter() - start
             lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][1:]
     finally:
-        credo.train_on_batch = original
+        credo.train_step = original
     med = lambda key: statistics.median(m[key] for m in lines)
     phases = ("rollout", "verify", "train", "sync")
     total = sum(med(f"t_{p}") for p in phases)

@@ -63,10 +63,11 @@ from pathlib import Path
 
 import torch
 
+import problems
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
-import data  # noqa: E402
 import engine as eng  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
@@ -623,7 +624,7 @@ def tiny_world(device: str, overrides: list[str]):
     cfg = config.load_config("tiny", overrides)
     policy = pol.load_policy(cfg.model, torch.device(device))
     model, tokenizer = policy.model, policy.tokenizer
-    rows = data.load_rows(cfg.train_data, cfg.domain)
+    rows = problems.load_rows(cfg.train_data, cfg.domain)
     prompts = [ro.build_prompt_ids(tokenizer, r["problem"], cfg.channel, cfg.domain) for r in rows]
     return cfg, model, tokenizer, prompts
 

@@ -1,7 +1,7 @@
 """Shared fixtures: the real third-party parts (`real_part`, `qwen3_tokenizer`: found through
 realparts.resolve, skipped with a reason naming `bash run.sh fixtures` where a checkout lacks them, a
 failure under CI=true; every test that uses them is marked `real_parts`), the tiny local world (built
-once by tiny.py, cached under .cache/tiny), the toy world (`toy_world`: built in the background
+once by worlds/tiny.py, cached under .cache/tiny), the toy world (`toy_world`: built in the background
 from the start of a session that needs it), the Hugging Face hub faked (`hub`, from fixture
 records) or offline (`hub_offline`), the code sandbox's isolation modes and leftover checks
 (helpers in sandbox_cases.py), and the device of the tests that can run on a GPU (`device`: cpu
@@ -20,9 +20,9 @@ import pytest
 from fakehub import FakeHub
 from sandbox_cases import _mode_config, _sandbox_processes
 
-import realparts
-import sandbox
 import verifier
+from grading import sandbox
+from infra import realparts
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_DIR = ROOT / ".cache" / "tiny"
@@ -47,9 +47,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_dir() -> Path:
     """The tiny model/tokenizer/data; `bash run.sh setup` builds it, or this fixture does."""
-    import tiny
+    from worlds import tiny
 
-    return tiny.ensure(TINY_DIR)  # built when missing, or built from other tiny.py / rollout.py
+    return tiny.ensure(TINY_DIR)  # built when missing, or built from other worlds/tiny.py / rollout.py
 
 
 # The toy world's warm start is minutes of one core, and only the toy runs need it. A session
@@ -75,7 +75,7 @@ def pytest_collection_finish(session):
         return
     if not any("toy_world" in getattr(item, "fixturenames", ()) for item in session.items):
         return
-    import toy_build
+    from worlds import toy_build
 
     if toy_build.world_is_current():
         return
@@ -85,7 +85,7 @@ def pytest_collection_finish(session):
         nice = [] if "PYTEST_XDIST_WORKER" in os.environ else ["nice", "-n", "10"]
         _BACKGROUND["toy"] = (
             subprocess.Popen(
-                [*nice, sys.executable, "-c", "import toy_build; toy_build.build_world()"],
+                [*nice, sys.executable, "-c", "from worlds import toy_build; toy_build.build_world()"],
                 cwd=ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -107,7 +107,7 @@ def pytest_sessionfinish(session):
 def toy_world() -> Path:
     """The toy world under .cache/toy (toy_build.build_world): the background build's (which another
     worker's build_world waits for, under its lock), or built here."""
-    import toy_build
+    from worlds import toy_build
 
     proc, log = _BACKGROUND.get("toy", (None, None))
     if proc is not None and proc.wait() != 0:
@@ -123,7 +123,7 @@ def tiny_run(tiny_dir, tmp_path_factory) -> Path:
     shared by the tests that only read it (the client, eval's CLI): its run directory, whose
     checkpoint is ckpt/step_000001. Under xdist the workers share one run: the first to need it
     trains it, under a lock, in the directory their base temps share."""
-    import tiny
+    from worlds import tiny
 
     shared = tmp_path_factory.getbasetemp()
     if "PYTEST_XDIST_WORKER" in os.environ:

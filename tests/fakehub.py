@@ -1,4 +1,4 @@
-"""Test helpers for data.py and convert.py: a stand-in for the Hugging Face hub built from
+"""Test helpers for dataprep/data.py and dataprep/convert.py: a stand-in for the Hugging Face hub built from
 tests/fixtures/hub_records.json, and a program wrapped as a model's answer.  (The real records
 are real parts: the `real_part` fixture in conftest.py finds them.)  The `hub` fixture that
 installs the fake is in conftest.py."""

@@ -10,7 +10,7 @@ def end_with_parent() -> None:
     """`preexec_fn` of a long-lived child (the `vllm serve` of test_client.py): the kernel sends it
     SIGTERM when the process that started it dies, by SIGKILL included, so that no server outlives
     a killed test run. SIGTERM, not SIGKILL: the server's own shutdown then ends its engine. The
-    setting survives `exec` (run.sh and client.py exec into the server), not `fork`."""
+    setting survives `exec` (run.sh and evaluation/client.py exec into the server), not `fork`."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")

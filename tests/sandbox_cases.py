@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
 import verifier
+from grading import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 SLACK_S = 2.0

@@ -152,10 +152,8 @@ def method_step(name, tiny_dir, correct=A, extra=()):
         outcomes_of(rollouts, correct),
         reported=sampling.reported_confidence(rollouts, plan.rewards_read, policy.tokenizer),
     )
-    if plan.weights_read == "digit_pass":
-        out.weight_conf = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences)
     recorder = GradientRecorder(policy.model.named_parameters())
-    stats = credo.train_on_batch(policy, recorder, batch, out, cfg, plan, step=100)
+    stats = credo.train_step(policy, recorder, batch, out, cfg, plan, step=100, rollouts=rollouts)
     return policy, cfg, rollouts, batch, out, recorder.grads, stats
 
 

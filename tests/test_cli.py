@@ -73,15 +73,15 @@ def test_eval_bad_input_is_one_line(argv, names, capsys):
 @pytest.mark.parametrize(
     "argv, starts",
     [
-        (["data.py", "prepare", "--only", "nonsense"], "data: unknown set(s) ['nonsense']"),
-        (["toy.py", "--methods", "nonsense"], "toy: --methods 'nonsense'"),
+        (["-m", "dataprep.data", "prepare", "--only", "nonsense"], "data: unknown set(s) ['nonsense']"),
+        (["-m", "worlds.toy", "--methods", "nonsense"], "toy: --methods 'nonsense'"),
         (["bench/run_all.py", "--only", "nope"], "bench: --only ['nope']"),
-        (["memfit.py", "nope"], "memfit: no config named 'nope'"),
-        (["curves.py", "/nonexistent-run"], "curves.py: /nonexistent-run: no such run directory"),
+        (["-m", "infra.memfit", "nope"], "memfit: no config named 'nope'"),
+        (["-m", "evaluation.curves", "/nonexistent-run"], "curves.py: /nonexistent-run: no such run directory"),
     ],
 )
 def test_the_other_commands_answer_bad_input_in_one_line(argv, starts):
-    """What run.sh's prepare, toy, bench, plot targets and parallel.py's fit run (as processes)."""
+    """What run.sh's prepare, toy, bench, plot targets and infra/parallel.py's fit run (as processes)."""
     import subprocess
     import sys
 

@@ -22,9 +22,9 @@ import pytest
 import torch
 from processes import end_with_parent
 
-import client
 import policy as pol
 import rollout as ro
+from evaluation import client
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is 12 + 39?"
@@ -73,7 +73,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, limit_s: float) ->
 
 def test_a_server_started_as_the_fixture_starts_it_ends_when_its_starter_is_killed(tmp_path):
     """The fixture's guarantee, on a stand-in server: an intermediate process starts `sleep` with
-    end_with_parent and exec (as run.sh and client.py exec into vllm serve), then is SIGKILLed."""
+    end_with_parent and exec (as run.sh and evaluation/client.py exec into vllm serve), then is SIGKILLed."""
     starter = subprocess.Popen(
         [
             sys.executable,

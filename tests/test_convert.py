@@ -1,5 +1,5 @@
-"""Tests for convert.py: each source's raw records, shaped like the hub's, become rows in the
-normalized schema (through data.py's fake download and snapshot reading), LiveCodeBench's
+"""Tests for dataprep/convert.py: each source's raw records, shaped like the hub's, become rows in the
+normalized schema (through dataprep/data.py's fake download and snapshot reading), LiveCodeBench's
 pickled tests decode without unpickling, HumanEval+ outputs come from the canonical
 solution where evalplus records none, and the converted code tests judge programs in the
 verifier's sandbox.  The hub is never contacted: the `hub` fixture (conftest.py) fakes it
@@ -14,9 +14,8 @@ import pickle
 import pytest
 from fakehub import as_answer
 
-import convert
-import data
 import verifier
+from dataprep import convert, data
 
 
 def converted(hub, name: str) -> tuple[list[dict], dict]:

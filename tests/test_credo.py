@@ -1,5 +1,5 @@
 """The training loop (credo.py): the question stream, credit and its routing per method,
-train_on_batch on hand-built groups (one real step per config and per arm of tab:decompose
+train_step on hand-built groups (one real step per config and per arm of tab:decompose
 and tab:sw_baseline), outcomes, and end-to-end runs with resume."""
 
 import copy
@@ -57,6 +57,12 @@ def test_question_stream_is_a_deterministic_sequence_of_epochs():
 # --- credit and its routing -------------------------------------------------------------------
 
 
+def read(conf, valid):
+    """The detached confidences credit reads when the rewards and eq:sw's weights read the same c."""
+    c = torch.where(valid, conf, float("nan"))
+    return methods.Confidences(rewards=c, weights=c)
+
+
 def test_answer_and_analysis_tokens_get_their_advantages():
     """A hand-built group: answer tokens get w * A_ans, analysis tokens A_conf, the slot nothing."""
     cfg = config.load_config("tiny", ["group_size=2"])
@@ -64,14 +70,14 @@ def test_answer_and_analysis_tokens_get_their_advantages():
     batch = pol.collate(rollouts, pad_id=0)
     correct, fmt, valid = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0]), torch.tensor([True, True])
     conf = torch.tensor([0.6, 0.4])
-    got = methods.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
+    got = methods.credit(correct, fmt, read(conf, valid), cfg, kappa=0.5)
     # t = [.75, .25]; r_ans = [1.5, .5] -> A_ans = [1, -1]
     # r_conf = 1 - (t - c)^2 = [1 - .0225, 1 - .0225] -> equal -> A_conf = [0, 0]
     # s = |a - c| = [.4, .4] -> w = [1, 1]
     torch.testing.assert_close(got.adv_ans, torch.tensor([1.0, -1.0]))
     torch.testing.assert_close(got.adv_conf, torch.tensor([0.0, 0.0]))
     conf = torch.tensor([0.9, 0.7])  # now r_conf = [1 - .0225, 1 - .2025] and s = [.1, .7]
-    got = methods.credit(correct, fmt, conf, valid, cfg, kappa=0.5)
+    got = methods.credit(correct, fmt, read(conf, valid), cfg, kappa=0.5)
     torch.testing.assert_close(got.adv_conf, torch.tensor([1.0, -1.0]))
     torch.testing.assert_close(got.w, torch.tensor([0.85, 1.15]))
     adv_tok = losses.token_advantages(got.adv_ans, got.adv_conf, got.w, batch.ans_mask, batch.conf_mask)
@@ -121,8 +127,8 @@ def test_the_fused_adamw_takes_the_same_steps_and_reads_the_same_checkpoint():
 
 
 def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
-    """Whole-group micro-batches (advantages from the training forward) and split ones
-    (advantages from a no-grad readout pass) must produce the same gradients."""
+    """One micro-batch or a group split over several: credit is computed for the whole batch
+    before the update, so the gradients and the losses are the same."""
     policy = tiny_policy(tiny_dir)
     tok = policy.tokenizer
     prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
@@ -147,10 +153,10 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
         cfg = dataclasses.replace(cfg, micro_batch_tokens=budget)
         copied = copy_policy(policy)
         recorder = GradientRecorder(copied.model.named_parameters())
-        stats.append(credo.train_on_batch(copied, recorder, batch, out, cfg, config.confidence_plan(cfg), step=100))
+        stats.append(credo.train_step(copied, recorder, batch, out, cfg, config.confidence_plan(cfg), step=100))
         grads.append(recorder.grads)
     assert stats[0].micro_batches == 1 and stats[1].micro_batches > 1
-    assert stats[0].readout_pass_rows == 0 and stats[1].readout_pass_rows == 4
+    assert stats[0].readout_pass_rows == stats[1].readout_pass_rows == 4  # every c from the no-grad pass
     for name in grads[0]:
         assert_same_gradient(grads[1][name], grads[0][name], name)
     for key in ("loss_pg", "loss_cal"):
@@ -186,8 +192,8 @@ def test_one_step_with_the_hf_engine(tmp_path, tiny_dir):
     # float noise of two implementations holding the same weights (~4e-7 here; an engine one push behind
     # gives ~8e-3: tests/test_longrun.py's SYNCED_GAP)
     assert metrics["engine_logprob_gap"] < 1e-3 and metrics["t_rollout"] > 0
-    # 2 groups of 4 rollouts of >= 241 tokens: each fits the 4 x 386 budget, both do not
-    assert metrics["micro_batches"] == 2 and metrics["readout_pass_rows"] == 0
+    # 8 rollouts of >= 241 tokens: they do not all fit the 4 x 386 budget; credit read all 8 from the no-grad pass
+    assert metrics["micro_batches"] == 2 and metrics["readout_pass_rows"] == 8
     assert (tmp_path / "hf" / "ckpt" / "step_000001" / "model.safetensors").exists()
 
 
@@ -228,7 +234,7 @@ def expected_routing(name):
 def test_baselines_route_their_advantages(name):
     cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     q = torch.tensor(Q)
-    got = methods.credit(torch.tensor(A), torch.ones(3), q, ~torch.isnan(q), cfg, kappa=cfg.kappa)
+    got = methods.credit(torch.tensor(A), torch.ones(3), read(q, ~torch.isnan(q)), cfg, kappa=cfg.kappa)
     adv_ans, adv_conf, w = expected_routing(name)
     torch.testing.assert_close(got.adv_ans, torch.tensor(adv_ans))
     torch.testing.assert_close(got.adv_conf, torch.tensor(adv_conf))
@@ -244,9 +250,9 @@ def test_baselines_route_their_advantages(name):
 def test_ablation_without_confidence_advantage_zeroes_the_analysis():
     cfg = config.load_config("credo_noconfadv", ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
     conf, valid = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([True, True, True])
-    got = methods.credit(torch.tensor(A), torch.ones(3), conf, valid, cfg, kappa=0.25)
+    got = methods.credit(torch.tensor(A), torch.ones(3), read(conf, valid), cfg, kappa=0.25)
     full = methods.credit(
-        torch.tensor(A), torch.ones(3), conf, valid, dataclasses.replace(cfg, conf_advantage=True), kappa=0.25
+        torch.tensor(A), torch.ones(3), read(conf, valid), dataclasses.replace(cfg, conf_advantage=True), kappa=0.25
     )
     assert torch.equal(got.adv_conf, torch.zeros(3)) and full.adv_conf.abs().sum() > 0
     torch.testing.assert_close(got.adv_ans, full.adv_ans)
@@ -333,8 +339,9 @@ def test_auxiliary_head_trains_only_the_reserved_output_rows(tiny_dir):
 
 def test_baseline_weights_from_the_digit_expectation(tiny_dir):
     """tab:sw_baseline: rewards still read the parsed numeral; eq:sw's weights read eq:digitexp."""
-    _, cfg, _, _, out, _, stats = method_step("rlcr_swd", tiny_dir)
-    reported, weight_conf = out.reported, out.weight_conf
+    policy, cfg, rollouts, _, out, _, stats = method_step("rlcr_swd", tiny_dir)
+    reported = out.reported
+    weight_conf = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences)
     assert torch.isfinite(weight_conf[:2]).all() and torch.isnan(weight_conf[2])  # the third has no <confidence>
     correct = torch.tensor(A)
     assert stats.credit.r_ans.tolist() == pytest.approx(losses.rlcr_reward(correct, reported).tolist())
@@ -528,12 +535,3 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
     assert all(r["c"] is not None for r in records if reaches_the_slot(r["text"]))
     assert all(r["c"] is None for r in records if not reaches_the_slot(r["text"]))
     assert any(r["slot_repaired"] for r in records) and all(isinstance(r["slot_repaired"], bool) for r in records)
-
-
-def test_training_prepares_a_missing_paper_split_first(tmp_path, hub_offline, capsys):
-    """The run asks `data` for its split before anything else (here the hub is unreachable,
-    so the download's clear error ends the run; test_data prepares one from real records)."""
-    split = tmp_path / "data" / "math" / "deepscaler_train.jsonl"
-    with pytest.raises(RuntimeError, match="could not download the dataset 'agentica-org/DeepScaleR-Preview-Dataset'"):
-        credo.main(["tiny", f"train_data={split}", f"out_dir={tmp_path / 'runs'}"])
-    assert "[data] " + str(split) + " does not exist yet: preparing deepscaler_train" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import curves
+from evaluation import curves
 
 plt = curves.pyplot()  # matplotlib's pyplot on the Agg backend
 
@@ -183,7 +183,7 @@ def test_the_time_split_stacks_the_four_phases_or_says_it_cannot(tmp_path):
 def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_dir):
     result = subprocess.run(
         [sys.executable, "credo.py", "tiny", "max_steps=2", "run_name=real", f"out_dir={tmp_path}"],
-        cwd=Path(curves.__file__).parent,
+        cwd=Path(curves.__file__).parent.parent,
         capture_output=True,
         text=True,
         timeout=900,

@@ -1,4 +1,4 @@
-"""Tests for data.py: seeded splits, count checks, the download request, the manifest, the
+"""Tests for dataprep/data.py: seeded splits, count checks, the download request, the manifest, the
 whole `prepare` on real records, preparing on first use, and `load_rows` (the reader of
 training and evaluation rows).  The converters of each source are tested in
 test_convert.py.  The hub is never contacted: the `hub` fixture (conftest.py) fakes
@@ -19,10 +19,10 @@ import pytest
 import yaml
 from fakehub import FAKE_COMMIT, as_answer
 
-import convert
-import data
+import problems
 import rollout as ro
 import verifier
+from dataprep import convert, data
 
 ROOT = Path(__file__).resolve().parent.parent
 # Sizes of the fixture sets (the real ones are tab:data's, checked by prepare()).
@@ -163,7 +163,7 @@ def test_manifest_sha256_matches_files(hub, tmp_path):
         path = tmp_path / entry["path"]
         assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
         assert entry["resolved_revision"] == FAKE_COMMIT
-        keys = data.ROW_FIELDS[entry["domain"]]
+        keys = problems.ROW_FIELDS[entry["domain"]]
         assert all(tuple(json.loads(line)) == keys for line in path.read_text().splitlines())
 
 
@@ -238,7 +238,8 @@ def real_snapshots(real_part) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def real_prepared(real_snapshots, tmp_path_factory):
     """``prepare --snapshot`` over every real source (once: HumanEval+ runs six canonical
-    solutions in the sandbox); the output folder, manifest and warnings (data.py's and convert.py's)."""
+    solutions in the sandbox); the output folder, manifest and warnings (of dataprep/data.py and
+    dataprep/convert.py)."""
     out, lines = tmp_path_factory.mktemp("real"), _Lines()
     data.logger.addHandler(lines)
     convert.logger.addHandler(lines)  # a malformed record's warning comes from convert_snapshot
@@ -393,35 +394,35 @@ def test_missing_field_names_file_line_and_field(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "problem": "2+2"}\n')
     with pytest.raises(ValueError, match=r"train.jsonl:2: missing field 'answer'"):
-        data.load_rows(str(path), "math")
+        problems.load_rows(str(path), "math")
 
 
 def test_missing_prepared_data_says_how_to_make_it(tmp_path, monkeypatch):
     train_data = yaml.safe_load((ROOT / "configs" / "math.yaml").read_text())["train_data"]
     monkeypatch.chdir(tmp_path)  # not prepared here, whatever the checkout holds
     with pytest.raises(FileNotFoundError, match=r"data/math/deepscaler_train.jsonl.*bash run.sh prepare"):
-        data.load_rows(train_data, "math")
+        problems.load_rows(train_data, "math")
 
 
 def test_bad_json_names_the_line(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{oops\n')
     with pytest.raises(ValueError, match=r"train.jsonl:2: not valid JSON"):
-        data.load_rows(str(path), "math")
+        problems.load_rows(str(path), "math")
 
 
 def test_rows_keep_the_schema_fields_as_strings_and_refuse_what_is_not_a_row(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"id": 7, "problem": "1+1", "answer": 2, "year": "2023"}\n\n')
-    assert data.load_rows(str(path), "math") == [{"id": "7", "problem": "1+1", "answer": "2"}]
+    assert problems.load_rows(str(path), "math") == [{"id": "7", "problem": "1+1", "answer": "2"}]
     path.write_text('["a", "1+1", "2"]\n')
     with pytest.raises(ValueError, match=r"train.jsonl:1: not a JSON object"):
-        data.load_rows(str(path), "math")
+        problems.load_rows(str(path), "math")
     path.write_text("\n")
     with pytest.raises(ValueError, match=r"train.jsonl: no rows"):
-        data.load_rows(str(path), "math")
+        problems.load_rows(str(path), "math")
     with pytest.raises(ValueError, match=r"unknown domain 'chess'; expected one of \('math', 'code'\)"):
-        data.load_rows(str(path), "chess")
+        problems.load_rows(str(path), "chess")
 
 
 def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
@@ -439,7 +440,7 @@ def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
     )
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append((a, k)) or str(snapshot))
-    rows = data.load_rows("agentica-org/DeepScaleR-Preview-Dataset", "math")
+    rows = problems.load_rows("agentica-org/DeepScaleR-Preview-Dataset", "math")
     assert calls == [
         (
             ("agentica-org/DeepScaleR-Preview-Dataset",),
@@ -456,21 +457,21 @@ def test_hub_dataset_request_and_conversion(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     with pytest.raises(RuntimeError, match="could not fetch the dataset 'org/name'.*train_data=<local JSONL>"):
-        data.load_rows("org/name", "math")
+        problems.load_rows("org/name", "math")
 
 
 def test_code_rows_need_tests_in_the_verifier_schema(tmp_path):
     path = tmp_path / "code.jsonl"
     path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}) + "\n")
-    assert data.load_rows(str(path), "code") == [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}]
+    assert problems.load_rows(str(path), "code") == [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}]
     path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "tests": "assert f(1) == 2"}) + "\n")
     with pytest.raises(ValueError, match="code.jsonl:1: field 'tests' must be a dict with a 'kind'"):
-        data.load_rows(str(path), "code")
+        problems.load_rows(str(path), "code")
     path.write_text(json.dumps({"id": "c1", "problem": "Double n.", "answer": "2"}) + "\n")
     with pytest.raises(ValueError, match="missing field 'tests'"):
-        data.load_rows(str(path), "code")
+        problems.load_rows(str(path), "code")
     with pytest.raises(ValueError, match="not from a hub id"):
-        data.load_rows("agentica-org/DeepCoder-Preview-Dataset", "code")
+        problems.load_rows("agentica-org/DeepCoder-Preview-Dataset", "code")
 
 
 # --- tab:data's evaluation sets ----------------------------------------------------------------
@@ -485,4 +486,25 @@ def test_eval_sets_are_prepared_sets_of_the_same_domain_and_size():
 
 
 def test_row_fields_are_keyed_by_the_domains():
-    assert tuple(data.ROW_FIELDS) == ro.DOMAINS == ("math", "code")
+    assert tuple(problems.ROW_FIELDS) == ro.DOMAINS == ("math", "code")
+
+
+def test_training_prepares_a_missing_paper_split_first(tmp_path, hub_offline, capsys):
+    """run.sh asks `data first-use` for a run's split before training (here the hub is
+    unreachable, so the download's clear error ends it in one line; test_prepare_* prepare one
+    from real records)."""
+    split = tmp_path / "data" / "math" / "deepscaler_train.jsonl"
+    with pytest.raises(SystemExit) as stop:
+        data.main(["first-use", "tiny", f"train_data={split}", f"out_dir={tmp_path / 'runs'}"])
+    assert str(stop.value).startswith("data: could not download the dataset 'agentica-org/DeepScaleR-Preview-Dataset'")
+    assert "[data] " + str(split) + " does not exist yet: preparing deepscaler_train" in capsys.readouterr().out
+
+
+def test_first_use_leaves_what_is_not_a_paper_split_or_not_a_config_alone(tmp_path, tiny_dir, capsys):
+    """A split that exists, a file that is not one of tab:data's, and arguments that do not load
+    as a config (credo.py reports those) prepare nothing."""
+    assert data.prepare_training_split(["tiny"]) is False  # .cache/tiny/math_train.jsonl exists
+    assert data.prepare_training_split(["tiny", f"train_data={tmp_path / 'mine.jsonl'}"]) is False
+    assert data.prepare_training_split(["tiny", "lr=abc"]) is False
+    assert data.prepare_training_split(["--help-config"]) is False
+    assert data.main(["first-use", "nope"]) == 0 and capsys.readouterr().out == ""

@@ -1,48 +1,82 @@
-"""docs/forking.md's worked example, applied as the page says: its function appended to
-methods.py (executed in that module's namespace), its config, and one real training step."""
+"""docs/forking.md, followed as the page says. Its three worked examples (a reward, a target, a
+calibration loss) are checked by hand here; the slow test applies the page literally to a copy of
+the repository (its Python blocks appended to methods.py, its YAML files written), then runs lint,
+the config and method tests and one tiny training step with each new config there."""
 
 import json
+import math
+import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
 import config
-import credo
 import methods
 
 DOC = config.ROOT / "docs" / "forking.md"
+# "Append this to `methods.py`:" or "and write `configs/x.yaml`:", a blank line, then the block
+STEP = re.compile(r"(?:Append this to|write) `([^`]+)`:\n\n```(python|yaml)\n(.*?)```", re.S)
 
 
-def doc_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), re.S)
+def page_steps() -> list[tuple[str, str, str]]:
+    """(file, language, text) of each block the page says to paste or write, in order."""
+    return STEP.findall(DOC.read_text())
+
+
+def new_configs() -> dict[str, dict]:
+    """configs/<name>.yaml -> its keys, of each YAML file the page writes."""
+    return {Path(file).stem: yaml.safe_load(text) for file, language, text in page_steps() if language == "yaml"}
+
+
+def test_the_page_has_three_worked_examples():
+    steps = page_steps()
+    assert [(file, language) for file, language, _ in steps] == [
+        ("methods.py", "python"),
+        ("configs/credo_brier.yaml", "yaml"),
+        ("methods.py", "python"),
+        ("configs/credo_loo.yaml", "yaml"),
+        ("methods.py", "python"),
+        ("configs/credo_bce.yaml", "yaml"),
+    ]
+    assert new_configs() == {
+        "credo_brier": {"inherit": "credo", "method": "brier"},
+        "credo_loo": {"inherit": "credo", "target": "leave_one_out"},
+        "credo_bce": {"inherit": "credo", "calibration_loss": "bce"},
+    }
+    assert not set(new_configs()) & set(config.config_names())  # the page adds them; the repository does not
 
 
 @pytest.fixture
-def brier():
-    """The page's method, registered as the page says (its second python block: the first is
-    the signature), and removed again afterwards."""
-    example = doc_blocks("python")[1]
-    assert '@register_method("brier"' in example
-    exec(compile(example, f"{DOC} (the worked example)", "exec"), vars(methods))  # noqa: S102 (our own docs)
+def examples():
+    """The page's Python blocks, run in methods.py's namespace as if appended to it, and removed
+    again afterwards (from every registry and from the module)."""
+    before = {name: dict(registry) for name, registry in registries().items()}
+    names = set(vars(methods))
     try:
-        yield methods.METHODS["brier"]
+        for file, language, text in page_steps():
+            if language == "python":
+                exec(compile(text, f"{DOC} (a block for {file})", "exec"), vars(methods))  # noqa: S102 (our docs)
+        yield methods
     finally:
-        methods.METHODS.pop("brier", None)
-        vars(methods).pop("brier", None)
+        for name, registry in registries().items():
+            for key in set(registry) - set(before[name]):
+                registry.pop(key)
+        for name in set(vars(methods)) - names:
+            vars(methods).pop(name)
 
 
-@pytest.fixture
-def brier_config(tmp_path, brier):
-    """The page's YAML block, as configs/credo_brier.yaml would hold it (inherit: credo)."""
-    (text,) = doc_blocks("yaml")
-    path = tmp_path / "credo_brier.yaml"
-    path.write_text(text)
-    return path
+def registries() -> dict[str, dict]:
+    return {"methods": methods.METHODS, "targets": methods.TARGETS, "losses": methods.CALIBRATION_LOSSES}
 
 
-def test_the_example_rewards_by_hand(brier):
+def test_the_brier_reward_by_hand(examples):
+    brier = methods.METHODS["brier"]
     assert brier.reads == "model" and brier.help.startswith("Brier:")
     g = methods.GroupOutcomes(
         correct=torch.tensor([1.0, 0.0, 1.0, 0.0]),
@@ -51,36 +85,115 @@ def test_the_example_rewards_by_hand(brier):
         target=torch.zeros(4),
         group_size=4,
     )
-    rewards = brier.rewards(g, {})
+    rewards = brier.rewards(g, config.load_config("credo"))
     assert rewards.answer.tolist() == [1.0, 0.0, 1.0, 0.0]
     assert rewards.confidence.tolist() == pytest.approx([-0.01, -0.04, -1.0, -0.25])
 
 
-def test_the_example_config_is_a_credo_run_with_the_new_rewards(brier_config):
-    cfg = config.load_config(str(brier_config))
-    assert cfg.method == "brier" and cfg.channel == "readout"
-    # the same confidence plan as CREDO's: derived from `reads`, nothing else was edited
-    assert config.confidence_plan(cfg) == config.confidence_plan(config.load_config("credo"))
+def test_the_leave_one_out_target_by_hand(examples):
+    cfg = config.Config(group_size=4, gamma=0.5)
+    # group 1: a = 1, 0, 0, 0 -> the others' means 0, 1/3, 1/3, 1/3; group 2: all right -> 1
+    t = methods.TARGETS["leave_one_out"](torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]), cfg)
+    assert t.tolist() == pytest.approx([0.5, 1 / 6, 1 / 6, 1 / 6, 1.0, 1.0, 1.0, 1.0])
+
+
+def test_the_bce_calibration_loss_by_hand(examples):
+    bce = methods.CALIBRATION_LOSSES["bce"]
+    conf = torch.tensor([0.8, 0.4, float("nan")], requires_grad=True)
+    t, valid = torch.tensor([0.75, 0.25, 0.5]), torch.tensor([True, True, False])
+    loss = bce(conf, t, valid)
+    expected = -(0.75 * math.log(0.8) + 0.25 * math.log(0.2) + 0.25 * math.log(0.4) + 0.75 * math.log(0.6)) / 2
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-6)
+    loss.backward()
+    assert conf.grad[2] == 0 and torch.isfinite(conf.grad).all()  # nothing from outside V
+    none = torch.tensor([0.3], requires_grad=True)
+    empty = bce(none, torch.tensor([1.0]), torch.tensor([False]))
+    assert float(empty) == 0.0 and empty.requires_grad
+
+
+def test_each_example_config_is_a_credo_run_with_one_thing_changed(examples, tmp_path):
+    credo_plan = config.confidence_plan(config.load_config("credo"))
+    for name, keys in new_configs().items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(keys))
+        cfg = config.load_config(str(path))
+        changed = {key: value for key, value in keys.items() if key != "inherit"}
+        assert {key: getattr(cfg, key) for key in changed} == changed
+        assert config.confidence_plan(cfg) == credo_plan, name  # derived, nothing else edited
     with pytest.raises(ValueError, match="method=brier needs a confidence with logits"):
-        config.load_config(str(brier_config), ["channel=verbalized"])
-    with pytest.raises(ValueError, match=r"method='nope' is not supported; choose one of \(.*'brier'"):
-        config.load_config(str(brier_config), ["method=nope"])
+        config.load_config("credo", ["method=brier", "channel=verbalized"])
+    with pytest.raises(ValueError, match=r"target='nope' is not supported; choose one of \(.*'leave_one_out'"):
+        config.load_config("credo", ["target=nope"])
 
 
-def test_the_example_trains_one_tiny_step(tiny_dir, brier_config, tmp_path):
-    """One real step of the loop (HF engine, the verifier, the forward, credit, the update) with
-    the page's method: every rollout's rewards are the example's, from its own a and c."""
-    keys = {key: value for key, value in yaml.safe_load(brier_config.read_text()).items() if key != "inherit"}
-    overrides = [f"{key}={value}" for key, value in keys.items()]
-    cfg = config.load_config(
-        "tiny", [*overrides, "max_steps=1", "engine=hf", f"out_dir={tmp_path / 'runs'}", "save_rollouts=true"]
-    )
-    run_dir = credo.train(cfg)
-    (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics["step"] == 0 and metrics["loss"] == metrics["loss"]  # one step, a finite loss
-    rows = [json.loads(line) for line in (run_dir / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
-    assert len(rows) == cfg.per_device_batch_size * cfg.grad_accum
-    for row in rows:
-        assert row["r_ans"] == row["a"]
-        expected = -1.0 if row["c"] is None else -((row["c"] - row["a"]) ** 2)
-        assert row["r_conf"] == pytest.approx(expected, abs=1e-6)
+def copy_of_the_repository(dst):
+    """The checkout's files (tracked, and untracked ones git does not ignore) copied to dst, with
+    the virtual environment and the tiny world linked rather than copied."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=config.ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = config.ROOT / name
+        if source.is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dst / name)
+    (dst / ".cache").mkdir()
+    (dst / ".cache" / "tiny").symlink_to(config.ROOT / ".cache" / "tiny")
+
+
+@pytest.mark.slow
+def test_the_page_followed_literally_in_a_copy(tmp_path, tiny_dir):
+    repo = tmp_path / "repo"
+    copy_of_the_repository(repo)
+    for file, language, text in page_steps():
+        if language == "python":
+            with (repo / file).open("a") as f:
+                f.write("\n\n" + text)
+        else:
+            (repo / file).write_text(text)
+    env = {**os.environ, "CREDO_TEST_WORKERS": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def run(*argv, timeout=900):
+        done = subprocess.run(
+            [sys.executable, *argv], cwd=repo, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        assert done.returncode == 0, " ".join(argv) + "\n" + done.stdout[-3000:] + done.stderr[-3000:]
+        return done
+
+    run("-m", "ruff", "check", ".")
+    run("-m", "ruff", "format", "--check", ".")
+    # the config, method and layout tests, and tests/test_credo.py's real step of each new config
+    selected = " or ".join(["test_config", "test_methods", "test_layout", *new_configs()])
+    tests = ["tests/test_config.py", "tests/test_methods.py", "tests/test_layout.py", "tests/test_credo.py"]
+    done = run("-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, "-k", selected, "-m", "not slow")
+    for name in new_configs():
+        assert (
+            f"test_one_real_training_step_per_method[{name}]"
+            in run(
+                "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_credo.py", "-k", name
+            ).stdout
+        )
+    assert " passed" in done.stdout and "failed" not in done.stdout
+    for name, keys in new_configs().items():
+        out_dir = tmp_path / "runs"
+        overrides = [f"{key}={value}" for key, value in keys.items() if key != "inherit"]
+        run("credo.py", "tiny", *overrides, "max_steps=1", "engine=hf", f"out_dir={out_dir}", f"run_name={name}")
+        (metrics,) = [json.loads(line) for line in (out_dir / name / "metrics.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(line) for line in (out_dir / name / "rollouts" / "step_000000.jsonl").read_text().splitlines()
+        ]
+        assert metrics["step"] == 0 and math.isfinite(metrics["loss"]) and len(rows) == 8
+        with_c = [r for r in rows if r["c"] is not None]
+        if name == "credo_brier":
+            for row in rows:
+                assert row["r_ans"] == row["a"]
+                expected = -1.0 if row["c"] is None else -((row["c"] - row["a"]) ** 2)
+                assert row["r_conf"] == pytest.approx(expected, abs=1e-6)
+        if name == "credo_loo":
+            for q in range(0, 8, 4):  # tiny: G = 4
+                a = [r["a"] for r in rows[q : q + 4]]
+                for i, row in enumerate(rows[q : q + 4]):
+                    assert row["t"] == pytest.approx(0.5 * a[i] + 0.5 * (sum(a) - a[i]) / 3, abs=1e-6)
+        if name == "credo_bce" and with_c:
+            expected = sum(-(r["t"] * math.log(r["c"]) + (1 - r["t"]) * math.log(1 - r["c"])) for r in with_c)
+            assert metrics["loss_cal"] == pytest.approx(expected / len(with_c), rel=1e-4)

@@ -6,8 +6,8 @@ import os
 import pytest
 import torch
 
-import logprob_kernels
-from logprob_kernels import token_logprobs
+from kernels import logprobs
+from kernels.logprobs import token_logprobs
 from losses import readout_logits
 
 T = torch.tensor
@@ -120,7 +120,7 @@ def test_logprobs_score_only_the_masked_columns(device):
     "backend", ["inductor"] if os.environ.get("CREDO_TEST_DEVICE") == "cuda" else ["aot_eager", "inductor"]
 )
 def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
-    """logprob_kernels.compile_logprob_blocks: the same log-probs and gradients as the eager chunked
+    """logprobs.compile_logprob_blocks: the same log-probs and gradients as the eager chunked
     kernel (fp32, to 1e-5), over blocks of 4 rows (a shorter last block), all columns or a
     score mask, and no scored column at all; one compilation serves every block size."""
     counters = torch._dynamo.utils.counters
@@ -130,7 +130,7 @@ def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
     hidden = torch.randn(n, length, h).to(device).requires_grad_()
     head = torch.randn(v, h).to(device).requires_grad_()
     ids = torch.randint(0, v, (n, length)).to(device)
-    blocks = logprob_kernels.compile_logprob_blocks(backend, chunk_tokens=4)
+    blocks = logprobs.compile_logprob_blocks(backend, chunk_tokens=4)
     assert blocks.chunk_tokens == 4
     weights = torch.randn(n, length - 1).to(device)
     some = torch.zeros(n * (length - 1), dtype=torch.bool)

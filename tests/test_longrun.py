@@ -145,8 +145,8 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
 def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
     """resume=auto in an empty or checkpoint-less run directory is a fresh start (no error);
     a partial log with no checkpoint is replaced."""
-    import checkpoint
     import config
+    from infra import checkpoint
 
     cfg = config.load_config("tiny", [f"out_dir={tmp_path}", "run_name=r", "resume=auto"])
     run_dir = config.run_dir_of(cfg)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sandbox_cases import SLACK_S, many_descriptors
 
-import mathpool
 import verifier
+from grading import mathpool
 
 pytestmark = pytest.mark.usefixtures("no_leftovers", "close_math_pool")
 
@@ -94,7 +94,7 @@ def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
     code = (
         "import os, sys, verifier\n"
         "assert verifier._math_worker_main(os.getppid()) == 0\n"
-        "heavy = ('torch', 'transformers', 'vllm', 'sandbox_child', 'sandbox_lockdown')\n"
+        "heavy = ('torch', 'transformers', 'vllm', 'grading.sandbox_child', 'grading.sandbox_lockdown')\n"
         "sys.stderr.write(repr(sorted(name for name in heavy if name in sys.modules)))\n"
     )
     done = subprocess.run(

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import config
-import memfit
 import policy as pol
+from infra import memfit
 
 
 def test_docstring_examples_hold():

@@ -59,10 +59,20 @@ def test_a_missing_model_c_gives_credo_no_confidence_reward():
     assert methods.METHODS["credo"].rewards(g, cfg).confidence.tolist() == pytest.approx([0.9975, 0.0])
 
 
+def read(conf, valid):
+    """The detached confidences credit reads when the rewards and eq:sw's weights read the same c."""
+    c = torch.where(valid, conf, float("nan"))
+    return methods.Confidences(rewards=c, weights=c)
+
+
 def test_credit_standardises_the_rewards_of_the_named_method():
     cfg = Config(group_size=2, gamma=0.5, method="rlcr", w_min=0.5, w_max=2.0, conf_advantage=True)
     got = methods.credit(
-        torch.tensor([1.0, 0.0]), torch.ones(2), torch.tensor([0.8, 0.3]), torch.tensor([True, False]), cfg, kappa=0.0
+        torch.tensor([1.0, 0.0]),
+        torch.ones(2),
+        read(torch.tensor([0.8, 0.3]), torch.tensor([True, False])),
+        cfg,
+        kappa=0.0,
     )
     assert got.target.tolist() == [0.75, 0.25]
     assert got.r_ans.tolist() == pytest.approx([0.96, -1.0])  # row 1's report is not valid: missing
@@ -77,3 +87,36 @@ def test_registering_is_checked():
     with pytest.raises(ValueError, match=r"method='nope' is not registered; choose one of \('credo'"):
         methods.method_of("nope")
     assert "other" not in methods.METHODS
+
+
+def test_the_targets_and_calibration_losses_by_hand():
+    cfg = Config(group_size=2, gamma=0.5)
+    a = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    assert methods.TARGETS["hybrid"](a, cfg).tolist() == [0.75, 0.25, 1.0, 1.0]  # 0.5 a + 0.5 mean_group(a)
+    assert methods.TARGETS["correctness"](a, cfg).tolist() == [1.0, 0.0, 1.0, 1.0]
+    c, t, valid = torch.tensor([0.9, 0.2, NAN]), torch.tensor([1.0, 0.0, 0.0]), torch.tensor([True, True, False])
+    assert float(methods.CALIBRATION_LOSSES["squared"](c, t, valid)) == pytest.approx((0.1**2 + 0.2**2) / 2)
+    bce = float(methods.CALIBRATION_LOSSES["head_bce"](c, t, valid))
+    assert bce == pytest.approx(-(torch.log(torch.tensor(0.9)) + torch.log(torch.tensor(0.8))).item() / 2, rel=1e-6)
+
+
+def test_credit_reads_the_configured_target():
+    cfg = Config(group_size=2, gamma=0.5, method="credo", target="correctness")
+    got = methods.credit(
+        torch.tensor([1.0, 0.0]),
+        torch.ones(2),
+        read(torch.tensor([0.8, 0.3]), torch.ones(2, dtype=torch.bool)),
+        cfg,
+        kappa=0.0,
+    )
+    assert got.target.tolist() == [1.0, 0.0]
+    assert got.r_conf.tolist() == pytest.approx([1 - 0.2**2, 1 - 0.3**2])  # F (1 - (t - c)^2) with t = a
+
+
+def test_registering_targets_and_calibration_losses_is_checked():
+    with pytest.raises(ValueError, match="target 'hybrid' is registered twice"):
+        methods.register_target("hybrid")(lambda correct, cfg: correct)
+    with pytest.raises(ValueError, match="calibration loss 'squared' is registered twice"):
+        methods.register_calibration_loss("squared")(lambda c, t, valid: c.sum())
+    with pytest.raises(ValueError, match=r"target='nope' is not registered; choose one of \('hybrid', 'correctness'"):
+        methods.entry_of(methods.TARGETS, "target", "nope")

@@ -7,7 +7,7 @@ import doctest
 import pytest
 import torch
 
-import packing
+from kernels import packing
 
 
 def test_doctests():

@@ -1,4 +1,4 @@
-"""Data parallelism (parallel.py): real 2-process gloo jobs on CPU against 1-process runs.
+"""Data parallelism (infra/parallel.py): real 2-process gloo jobs on CPU against 1-process runs.
 
 The 2-rank jobs are real torchrun launches (FSDP2 `fully_shard` works with gloo on CPU in
 this torch). The exact-resume test runs the real engine (one vLLM CPU engine per rank,
@@ -27,15 +27,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from numerics import assert_same_first_adamw_step, assert_same_gradient, grad_atol  # noqa: E402
 
-import checkpoint  # noqa: E402
 import config  # noqa: E402
 import credo  # noqa: E402
 import engine as eng  # noqa: E402
-import parallel  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
-import runlog  # noqa: E402
 import sampling  # noqa: E402
+from infra import checkpoint, parallel, runlog  # noqa: E402
 
 # The ranks here are CPU ranks over gloo: GPUs are hidden from them, or on a GPU machine
 # init_world would take the CUDA path (two ranks on one GPU).
@@ -160,7 +158,7 @@ def one_update(
     if split_groups:
         cfg = dataclasses.replace(cfg, micro_batch_tokens=int(batch.attention_mask.sum(dim=1).max()))
     parallel.gather_root(model)
-    stats = credo.train_on_batch(
+    stats = credo.train_step(
         policy, optimizer, batch, out, cfg, plan, step=100, n_total=n_total, n_valid_total=n_valid_total
     )
     losses = parallel.all_reduce({"loss_pg": stats.loss_pg, "loss_cal": stats.loss_cal}, world, "mean")

@@ -24,17 +24,16 @@ from step_cases import (
 
 import config
 import credo
-import parallel
 import policy as pol
 import rollout as ro
-import runlog
-from packing import pack_rows
+from infra import parallel, runlog
+from kernels.packing import pack_rows
 from rollout import Rollout
 
 
 def test_docstring_examples_hold():
     result = doctest.testmod(pol, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 5 and result.failed == 0
+    assert result.attempted >= 2 and result.failed == 0
 
 
 # --- reserved tokens --------------------------------------------------------------------------
@@ -158,19 +157,19 @@ def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokeni
 
 def test_a_rollout_longer_than_the_budget_is_refused():
     with pytest.raises(ValueError, match="rollout 1 has 7 tokens, more than micro_batch_tokens = 6"):
-        pol.micro_batches([5, 7], budget=6, group=1, whole_groups=False, packed=True)
+        pol.micro_batches([5, 7], budget=6, packed=True)
 
 
-def test_micro_batches_pack_whole_groups_up_to_the_budget():
-    """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
+def test_micro_batches_fill_up_to_the_budget_by_increasing_length():
+    """Packed cost = the rows' tokens; rows by length 1, 2, 2, 3, 3, 4, 4, 9; budget 10: groups
+    play no part (credit is computed for the whole batch before the update)."""
     lengths = [3, 3, 2, 2, 9, 1, 4, 4]
-    plan = pol.micro_batches(lengths, budget=10, group=2, whole_groups=True, packed=True)
-    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]  # 4 + 6 = 10; 8; 10
-    assert all(pol.holds_whole_groups(rows, 2) for rows in plan)
-    # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
-    padded = pol.micro_batches(lengths, 10, 2, True, packed=False)
-    assert padded == [[2, 3], [0, 1], [6, 7], [5], [4]]
-    assert pol.pad_fraction(lengths, padded) == 0.0
+    plan = pol.micro_batches(lengths, budget=10, packed=True)
+    assert plan == [[5, 2, 3, 0], [1, 6], [7], [4]]  # 1 + 2 + 2 + 3 = 8; 3 + 4 = 7; 4 (+ 9 > 10); 9
+    # padded, a micro-batch costs rows x longest: [1, 2, 2] 3 x 2 = 6, + 3 -> 4 x 3 = 12 > 10
+    padded = pol.micro_batches(lengths, 10, packed=False)
+    assert padded == [[5, 2, 3], [0, 1], [6, 7], [4]]
+    assert pol.pad_fraction(lengths, padded) == pytest.approx(1 - 28 / (6 + 6 + 8 + 9))
 
 
 # --- the forward pass ---------------------------------------------------------------------------
@@ -188,7 +187,7 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
     assert batch.attention_mask.sum() < batch.attention_mask.numel()  # the padded batch has padding
-    head = plan.cal_loss == "head"
+    head = plan.detach_readout
     padded = pol.forward(policy, batch, packed=False, detach_readout=head)
     packed = pol.forward(policy, batch, packed=True, detach_readout=head)
     mask = batch.completion_mask
@@ -202,7 +201,7 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
     grads = {}
     for packed_mode in (False, True):
         recorder = GradientRecorder(policy.model.named_parameters())
-        stats = credo.train_on_batch(
+        stats = credo.train_step(
             policy,
             recorder,
             batch,
@@ -289,7 +288,7 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     def run(packed: bool, rows: list[int]) -> tuple[dict, dict]:
         recorder = GradientRecorder(policy.model.named_parameters())
         sub = [rollouts[i] for i in rows]
-        stats = credo.train_on_batch(
+        stats = credo.train_step(
             policy,
             recorder,
             batch.select(rows),
@@ -311,7 +310,7 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     for (want, want_stats), (got, got_stats) in zip(eager, compiled):
         for param, g in want.items():
             assert_same_gradient(got[param], g, param)
-        torch.testing.assert_close(got_stats.conf, want_stats.conf, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(got_stats.conf, want_stats.conf, atol=1e-6, rtol=1e-5, equal_nan=True)
         for a, b in zip(got_stats.completion_logp, want_stats.completion_logp):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     graphs = counters["stats"]["unique_graphs"]
@@ -342,7 +341,7 @@ def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
     gap, scale = float((logp16 - logp32).detach().abs().max()), float(logp32.detach().abs().max())
     assert 0 < gap < 4 * 2**-8 * (1 + scale)
     recorder = GradientRecorder(policy.model.named_parameters())
-    credo.train_on_batch(
+    credo.train_step(
         bf16, recorder, batch, outcomes_of(rollouts, [1.0, 0.0]), cfg, config.confidence_plan(cfg), step=100
     )
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())

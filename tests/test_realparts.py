@@ -1,4 +1,4 @@
-"""Tests for realparts.py: the resolver's order, and `fetch` run as `bash run.sh fixtures` runs it (a
+"""Tests for infra/realparts.py: the resolver's order, and `fetch` run as `bash run.sh fixtures` runs it (a
 process with the real huggingface_hub client and urllib) against a hub and GitHub stand-in on loopback
 (tests/hubstandin.py): what it writes, the checksums it pins or records, and the one line it prints
 for a wrong checksum, an unknown part and an unreachable hub."""
@@ -16,7 +16,7 @@ import pytest
 from hubstandin import HubStandIn
 from transformers import AutoTokenizer
 
-import realparts
+from infra import realparts
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = realparts.PARTS["qwen3-tokenizer"]
@@ -25,7 +25,7 @@ LCB = realparts.PARTS["lcb"]
 
 
 def run_fetch(args: list[str], tmp_path: Path, endpoint: str) -> subprocess.CompletedProcess:
-    """`python realparts.py fetch ARGS` in its own process, the hub and GitHub at `endpoint`, a fresh HF cache."""
+    """`python -m infra.realparts fetch ARGS` in its own process, the hub and GitHub at `endpoint`, a fresh HF cache."""
     env = dict(
         os.environ,
         HF_ENDPOINT=endpoint,
@@ -35,7 +35,12 @@ def run_fetch(args: list[str], tmp_path: Path, endpoint: str) -> subprocess.Comp
         HF_HUB_OFFLINE="0",
     )
     return subprocess.run(
-        [sys.executable, "realparts.py", "fetch", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "infra.realparts", "fetch", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -1,4 +1,4 @@
-"""report.py and figures.py: evaluation records, their aggregation per run, set and domain,
+"""report.py and evaluation/figures.py: evaluation records, their aggregation per run, set and domain,
 the tables, and the figures, including a figure that fails (eval.report keeps the rest).
 
 Every expected number below is worked out by hand in the comment next to it.
@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 import eval as ev
-import figures
-import report
-from evalsets import EVAL_SETS
-from metrics import calibration_metrics, reliability_points
+from evaluation import figures, report
+from evaluation.evalsets import EVAL_SETS
+from evaluation.metrics import calibration_metrics, reliability_points
 
 
 def test_docstring_examples_hold():

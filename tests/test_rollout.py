@@ -1,5 +1,5 @@
 """Prompts and segment parsing on real tokenizer output: the tiny byte-level BPE, and Qwen3's
-own tokenizer (a real part, found by realparts.py), whose merges cross the tags."""
+own tokenizer (a real part, found by infra/realparts.py), whose merges cross the tags."""
 
 import copy
 import dataclasses
@@ -9,8 +9,8 @@ import re
 import pytest
 
 import config
-import data
 import engine as eng
+import problems
 import rollout as ro
 import sampling
 from rollout import Rollout, parse_segments, parse_verbalized_confidence, system_prompt
@@ -451,7 +451,7 @@ def policy(tiny_dir):
     )
     loaded = pol.load_policy(str(tiny_dir / "model"), torch.device("cpu"))
     model, tok, high, low = loaded.model, loaded.tokenizer, loaded.high_id, loaded.low_id
-    rows = data.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
+    rows = problems.load_rows(str(tiny_dir / "math_train.jsonl"), "math")[:2]
     prompts = [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
     return cfg, model, tok, high, low, rows, prompts
 
@@ -519,7 +519,7 @@ def test_vllm_engine_takes_more_prompt_tokens_than_one_step_holds(policy, vllm_e
     """160 seeded requests (~38k prompt tokens): regression for chunked prefill of seeded
     requests on CPU, which crashed vLLM ("CPU Generator does not use offset")."""
     cfg, model, tok, *_ = policy
-    rows = data.load_rows(str(tiny_dir / "math_test.jsonl"), "math")[:40]
+    rows = problems.load_rows(str(tiny_dir / "math_test.jsonl"), "math")[:40]
     prompts = [ro.build_prompt_ids(tok, r["problem"], "readout", "math") for r in rows]
     assert sum(len(p) for p in prompts) * 4 > 4 * 8192
     samples = vllm_engine.generate(prompts, group_size=4, seed=5)
@@ -590,7 +590,7 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
         reported=None,
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    credo.train_on_batch(
+    credo.train_step(
         pol.Policy(model, tok, high, low, torch.float32, temperature=cfg.temperature),
         optimizer,
         batch,

@@ -50,11 +50,8 @@ from sandbox_cases import (
     use_mode,
 )
 
-import sandbox
-import sandbox_lockdown
-import sandbox_resources
-import typed_json
 import verifier
+from grading import sandbox, sandbox_lockdown, sandbox_resources, typed_json
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -284,7 +281,7 @@ CHILD_FILES = ("sandbox_child.py", "sandbox_lockdown.py", "typed_json.py")
 
 
 def test_child_script_is_the_child_files_and_nothing_else():
-    """The script is sandbox_child.py with the two spliced modules in place of their
+    """The script is grading/sandbox_child.py with the two spliced modules in place of their
     imports: at its top level only docstrings, standard-library imports, functions
     and the call of main; no constant, no parent global, no import of ours."""
     script = sandbox._child_script()
@@ -316,8 +313,8 @@ def test_the_shipped_code_is_the_child_script_compiled_by_the_sandbox_interprete
 
 
 def test_the_parent_never_imports_the_child_code():
-    """Grading a program of each kind (and a math item) loads sandbox.py but neither
-    sandbox_child.py nor sandbox_lockdown.py, nor torch."""
+    """Grading a program of each kind (and a math item) loads grading/sandbox.py but neither
+    grading/sandbox_child.py nor grading/sandbox_lockdown.py, nor torch."""
     code = textwrap.dedent("""
         import sys, verifier
         from sandbox_cases import CORRECT, TESTS, completion

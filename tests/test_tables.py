@@ -3,8 +3,8 @@
 import pytest
 
 import config
-import tables
 from config import load_config
+from evaluation import tables
 
 
 def test_every_table_row_is_a_runnable_config():

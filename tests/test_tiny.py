@@ -4,12 +4,12 @@ import subprocess
 
 from conftest import ROOT
 
-import tiny
+from worlds import tiny
 
 
 def test_run_sh_and_tiny_agree_on_the_recipe_key():
     shell = subprocess.run(
-        "cat tiny.py rollout.py | sha256sum | cut -c1-16",
+        "cat worlds/tiny.py rollout.py | sha256sum | cut -c1-16",
         shell=True,
         cwd=ROOT,
         capture_output=True,

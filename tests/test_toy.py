@@ -1,7 +1,7 @@
-"""The toy demonstration (toy.py): its world, and the integration test CI runs.
+"""The toy demonstration (worlds/toy.py): its world, and the integration test CI runs.
 
 Two slow tests: the loop raises GRPO's reward on four problems whose answers the verifier
-knows (30 steps), and `python toy.py --quick` (CREDO only: 40 training steps, 100 held-out
+knows (30 steps), and `python -m worlds.toy --quick` (CREDO only: 40 training steps, 100 held-out
 problems x 2 samples) leaves the readout's mean at the accuracy RL raised, its ECE low and its
 ranking kept. Their thresholds come from two independently built worlds (docs/toy.md), since a
 world built on another machine differs. With the calibration loss switched off (`alpha=0`) the
@@ -20,11 +20,9 @@ import sys
 import numpy as np
 import pytest
 
-import checkpoint
-import metrics
-import toy
-import toy_build
-import toy_tables
+from evaluation import metrics
+from infra import checkpoint
+from worlds import toy, toy_build, toy_tables
 
 
 def test_splits_are_deterministic_disjoint_and_graded():
@@ -196,7 +194,7 @@ def test_the_addition_check_adds_steps_until_the_model_adds_and_fails_in_one_lin
 
 
 def test_the_last_checkpoint_is_the_last_finished_one(tmp_path):
-    """toy.py and toy_tables.py evaluate checkpoint.latest_checkpoint: never a cut-off save."""
+    """toy.py and worlds/toy_tables.py evaluate checkpoint.latest_checkpoint: never a cut-off save."""
     for name in ("step_000010", "step_000020", "step_000030.tmp"):  # the last save was cut off
         (tmp_path / "ckpt" / name).mkdir(parents=True)
     assert toy.latest_checkpoint is toy_tables.latest_checkpoint is checkpoint.latest_checkpoint

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from test_toy_tables import fake_result
 
-import toy_claims
-from metrics import auroc
-from toy_tables import aggregate
+from evaluation.metrics import auroc
+from worlds import toy_claims
+from worlds.toy_tables import aggregate
 
 
 def test_doctests():

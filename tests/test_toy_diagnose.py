@@ -11,7 +11,7 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-import toy_diagnose
+from worlds import toy_diagnose
 
 DIRECT2, STEPS2 = "1 + 2 + 3 = 6. The answer is \\boxed{6}.", "1 + 2 = 3, 3 + 3 = 6. The answer is \\boxed{6}."
 ONE = "4 + 5 = 9. The answer is \\boxed{9}."  # level 1: one text in both styles, not counted

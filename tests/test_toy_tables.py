@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 import config
-import toy_build
-import toy_claims
-import toy_tables
+from worlds import toy_build, toy_claims, toy_tables
 
 
 def test_every_row_is_a_valid_configuration():
@@ -79,7 +77,7 @@ def test_tables_are_laid_out_as_the_paper_with_intervals_and_claims():
 
 
 def test_the_ceiling_is_added_to_a_job_finished_before_its_column(tmp_path):
-    """A result.json without `auroc_ceiling` (a run of an older toy_tables.py) gets it from its own
+    """A result.json without `auroc_ceiling` (a run of an older worlds/toy_tables.py) gets it from its own
     samples; a job whose samples are gone says so instead of a guessed value."""
     world = tmp_path / "world"
     world.mkdir()

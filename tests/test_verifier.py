@@ -1,4 +1,4 @@
-"""verifier.py and grading.py: answer extraction, test schemas, output comparisons
+"""verifier.py and grading/judge.py: answer extraction, test schemas, output comparisons
 and end-to-end verdicts (math and code).
 
 The sandbox's mechanisms and the exploit suite are in test_sandbox.py, the math
@@ -14,9 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sandbox_cases import CORRECT, STDIO, TESTS, completion
 
-import grading
-import mathpool
 import verifier
+from grading import judge, mathpool
 
 pytestmark = pytest.mark.usefixtures("no_leftovers", "close_math_pool")
 
@@ -60,7 +59,7 @@ def test_extract_program_takes_last_tagged_block():
 
 
 def test_module_docstring_examples():
-    for module in (verifier, grading):
+    for module in (verifier, judge):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted >= 13, module.__name__
 
@@ -87,7 +86,7 @@ def test_module_docstring_examples():
     ],
 )
 def test_stdio_comparison(expected, actual, match):
-    assert grading._stdio_output_matches(expected, actual) is match
+    assert judge._stdio_output_matches(expected, actual) is match
 
 
 @pytest.mark.parametrize(
@@ -109,7 +108,7 @@ def test_stdio_comparison(expected, actual, match):
     ],
 )
 def test_value_comparison(expected, actual, match):
-    assert grading._values_match(expected, actual) is match
+    assert judge._values_match(expected, actual) is match
 
 
 # ---------------------------------------------------------------------------
@@ -404,7 +403,7 @@ def test_bad_arguments_raise_value_error():
     ],
 )
 def test_call_integers_are_exact(expected, payload, match):
-    assert grading._returned_value_matches(grading.json_normalize(expected), payload) is match
+    assert judge._returned_value_matches(judge.json_normalize(expected), payload) is match
 
 
 LONG_NUMBERS = [
@@ -422,8 +421,8 @@ def test_stdio_comparison_is_linear_in_long_tokens(token):
     for size in (1, 100):  # 40 kB, then 4 MB of the same shape
         text = token[:1] + token[1:-1] * size + token[-1] if size > 1 else token
         start = time.process_time()  # CPU seconds of this process: other jobs on the machine do not count
-        assert grading._stdio_output_matches("1", text) is False
-        assert grading._stdio_output_matches("1", text[:-1]) is False  # a long valid number
+        assert judge._stdio_output_matches("1", text) is False
+        assert judge._stdio_output_matches("1", text[:-1]) is False  # a long valid number
         assert time.process_time() - start < 2.0
 
 
@@ -437,12 +436,12 @@ def test_stdio_floods_are_linear(actual):
     import tracemalloc
 
     start = time.process_time()
-    verdict = grading._stdio_output_matches("3\n", actual)
+    verdict = judge._stdio_output_matches("3\n", actual)
     assert time.process_time() - start < 1.0
     assert verdict is (actual.strip() == "3")
     tracemalloc.start()
     try:
-        grading._stdio_output_matches("3\n", actual)
+        judge._stdio_output_matches("3\n", actual)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -474,10 +473,10 @@ def json_text(value):
 def test_forged_return_frames_are_bounded(name, size):
     """Whatever value the parent expects (a few items, or a million: then most
     forged frames fit under the size cap), decoding a forged value is fast."""
-    expected = grading.json_normalize(list(range(size)))
+    expected = judge.json_normalize(list(range(size)))
     payload = FORGED_VALUES[name]().encode()
     start = time.process_time()  # the decoding's CPU work, whatever else the machine runs
-    assert grading._returned_value_matches(expected, payload) is False
+    assert judge._returned_value_matches(expected, payload) is False
     # Idle, the costliest (dict_collisions) takes 0.9 s of CPU, and 2.0 s was once measured
     # beside other jobs (shared caches slow CPU time too). Building 200,000 colliding keys
     # the naive way is quadratic: about 7 minutes (20,000 take 4 s here). 10 s tells them apart.
@@ -497,7 +496,7 @@ def _peak_bytes(function, *args):
 def test_property_payloads_are_bounded_before_decoding():
     """A property judge never builds a value larger than the property's own: a set of
     hash-colliding integers or an 8 MB frame is refused before it is decoded."""
-    spec = grading.parse_tests(
+    spec = judge.parse_tests(
         {
             "kind": "call",
             "fn_name": "f",
@@ -513,7 +512,7 @@ def test_property_payloads_are_bounded_before_decoding():
 
 
 def test_invalid_utf8_stdout_fails_without_growing_the_grader():
-    spec = grading.parse_tests({"kind": "stdio", "inputs": [""], "outputs": ["\ufffd"]})
+    spec = judge.parse_tests({"kind": "stdio", "inputs": [""], "outputs": ["\ufffd"]})
     payload = b"\xff" * (8 << 20)
     verdict, peak = _peak_bytes(spec.judge, 0, b"O", payload)
     assert verdict is False and peak < len(payload) // 2

@@ -1,0 +1,10 @@
+"""Evaluation beyond the CLI (eval.py): what a checkpoint's samples are turned into.
+
+metrics.py   ECE, AUROC, Brier and accuracy (app:data)
+report.py    evaluation records and the tables of a report
+figures.py   reliability diagrams and the figures of a report
+tables.py    configs/tables.yaml: which configs and evaluations regenerate a table of the paper
+curves.py    training curves of runs (`bash run.sh plot`)
+client.py    confidence at inference: `bash run.sh serve` and `ask`
+evalsets.py  the evaluation sets of tab:data and their titles
+"""

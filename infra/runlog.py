@@ -1,0 +1,299 @@
+"""What a run writes each step: one line of `metrics.jsonl` and, when asked, the step's
+rollouts (text, a, c, rewards, advantages) under `rollouts/`.
+
+Holds: the step's metrics from its rollouts, outcomes and update statistics (`step_metrics`),
+the engine/trainer log-prob agreement, the phase timings (`timed`), and the writers. The calibration numbers come from
+evaluation/metrics.py, the one implementation the evaluation uses too. Does not hold: the loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+import config
+from evaluation import metrics
+from infra import parallel
+from methods import Credit
+from schema import Config
+
+
+@contextmanager
+def timed(timings: dict, phase: str):
+    """Add the wall time of the block to timings[phase] (the step's t_<phase> metric)."""
+    t0 = time.perf_counter()
+    yield
+    timings[phase] = time.perf_counter() - t0
+
+
+@dataclass
+class StepStats:
+    """What one update reports (runlog writes it): scalars, and per-rollout tensors [N]."""
+
+    loss_pg: float  # J of eq:grpo, as a batch mean
+    loss_cal: float  # the calibration loss (eq:calloss's, or the auxiliary head's BCE), as a mean over V
+    alpha: float  # alpha and kappa after their warm-up
+    kappa: float
+    grad_norm: float  # before clipping
+    pad_fraction: float  # padded share of the micro-batches' token slots (0 when packed)
+    micro_batches: int
+    readout_pass_rows: int  # rows whose detached c credit read from the no-grad pass (credo.detached_confidences)
+    credit: Credit  # [N] each
+    conf: torch.Tensor  # [N] the confidence of record: the model's c, or a baseline's report
+    conf_valid: torch.Tensor  # [N] bool: conf exists
+    completion_logp: list  # [N] of [completion tokens] the trainer's log-probs (None where absent)
+
+    def scalars(self) -> dict:
+        return {
+            name: getattr(self, name)
+            for name in (
+                "loss_pg",
+                "loss_cal",
+                "alpha",
+                "kappa",
+                "grad_norm",
+                "pad_fraction",
+                "micro_batches",
+                "readout_pass_rows",
+            )
+        }
+
+    def per_rollout(self) -> dict:
+        return {"conf": self.conf, "conf_valid": self.conf_valid, **self.credit._asdict()}
+
+    def merged(self, scalars: dict, per_rollout: dict) -> StepStats:
+        """These statistics with `scalars` and `per_rollout` (as scalars() and per_rollout()
+        name them) in place of their own: the step over every rank."""
+        rows = dict(per_rollout)
+        conf, conf_valid = rows.pop("conf"), rows.pop("conf_valid")
+        return replace(self, **scalars, conf=conf, conf_valid=conf_valid, credit=Credit(**rows))
+
+
+def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, n_train_tokens: int) -> dict:
+    """valid: the readout exists; the confidence metrics use the confidence of record
+    (stats: credo.StepStats, over every rank)."""
+    reported = stats.conf_valid
+    conf = stats.conf[reported]
+    a_valid = correct[reported]
+    completion_tokens = sum(len(r.completion_ids) for r in rollouts)
+    return {
+        "loss": stats.loss_pg + stats.alpha * stats.loss_cal,
+        "loss_pg": stats.loss_pg,
+        "loss_cal": stats.loss_cal,
+        "alpha": stats.alpha,
+        "kappa": stats.kappa,
+        "reward_ans": float(stats.credit.r_ans.mean()),
+        "reward_conf": float(stats.credit.r_conf.mean()),
+        "acc": float(correct.mean()),
+        "format_rate": float(fmt.mean()),
+        "readout_rate": float(valid.float().mean()),
+        "slot_misaligned": sum(r.segments.slot_misaligned for r in rollouts),
+        "slot_repaired": sum(r.slot_repaired > 0 for r in rollouts),  # close_slot ended them at the tag
+        "truncated_rate": sum(r.truncated for r in rollouts) / len(rollouts),
+        "mean_c": float(conf.mean()) if len(conf) else None,
+        "ece": metrics.ece(conf.double().numpy(), a_valid.numpy()) if len(conf) else None,
+        "brier": metrics.brier(conf.double().numpy(), a_valid.numpy()) if len(conf) else None,
+        "report_rate": float(reported.float().mean()),
+        "w_std": float(stats.credit.w[reported].std(unbiased=False)) if len(conf) else None,
+        "grad_norm": stats.grad_norm,
+        "pad_fraction": stats.pad_fraction,
+        "micro_batches": stats.micro_batches,
+        "readout_pass_rows": stats.readout_pass_rows,
+        "engine_logprob_gap": logp_gap,
+        "completion_len": completion_tokens / len(rollouts),
+        "rollout_tok_s": completion_tokens / max(timings["rollout"], 1e-9),
+        "train_tok_s": n_train_tokens / max(timings["train"], 1e-9),
+        **{f"t_{k}": v for k, v in timings.items()},
+    }
+
+
+def engine_logprob_gap(
+    rollouts, completion_logp: list[torch.Tensor], world: parallel.World | None = None
+) -> float | None:
+    """Mean |engine log-prob - trainer log-prob| over sampled completion tokens (of every rank;
+    a tail close_slot wrote has neither): a weight-sync check (it grows if the engine samples
+    from other weights than the trainer scores). Both are at the sampling temperature; the
+    engine's also renormalise over what top-k / top-p kept, so with a truncation on the gap
+    holds -log(kept mass of pi_T) besides float noise (docs/toy.md measures it)."""
+    world = world or parallel.single_process()
+    have = all(r.engine_logprobs for r in rollouts)
+    gap_sum = tokens = 0.0
+    if have:
+        gaps = torch.cat([(lp - torch.tensor(r.engine_logprobs)).abs() for r, lp in zip(rollouts, completion_logp)])
+        gap_sum, tokens = float(gaps.double().sum()), float(len(gaps))
+    total = parallel.all_reduce({"missing": float(not have), "sum": gap_sum, "tokens": tokens}, world)
+    if total["missing"] or not total["tokens"]:
+        return None
+    return total["sum"] / total["tokens"]
+
+
+def write_rollouts(path: Path, rollouts, correct, stats) -> None:
+    with path.open("w") as f:
+        for i, r in enumerate(rollouts):
+            f.write(
+                json.dumps(
+                    {
+                        "question_id": r.question_id,
+                        "text": r.text,
+                        "finish_reason": r.finish_reason,
+                        "slot_repaired": r.slot_repaired > 0,
+                        "a": float(correct[i]),
+                        "c": float(stats.conf[i]) if stats.conf_valid[i] else None,
+                        "format": r.segments.fmt,
+                        "t": float(stats.credit.target[i]),  # the confidence target (the `target` registry)
+                        "r_ans": float(stats.credit.r_ans[i]),
+                        "r_conf": float(stats.credit.r_conf[i]),
+                        "w": float(stats.credit.w[i]),
+                        "adv_ans": float(stats.credit.adv_ans[i]),
+                        "adv_conf": float(stats.credit.adv_conf[i]),
+                    }
+                )
+                + "\n"
+            )
+
+
+# ============================================================================================
+# The loop.
+# ============================================================================================
+
+
+class RunLog:
+    """The per-step record of a run, written by rank 0: metrics.jsonl (one JSON line per step),
+    with save_rollouts rollouts/step_XXXXXX.jsonl, and the scalars to each other logger of
+    report_to (TensorBoard under <run>/tensorboard, Weights & Biases under <run>/wandb)."""
+
+    def __init__(self, run_dir: Path, world: parallel.World, cfg: Config, resumed_at: int | None = None):
+        self.run_dir, self.world, self.save_rollouts = run_dir, world, cfg.save_rollouts
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.sinks = []
+        if not world.is_main:
+            return
+        self.sinks = [
+            open_sink(name, run_dir, cfg, resumed_at or 0) for name in config.reporters(cfg) if name != "jsonl"
+        ]
+        if (
+            resumed_at is not None and self.metrics_path.exists()
+        ):  # drop lines a longer, abandoned run wrote past the checkpoint
+            kept = [
+                line for line in self.metrics_path.read_text().splitlines() if json.loads(line)["step"] < resumed_at
+            ]
+            self.metrics_path.write_text("".join(line + "\n" for line in kept))
+        if self.save_rollouts:
+            (run_dir / "rollouts").mkdir(exist_ok=True)
+
+    def step(
+        self,
+        step: int,
+        question_ids: list[str],
+        rollouts,
+        out,
+        stats,
+        logp_gap: float | None,
+        timings: dict,
+        n_train_tokens: float,
+    ) -> dict | None:
+        """Reduce the step over all ranks (scalars averaged, timings maxed, per-rollout rows
+        gathered on rank 0) and write it; returns the metrics line on rank 0, None elsewhere.
+        Every rank must call it (it holds collectives)."""
+        world = self.world
+        timings = parallel.all_reduce(timings, world, "max")
+        n_train_tokens = int(parallel.all_reduce({"n": n_train_tokens}, world)["n"])
+        scalars = parallel.all_reduce(stats.scalars(), world, "mean")
+        gathered = parallel.gather_on_main((rollouts, out.correct, out.fmt, out.valid, stats.per_rollout()), world)
+        if not world.is_main:
+            return None
+        all_rollouts, all_correct, all_fmt, all_valid, all_rows = (
+            parallel.concat_rows(part) for part in zip(*gathered)
+        )
+        all_stats = stats.merged(scalars, all_rows)
+        record = {
+            "step": step,
+            "world_size": world.world_size,
+            "questions": question_ids,
+            **step_metrics(all_rollouts, all_correct, all_fmt, all_valid, all_stats, logp_gap, timings, n_train_tokens),
+        }
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.save_rollouts:
+            write_rollouts(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", all_rollouts, all_correct, all_stats)
+        scalars = {key: value for key, value in record.items() if type(value) in (int, float) and key != "step"}
+        for sink in self.sinks:
+            sink.log(scalars, step)
+        return record
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+# --- Other loggers of report_to: imported only when asked -----------------------------------
+
+
+class TensorBoardSink:
+    """Scalars as TensorBoard events under <run>/tensorboard (a resumed run purges the steps it redoes)."""
+
+    def __init__(self, run_dir: Path, resumed_at: int):
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package: only when asked
+        except ImportError as error:
+            raise ValueError(
+                f"report_to=tensorboard needs the tensorboard package (pip install tensorboard): {error}"
+            ) from None
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resumed_at or None)
+
+    def log(self, scalars: dict, step: int) -> None:
+        for key, value in scalars.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    """Scalars to Weights & Biases, one run per run directory (resumed in place); offline
+    unless asked or logged in (wandb_mode: auto), so it never needs the network."""
+
+    def __init__(self, run_dir: Path, cfg: Config):
+        try:
+            import wandb  # optional: only when asked
+        except ImportError as error:
+            raise ValueError(f"report_to=wandb needs the wandb package (pip install wandb): {error}") from None
+        mode = cfg.wandb_mode
+        if mode == "auto":
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+        name = run_dir.name
+        self.run = wandb.init(
+            project=cfg.wandb_project,
+            name=name,
+            id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
+            resume="allow",
+            dir=str(run_dir),
+            mode=mode,
+            config=config.as_dict(cfg),
+        )
+
+    def log(self, scalars: dict, step: int) -> None:
+        self.run.log(scalars, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def open_sink(name: str, run_dir: Path, cfg: Config, resumed_at: int):
+    """The logger `name` of report_to (config.REPORTERS, jsonl excepted)."""
+    if name == "tensorboard":
+        return TensorBoardSink(run_dir, resumed_at)
+    if name == "wandb":
+        return WandbSink(run_dir, cfg)
+    raise ValueError(f"report_to: unknown logger {name!r}; choose from {config.REPORTERS}")

@@ -1,0 +1,324 @@
+"""The toy demonstration: CREDO's readout learns a calibrated confidence on an ordinary machine.
+
+    python -m worlds.toy            # or: bash run.sh toy   (CREDO and RLCR; 2 CPU cores: see docs/toy.md for times)
+    python -m worlds.toy --methods grpo,credo,rlcr --world-seed 1 seed=44   # GRPO too, another world, another seed
+    python -m worlds.toy --quick    # the shortened run of tests/test_toy.py (CREDO only, 40 steps)
+    python -m worlds.toy_tables     # tab:main and tab:ablation in miniature (bash run.sh toy --tables)
+
+What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
+`eval.py` as the paper's runs, on a world small enough for a CPU:
+
+1. *World* (worlds/toy_build.py; built once, cached under `.cache/toy/` or `.cache/toy-w<seed>/`, rebuilt
+   only when its recipe changes): chained sums of one-digit numbers, difficulty
+   level L = 1..5 with L + 1 operands (L additions), deterministic train / held-out
+   splits; a byte-level BPE tokenizer trained here (no hub); a tiny
+   Qwen3-architecture model (3 layers, hidden 96, head_dim 32); a supervised warm
+   start on the completions of a *scripted solver* that writes one of two styles,
+   half and half: every partial sum ("steps": reliable on easy problems, often
+   wrong on hard ones) or the whole sum at once ("direct": much less reliable
+   from level 2 on). Wrong solutions slip by 1-2 and are in the SFT data. The
+   rollout formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`),
+   verbalized (`... </analysis> <confidence>0.X</confidence>`, an honest but coarse
+   numeral: the style's accuracy at the level, rounded to one of five values). In the warm start
+   only, the readout format goes on past the slot with `high</confidence>` or `low</confidence>`
+   ("high" with the style's rate), so the rows the reserved tokens copy carry a confidence
+   before RL, as on a real model (world version 11). The build
+   ends with an addition check (level-1 sums, and level-2 sums written in steps, sampled at
+   T = 0.7): a warm start that cannot add gets more steps, and fails the build, in one
+   line, if it still cannot.
+2. *Training*: CREDO (readout channel), the verbalized baseline RLCR and, with
+   `--methods`, plain GRPO: the real loop (`python credo.py configs/toy.yaml ...`),
+   the same settings and budget for every method, two trainings at a time (`--jobs`).
+3. *Evaluation*: `eval.evaluate` on the held-out split (T = 0.7, n samples per
+   problem) of the warm-started model read through each channel ("before") and
+   of each trained checkpoint ("after").
+
+Outputs in `runs/toy/` (or `--out`): `report.json`
+(`{"CREDO": {"before": {...}, "after": {...}, "before, unseen": {...}, "after, unseen": {...}},
+"RLCR": {...}}`, the keys of `eval.calibration_metrics` plus `mean_conf` and `parse_fail`; "unseen":
+the same samples on the held-out problems that are not training problems verbatim, about 70% of
+them), `report.md` (the table printed at the end), `reliability_<method>.png` (before and after panels) and
+`collapse.png` (the reported values, `fig:collapse`).
+
+What to expect (docs/toy.md has the measured numbers, over world and training seeds):
+RL raises accuracy (the direct style is learned away, GRPO and CREDO alike); CREDO's
+readout becomes calibrated with a continuum of values, while the verbalized reports
+stay on a handful of values. The toy trains at the evaluation temperature 0.7 (the
+paper trains at 1.0): a readout is calibrated to the rollouts it is trained on, and
+this small model's accuracy depends strongly on temperature (docs/toy.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evaluation.figures import plot_collapse, plot_reliability
+from evaluation.metrics import calibration_metrics
+from evaluation.report import read_samples
+from infra.checkpoint import latest_checkpoint
+from worlds import toy_build
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    env.setdefault("VLLM_CACHE_ROOT", str(ROOT / ".cache" / "vllm"))
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # One intra-op thread for the trainer: on a 2-core machine shared with anything else, two
+    # OpenMP threads spin against each other and a step gets several times slower.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _failure(args: list[str], code: int, log_path: Path) -> RuntimeError:
+    tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
+    return RuntimeError(f"`{' '.join(args)}` failed (exit {code}); last lines of {log_path}:\n{tail}")
+
+
+def run_stage(args: list[str], log_path: Path) -> None:
+    with log_path.open("w") as log:
+        proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise _failure(args, proc.returncode, log_path)
+
+
+def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, float]:
+    """Each (args, log) stage as run_stage runs it, `jobs` at a time; the seconds each took, by
+    its log. The first failure stops the others and raises, with the failed stage's log tail."""
+    pending, running, seconds = list(stages), [], {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                args, log_path = pending.pop(0)
+                log = log_path.open("w")
+                proc = subprocess.Popen(
+                    [sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT
+                )
+                running.append((proc, args, log_path, log, time.perf_counter()))
+            time.sleep(0.2)  # polled: a stage takes minutes
+            for stage in [stage for stage in running if stage[0].poll() is not None]:
+                proc, args, log_path, log, t0 = stage
+                running.remove(stage)
+                log.close()
+                seconds[log_path] = time.perf_counter() - t0
+                if proc.returncode != 0:
+                    raise _failure(args, proc.returncode, log_path)
+    finally:
+        for proc, _, _, log, _ in running:
+            proc.kill()
+            proc.wait()
+            log.close()
+    return seconds
+
+
+def pool_report(mine: list[dict]) -> dict:
+    """The metrics of one model's records: calibration_metrics of those that reported a confidence,
+    with their mean confidence, the share that did not, and the accuracy of all."""
+    parsed = [r for r in mine if r["c"] is not None]
+    metrics = calibration_metrics([r["c"] for r in parsed], [r["a"] for r in parsed]) if parsed else {}
+    metrics["mean_conf"] = float(np.mean([r["c"] for r in parsed])) if parsed else None
+    metrics["parse_fail"] = 1 - len(parsed) / len(mine)
+    metrics["acc_all"] = float(np.mean([r["a"] for r in mine]))
+    return metrics
+
+
+def summarize(records: list[dict], out: Path, labels: dict, unseen: set[str] = frozenset()) -> dict:
+    """report.json / report.md / figures from the eval records (each method's own channel); with
+    `unseen` (problem ids), also "before, unseen" and "after, unseen": the same records on those
+    problems only (the held-out problems that are not training problems: toy_build.unseen_problems)."""
+    report, pools = {}, {}
+    for method, (before, after, source) in labels.items():
+        report[method] = {}
+        for when, label in (("before", before), ("after", after)):
+            mine = [r for r in records if r["run"] == label and r["source"] == source]
+            if not mine:
+                continue
+            report[method][when] = pool_report(mine)
+            if unseen:
+                report[method][f"{when}, unseen"] = pool_report([r for r in mine if r["problem_id"] in unseen])
+            parsed = [r for r in mine if r["c"] is not None]
+            if parsed:
+                pools.setdefault(method, {})[f"{method} {when}"] = (
+                    np.array([r["c"] for r in parsed], dtype=float),
+                    np.array([r["a"] for r in parsed], dtype=float),
+                )
+    for method, method_pools in pools.items():
+        plot_reliability(
+            method_pools, out / f"reliability_{method.lower()}", f"{method} ({labels[method][2]}), held-out toy split"
+        )
+    if pools:
+        plot_collapse(
+            {row: pool for method_pools in pools.values() for row, pool in method_pools.items()},
+            out / "collapse",
+            "Reported confidence values, held-out toy split",
+        )
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(markdown_table(report))
+    return report
+
+
+def markdown_table(report: dict) -> str:
+    cols = [
+        ("acc", "Acc"),
+        ("auroc", "AUROC"),
+        ("ece", "ECE"),
+        ("brier", "Brier"),
+        ("mean_conf", "Mean c"),
+        ("effective_levels", "Eff. levels"),
+        ("top_share", "Top share"),
+        ("parse_fail", "Parse fail"),
+        ("n", "n"),
+    ]
+    lines = ["| method (channel) | when | " + " | ".join(c for _, c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    channel = {name.upper(): ch for name, (_, ch) in METHODS.items()}
+    for method, whens in report.items():
+        for when, m in whens.items():
+            cells = []
+            for key, _ in cols:
+                v = m.get(key)
+                cells.append("-" if v is None else (str(v) if isinstance(v, int) else f"{v:.3f}"))
+            lines.append(f"| {method} ({channel.get(method, '?')}) | {when} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# The methods the toy trains: credo.py overrides on configs/toy.yaml, and the channel evaluated.
+METHODS = {
+    "credo": ([], "readout"),
+    "rlcr": (["method=rlcr", "channel=verbalized", "alpha=0", "kappa=0"], "verbalized"),
+    "grpo": (["method=grpo", "channel=verbalized", "alpha=0", "kappa=0"], "verbalized"),
+}
+
+
+def parse_names(text: str, option: str, known) -> list[str]:
+    """`credo,rlcr` -> ["credo", "rlcr"], each one of `known`; ValueError naming `option` and what
+    is unknown (worlds/toy.py's --methods, worlds/toy_tables.py's --rows)."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in known]
+    if unknown or not names:
+        raise ValueError(
+            f"{option} {text!r}: unknown {', '.join(unknown) or '(none given)'}; the choices are "
+            f"{', '.join(known)} (comma-separated)"
+        )
+    return names
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(description="CREDO's toy demonstration (see the module docstring).")
+    parser.add_argument(
+        "--quick", action="store_true", help="the shortened run of the test: CREDO only, fewer steps, smaller eval"
+    )
+    parser.add_argument("--out", default=str(ROOT / "runs" / "toy"))
+    parser.add_argument(
+        "--methods", default=None, help="comma-separated: credo,rlcr,grpo (default: credo,rlcr; --quick: credo)"
+    )
+    parser.add_argument(
+        "--world-seed",
+        type=int,
+        default=toy_build.WORLD["seed"],
+        help=f"the world's seed (data, initialisation, warm start; default {toy_build.WORLD['seed']}): another "
+        f"independently built world, cached in .cache/toy-w<seed>",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="trainings run at a time (default 2: each takes one core; the toy's machine has two)",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="key=value overrides for every training (e.g. alpha=0 for the ablation)"
+    )
+    args = parser.parse_args(argv)
+    try:  # bad input: one line, before the world is built
+        methods = parse_names(args.methods or ("credo" if args.quick else "credo,rlcr"), "--methods", METHODS)
+        world, cache = toy_build.world_of(args.world_seed)
+        if args.jobs < 1:
+            raise ValueError(f"--jobs {args.jobs}: at least one training runs at a time")
+    except ValueError as error:
+        sys.exit(f"toy: {error}")
+    t_start = time.perf_counter()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    toy_build.build_world(cache, world)
+    t_world = time.perf_counter() - t_start
+    quick = ["max_steps=40", "save_every=40"] if args.quick else []
+    n_eval, test = (2, cache / "test_quick.jsonl") if args.quick else (4, cache / "test.jsonl")
+    if args.quick:  # the first 100 held-out problems (20 per level)
+        test.write_text("".join(cache.joinpath("test.jsonl").read_text().splitlines(keepends=True)[:100]))
+    model_dir = str(cache / "model")
+    spec_ckpts, labels, timings = [], {}, {"world_s": round(t_world, 1)}
+    stages = []
+    for method in methods:
+        method_overrides, channel = METHODS[method]
+        shutil.rmtree(out / method, ignore_errors=True)  # a fresh run (credo.py appends to metrics.jsonl)
+        args_train = [
+            "credo.py",
+            "configs/toy.yaml",
+            f"out_dir={out}",
+            f"run_name={method}",
+            f"model={model_dir}",
+            f"train_data={cache / 'train.jsonl'}",
+            *method_overrides,
+            *quick,
+            *args.overrides,
+        ]
+        stages.append((args_train, out / f"train_{method}.log"))
+    names = ", ".join(f"{m.upper()} ({METHODS[m][1]} channel)" for m in methods)
+    print(f"[toy] training {names} with credo.py configs/toy.yaml, {args.jobs} at a time ...", flush=True)
+    seconds = run_stages(stages, args.jobs)
+    for method in methods:
+        name, channel = method.upper(), METHODS[method][1]
+        timings[f"train_{method}_s"] = round(seconds[out / f"train_{method}.log"], 1)
+        ckpt = latest_checkpoint(out / method)
+        spec_ckpts += [
+            {"label": f"{method}/before", "path": model_dir, "channel": channel, "method": name},
+            {"label": f"{method}/after", "path": str(ckpt), "channel": channel, "method": name},
+        ]
+        labels[name] = (f"{method}/before", f"{method}/after", channel)
+    t0 = time.perf_counter()
+    print(f"[toy] evaluating {len(spec_ckpts)} models on the held-out split with eval.py ...", flush=True)
+    (out / "eval_plan.json").write_text(json.dumps(spec_ckpts, indent=1))
+    run_stage(
+        [
+            "eval.py",
+            "--plan",
+            str(out / "eval_plan.json"),
+            "--sets",
+            f"toy={test}:math",
+            "--n",
+            str(n_eval),
+            "--temperature",
+            "0.7",
+            "--seed",
+            "43",
+            "--config",
+            "toy",
+            "--out",
+            str(out / "eval"),
+            "--no-report",
+        ],
+        out / "eval.log",
+    )
+    timings["eval_s"] = round(time.perf_counter() - t0, 1)
+
+    unseen = toy_build.unseen_problems(cache, test)
+    report = summarize(read_samples(out / "eval" / "samples.jsonl"), out, labels, unseen)
+    timings["total_s"] = round(time.perf_counter() - t_start, 1)
+    (out / "timings.json").write_text(json.dumps(timings, indent=1))
+    print(markdown_table(report))
+    print(f"[toy] {json.dumps(timings)}; report, table and figures under {out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Issue 24's claims and the statistics they are read with, on the toy's tables (worlds/toy_tables.py).
+
+Holds: the 95% t-interval over training seeds (`interval`), the paper's "within noise" test of
+one row's accuracy against another's (`within_noise_of`), the bootstrap interval of the AUROC over
+problems (`problem_interval`), and the claims themselves (`claims`), as pure functions of the
+aggregated rows `{row: {column: (mean, half-width), "seeds": [...]}}` that toy_tables.aggregate
+makes (rows named as toy_tables.ROWS, the warm start `BASE`). Does not hold: the rows, jobs or
+tables (worlds/toy_tables.py), nor the metrics of one pool (evaluation/metrics.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evaluation.metrics import auroc
+
+BASE = "base"  # the warm start read through its verbalized numeral (tab:main's Base row)
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (n seeds - 1).
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def interval(values: list[float]) -> tuple[float, float | None]:
+    """Mean and half-width of the 95% t-interval over seeds (None for one value).
+
+    >>> mean, half = interval([0.5, 0.6, 0.7])      # std 0.1, t(2) = 4.303: 4.303 * 0.1 / sqrt(3)
+    >>> round(mean, 6), round(half, 3), interval([0.5])
+    (0.6, 0.248, (0.5, None))
+    """
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    return mean, T_975[n - 1] * std / n**0.5
+
+
+RESAMPLES = 1000  # bootstrap draws of the problems for problem_interval
+
+
+def problem_interval(pools: list[list[dict]], resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
+    """The 95% percentile interval of the seeds' mean AUROC when the problems are drawn again: each
+    draw takes as many problems as were evaluated, with replacement, every sample of a problem with
+    it, the same problems for every seed (`pools`: one job's samples per seed, over the same
+    problems). The t-interval over seeds counts how training seeds differ; this counts which
+    problems the split happened to hold (docs/toy-protocol-extra.md). None where a draw has no
+    (correct, wrong) pair to rank or `pools` is empty.
+
+    >>> cases = [("x", 1, 0.9), ("x", 0, 0.2), ("y", 1, 0.8), ("y", 0, 0.1)]
+    >>> pool = [{"problem_id": p, "a": a, "c": c} for p, a, c in cases]
+    >>> problem_interval([pool], resamples=50)  # every draw ranks right above wrong: AUROC 1
+    (1.0, 1.0)
+    """
+    if not pools:
+        return None
+    problems = sorted({r["problem_id"] for pool in pools for r in pool})
+    index = {p: i for i, p in enumerate(problems)}
+    by_seed = []
+    for pool in pools:
+        scored = [r for r in pool if r["c"] is not None]
+        by_seed.append(
+            (
+                np.array([index[r["problem_id"]] for r in scored]),
+                np.array([r["c"] for r in scored], dtype=float),
+                np.array([r["a"] for r in scored], dtype=float),
+            )
+        )
+    rng = np.random.default_rng(seed)
+    means = []
+    for _ in range(resamples):
+        times = np.bincount(rng.integers(0, len(problems), len(problems)), minlength=len(problems))
+        values = []
+        for which, c, a in by_seed:  # a problem drawn k times counts its samples k times
+            weight = times[which]
+            value = auroc(np.repeat(c, weight), np.repeat(a, weight))
+            if value is None:
+                return None
+            values.append(value)
+        means.append(sum(values) / len(values))
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
+
+
+# Issue 24's claims, read off the tables: CREDO's readout calibrated (AUROC, ECE), its accuracy
+# kept (its interval reaches the warm start's mean or above, and it is within noise of GRPO's), RLCR's
+# numerals on a handful of values.
+CLAIM_AUROC, CLAIM_ECE, CLAIM_LEVELS = 0.80, 0.08, 6.0
+
+
+def within_noise_of(mine: dict, other: dict) -> tuple[float, float] | None:
+    """(mean accuracy difference mine - other, their joint standard error), or None where either
+    row has a single seed. "Within noise" is the paper's tab:main convention: no further below than
+    one joint standard error, sqrt(se_mine^2 + se_other^2), over training seeds (each se is
+    interval()'s half-width over t).
+
+    >>> diff, joint = within_noise_of({"acc": (0.80, 4.303 * 0.03 / 3**0.5), "seeds": [1, 2, 3]},
+    ...                               {"acc": (0.82, 4.303 * 0.04 / 3**0.5), "seeds": [1, 2, 3]})
+    >>> round(diff, 6), round(joint, 6)     # sqrt(0.03^2 + 0.04^2) / sqrt(3) = 0.05 / sqrt(3)
+    (-0.02, 0.028868)
+    """
+    if mine["acc"][1] is None or other["acc"][1] is None:
+        return None
+    se_mine, se_other = (row["acc"][1] / T_975[len(row["seeds"]) - 1] for row in (mine, other))
+    return mine["acc"][0] - other["acc"][0], (se_mine**2 + se_other**2) ** 0.5
+
+
+def claims(rows: dict) -> list[tuple[str, bool]]:
+    """(claim with its measured value, whether it holds) for each claim the rows can decide.
+
+    >>> rows = {"base": {"acc": (0.48, 0.01)}, "credo": {"acc": (0.47, 0.02), "auroc": (0.85, 0.01),
+    ...         "ece": (0.09, 0.02)}, "rlcr": {"effective_levels": (4.1, 0.3)}}
+    >>> [holds for _, holds in claims(rows)]
+    [True, False, True, True]
+    """
+    found = []
+    if "credo" in rows:
+        auroc, ece = rows["credo"]["auroc"], rows["credo"]["ece"]
+        spread = rows["credo"].get("auroc_problems")
+        over = f"; over problems {spread[0]:.3f}-{spread[1]:.3f}" if spread else ""
+        found.append((f"CREDO's readout AUROC >= {CLAIM_AUROC} (mean {auroc[0]:.3f}{over})", auroc[0] >= CLAIM_AUROC))
+        found.append((f"CREDO's readout ECE <= {CLAIM_ECE} (mean {ece[0]:.3f})", ece[0] <= CLAIM_ECE))
+        if BASE in rows:
+            (acc, half), base = rows["credo"]["acc"], rows[BASE]["acc"][0]
+            found.append(
+                (
+                    f"CREDO's accuracy no lower than the warm start's within noise ({acc:.3f} ± {half or 0:.3f} "
+                    f"vs {base:.3f})",
+                    acc + (half or 0.0) >= base,
+                )
+            )
+        gap = within_noise_of(rows["credo"], rows["grpo"]) if "grpo" in rows else None
+        if gap is not None:
+            diff, joint = gap
+            found.append(
+                (
+                    f"CREDO's accuracy within noise of GRPO's ({rows['credo']['acc'][0]:.3f} vs "
+                    f"{rows['grpo']['acc'][0]:.3f}: {diff:+.3f}, one joint standard error {joint:.3f})",
+                    diff >= -joint,
+                )
+            )
+    if "rlcr" in rows:
+        levels = rows["rlcr"]["effective_levels"][0]
+        found.append(
+            (
+                f"RLCR's numerals on a handful of values (effective levels {levels:.1f} <= {CLAIM_LEVELS})",
+                levels <= CLAIM_LEVELS,
+            )
+        )
+    return found
