@@ -383,8 +383,11 @@ class ConfidencePlan:
                    `readout` when a verbalized rollout ends at the slot (digit expectation)
     source:        what the model's c is: readout (eq:readout), digit_exp (eq:digitexp),
                    or numeral (the parsed report; no logits, nothing to regress)
-    rewards_read:  model (c from the training forward), numeral (the baselines' report, eq:verb)
-                   or slot_token (a sampled <CONF_HIGH>/<CONF_LOW>, conf_train=sampled)
+    model_read:    the read of the model's c from a forward (policy.MODEL_READS): readout,
+                   or digit_exp where the batch teacher-forces "0."
+    rewards_read:  model (the model's c, from the no-grad pass), or a text read
+                   (sampling.TEXT_READS): numeral (the baselines' report, eq:verb) or
+                   slot_token (a sampled <CONF_HIGH>/<CONF_LOW>, conf_train=sampled)
     weights_read:  what eq:sw's discrepancy weights read: model, numeral, or digit_pass (a
                    baseline's eq:digitexp from a no-grad pass, tab:sw_baseline)
     teacher_digits: the training forward teacher-forces "0." after the slot (eq:digitexp)
@@ -400,6 +403,7 @@ class ConfidencePlan:
     prompt: Literal["readout", "readout_noanalysis", "verbalized"]
     segments: Literal["readout", "readout_noanalysis", "verbalized"]
     source: Literal["readout", "digit_exp", "numeral"]
+    model_read: Literal["readout", "digit_exp"]
     rewards_read: Literal["model", "numeral", "slot_token"]
     weights_read: Literal["model", "numeral", "digit_pass"]
     teacher_digits: bool
@@ -439,6 +443,7 @@ def confidence_plan(cfg: Config) -> ConfidencePlan:
         prompt=cfg.channel,
         segments="readout" if cfg.channel == "verbalized" and stops else cfg.channel,
         source=source,
+        model_read="digit_exp" if not baseline and source == "digit_exp" else "readout",
         rewards_read=rewards,
         weights_read=weights,
         teacher_digits=not baseline and source == "digit_exp",

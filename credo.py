@@ -107,7 +107,7 @@ def detached_confidences(
     as the update will run it, so it is the c the update's forward computes (to float rounding).
     A report sampled as text (out.reported) and a baseline's no-grad digit expectation
     (tab:sw_baseline) are read as ConfidencePlan.rewards_read and weights_read say."""
-    c_model = pol.confidences(policy, batch, micro, cfg.pack_sequences) if plan.reads_model else None
+    c_model = pol.confidences(policy, batch, micro, cfg.pack_sequences, plan.model_read) if plan.reads_model else None
     reads = {"model": c_model, "numeral": out.reported, "slot_token": out.reported}
     if plan.weights_read == "digit_pass":
         reads["digit_pass"] = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences)
@@ -182,7 +182,7 @@ def update(
         )
         valid = out.valid[rows]  # [n_mb] V: the rollouts with a slot
         cal = calibration_loss(
-            pol.model_confidence(fwd), pol.to_device(mb_credit.target, dev), pol.to_device(valid, dev)
+            pol.model_confidence(fwd, plan.model_read), pol.to_device(mb_credit.target, dev), pol.to_device(valid, dev)
         )
         # both terms are means over the whole rollout batch: sequences for J, V for L_cal
         pg_share, cal_share = len(rows) / n_total, float(valid.sum()) / n_valid_total

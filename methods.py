@@ -1,9 +1,13 @@
-"""The research knobs: four registries, each chosen by a config key, each with one signature.
+"""The research knobs: registries, each chosen by a config key, each with one signature.
 
     rewards            method:            (g: GroupOutcomes, cfg: Config) -> Rewards       register_method
     confidence target  target:            (correct [N], cfg: Config) -> t [N]               register_target
     calibration loss   calibration_loss:  (c [N], t [N], valid [N]) -> scalar               register_calibration_loss
-    confidence channel channel, confidence, conf_train -> how c is obtained    CHANNEL_READS, config.confidence_plan
+
+The fourth, the confidence channel (how c is obtained), is chosen by channel, confidence and
+conf_train through config.confidence_plan, and read by policy.MODEL_READS (c from a forward:
+readout, digit_exp; the auxiliary head is the readout of a detached trunk) or sampling.TEXT_READS
+(a report sampled as text: numeral, slot_token): those hold the tensors they read.
 
 A method's rewards say which confidence they score (`reads`), and config.confidence_plan
 derives from it what a run must produce:

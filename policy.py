@@ -17,6 +17,7 @@ credit or the update (credo.py), sharding (infra/parallel.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -426,13 +427,46 @@ def at_slot(tokenizer, rollouts: list[ro.Rollout]) -> list[ro.Rollout]:
     return out
 
 
-def model_confidence(fwd: Forward) -> torch.Tensor:
-    """[N] the model's own c from a forward, with its gradient: eq:digitexp when the batch has
-    teacher-forced digits, else the readout of eq:readout (an auxiliary head's, when the
-    forward detached it)."""
-    if fwd.c_digit is not None:
-        return fwd.c_digit
+# --- The confidence channel: how the model's c is read from a forward --------------------------
+# One registry entry per way of reading c off the logits, `(fwd: Forward) -> c [N]` with its
+# gradient; config.ConfidencePlan.model_read names the run's. (A confidence sampled as text is
+# read by sampling.TEXT_READS; a new channel adds an entry to one of them, and its prompt and
+# stopping rule to config.confidence_plan.)
+MODEL_READS: dict[str, Callable[[Forward], torch.Tensor]] = {}
+
+
+def register_model_read(name: str) -> Callable:
+    """Register the decorated `(fwd: Forward) -> c [N]` as the model read `name`."""
+
+    def register(read: Callable[[Forward], torch.Tensor]) -> Callable[[Forward], torch.Tensor]:
+        if name in MODEL_READS:
+            raise ValueError(f"model read {name!r} is registered twice")
+        MODEL_READS[name] = read
+        return read
+
+    return register
+
+
+@register_model_read("readout")
+def read_readout(fwd: Forward) -> torch.Tensor:
+    """c = sigmoid(z_H - z_L) at the slot (eq:readout); the auxiliary head's when the forward
+    read the detached hidden state (ConfidencePlan.detach_readout)."""
     return losses.readout(fwd.z_diff, torch.zeros_like(fwd.z_diff))
+
+
+@register_model_read("digit_exp")
+def read_digit_expectation(fwd: Forward) -> torch.Tensor:
+    """eq:digitexp after the teacher-forced "0." (ConfidencePlan.teacher_digits)."""
+    if fwd.c_digit is None:
+        raise ValueError("the digit expectation needs a batch with teacher-forced digits (training_batch)")
+    return fwd.c_digit
+
+
+def model_confidence(fwd: Forward, read: str = "readout") -> torch.Tensor:
+    """[N] the model's own c from a forward, with its gradient, by the model read `read`."""
+    if read not in MODEL_READS:
+        raise ValueError(f"model read {read!r} is not registered; choose one of {tuple(MODEL_READS)}")
+    return MODEL_READS[read](fwd)
 
 
 # --- No-grad confidence reads (evaluation, and a baseline's eq:sw weights) --------------------
@@ -453,11 +487,11 @@ def _no_grad_reads(policy: Policy, batch: Batch, plan: list[list[int]], packed: 
     return Forward(None, z_diff, c_digit)
 
 
-def confidences(policy: Policy, batch: Batch, micro: list[list[int]], packed: bool) -> torch.Tensor:
-    """[N] the model's c of every row of a training batch, detached (model_confidence: eq:digitexp
-    where the batch teacher-forces digits, else eq:readout), from a no-grad pass over the
-    micro-batches `micro` (the update's own); NaN where a row has no slot."""
-    c = model_confidence(_no_grad_reads(policy, batch, micro, packed))  # [N]
+def confidences(policy: Policy, batch: Batch, micro: list[list[int]], packed: bool, read: str) -> torch.Tensor:
+    """[N] the model's c of every row of a training batch by the model read `read`, detached,
+    from a no-grad pass over the micro-batches `micro` (the update's own); NaN where a row has
+    no slot."""
+    c = model_confidence(_no_grad_reads(policy, batch, micro, packed), read)  # [N]
     return torch.where(batch.slot_pos >= 0, c, float("nan"))
 
 

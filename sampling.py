@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -143,21 +144,50 @@ def outcomes(
     )
 
 
+# ============================================================================================
+# The confidence channel, when the confidence is sampled as text: one read per kind of report.
+# ============================================================================================
+
+# `(rollouts, tokenizer) -> q [N]`, NaN where a rollout reports none; ConfidencePlan.rewards_read
+# names the run's (the model's own c is read by policy.MODEL_READS).
+TEXT_READS: dict[str, Callable[[list[ro.Rollout], object], torch.Tensor]] = {}
+
+
+def register_text_read(name: str) -> Callable:
+    """Register the decorated `(rollouts, tokenizer) -> q [N]` as the text read `name`."""
+
+    def register(read: Callable) -> Callable:
+        if name in TEXT_READS:
+            raise ValueError(f"text read {name!r} is registered twice")
+        TEXT_READS[name] = read
+        return read
+
+    return register
+
+
+@register_text_read("numeral")
+def read_numeral(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
+    """The parsed numeral after <confidence> (the verbalized baselines, eq:verb)."""
+    return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
+
+
+@register_text_read("slot_token")
+def read_slot_token(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
+    """The sampled slot token: 1 for <CONF_HIGH>, 0 for <CONF_LOW> (conf_train=sampled)."""
+    value = {tokenizer.convert_tokens_to_ids(ro.CONF_HIGH): 1.0, tokenizer.convert_tokens_to_ids(ro.CONF_LOW): 0.0}
+    return torch.tensor(
+        [
+            value.get(r.completion_ids[r.segments.slot], float("nan"))
+            if r.segments.slot is not None and r.segments.slot < len(r.completion_ids)
+            else float("nan")
+            for r in rollouts
+        ]
+    )
+
+
 def reported_confidence(rollouts: list[ro.Rollout], rewards_read: str, tokenizer) -> torch.Tensor | None:
-    """[N] the confidence a rollout reports as sampled text, NaN where it reports none: the
-    parsed numeral (the verbalized baselines, eq:verb) or the sampled slot token, 1 for
-    <CONF_HIGH> and 0 for <CONF_LOW> (conf_train=sampled), as ConfidencePlan.rewards_read
-    says; None when the rewards read the model's c (rewards_read == "model")."""
-    if rewards_read == "slot_token":
-        value = {tokenizer.convert_tokens_to_ids(ro.CONF_HIGH): 1.0, tokenizer.convert_tokens_to_ids(ro.CONF_LOW): 0.0}
-        return torch.tensor(
-            [
-                value.get(r.completion_ids[r.segments.slot], float("nan"))
-                if r.segments.slot is not None and r.segments.slot < len(r.completion_ids)
-                else float("nan")
-                for r in rollouts
-            ]
-        )
-    if rewards_read == "numeral":
-        return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
-    return None
+    """[N] the confidence each rollout reports as sampled text (TEXT_READS[rewards_read]), NaN
+    where it reports none; None when the rewards read the model's c (rewards_read == "model")."""
+    if rewards_read == "model":
+        return None
+    return TEXT_READS[rewards_read](rollouts, tokenizer)

@@ -535,3 +535,19 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
     assert all(r["c"] is not None for r in records if reaches_the_slot(r["text"]))
     assert all(r["c"] is None for r in records if not reaches_the_slot(r["text"]))
     assert any(r["slot_repaired"] for r in records) and all(isinstance(r["slot_repaired"], bool) for r in records)
+
+
+def test_the_text_reads_are_a_registry(tiny_dir):
+    tok = tiny_policy(tiny_dir).tokenizer
+    high, low = (tok.convert_tokens_to_ids(t) for t in pol.RESERVED_TOKENS)
+    prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    rollouts = []
+    for text, slot_token in (("\\boxed{4} <analysis> ok </analysis> <confidence>", high), ("\\boxed{5}", None)):
+        ids = tok.encode(text, add_special_tokens=False) + ([slot_token] if slot_token is not None else [])
+        rollouts.append(Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
+    q = sampling.reported_confidence(rollouts, "slot_token", tok)
+    assert q[0] == 1.0 and torch.isnan(q[1])  # <CONF_HIGH> sampled; no slot
+    assert sampling.reported_confidence(rollouts, "model", tok) is None
+    assert set(sampling.TEXT_READS) == {"numeral", "slot_token"}
+    with pytest.raises(ValueError, match="text read 'numeral' is registered twice"):
+        sampling.register_text_read("numeral")(lambda rollouts, tokenizer: None)

@@ -416,3 +416,18 @@ def test_forward_log_probs_are_at_the_sampling_temperature_and_the_readout_is_ra
         == raw.z_diff.item()
         == pytest.approx(float(logits[slot, policy.high_id] - logits[slot, policy.low_id]), abs=1e-4)
     )
+
+
+def test_the_model_reads_are_a_registry():
+    fwd = pol.Forward(logp=None, z_diff=torch.tensor([0.0, 2.0]), c_digit=None)
+    assert pol.model_confidence(fwd, "readout").tolist() == pytest.approx([0.5, 1 / (1 + math.exp(-2.0))])
+    digits = pol.Forward(logp=None, z_diff=torch.zeros(2), c_digit=torch.tensor([0.25, 0.75]))
+    assert pol.model_confidence(digits, "digit_exp").tolist() == [0.25, 0.75]
+    with pytest.raises(ValueError, match="needs a batch with teacher-forced digits"):
+        pol.model_confidence(fwd, "digit_exp")
+    with pytest.raises(
+        ValueError, match=r"model read 'nope' is not registered; choose one of \('readout', 'digit_exp'"
+    ):
+        pol.model_confidence(fwd, "nope")
+    with pytest.raises(ValueError, match="model read 'readout' is registered twice"):
+        pol.register_model_read("readout")(lambda f: f.z_diff)
