@@ -128,7 +128,7 @@ def _check_key(key: str, where: str) -> None:
         near = [KEY_ALIASES[key]] if KEY_ALIASES.get(key) in FIELDS else []
         near += [k for k in difflib.get_close_matches(key, FIELDS, n=3, cutoff=0.5) if k not in near]
         hint = f"; did you mean {' or '.join(near)}?" if near else ""
-        raise KeyError(f"unknown config key {key!r} in {where}{hint} (python credo.py --help-config lists the keys)")
+        raise KeyError(f"unknown config key {key!r} in {where}{hint} (`bash run.sh --help-config` lists the keys)")
 
 
 def parse_override(item: str) -> tuple[str, object]:

@@ -223,7 +223,7 @@ def train_step(
     (tab:sw_baseline). n_total, n_valid_total: as `update` takes them; by default this batch's
     N and |V|."""
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, packed=cfg.pack_sequences)
+    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=cfg.pack_sequences)
     if plan.weights_read == "digit_pass" and rollouts is None:
         raise ValueError("a baseline's digit pass (confidence=digit_exp) reads the rollouts: pass rollouts=")
     # 4. what credit reads, detached

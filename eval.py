@@ -1,5 +1,5 @@
 """Evaluation: generate on the paper's evaluation sets, grade, read every confidence source,
-and write the records, tables and figures (paper: ../shared/paper/credo.tex, `app:data`).
+and write the records, tables and figures (the paper's `app:data`).
 
     python eval.py --ckpt runs/math-s43 --sets math500,aime24 [--n N] [--temperature 0.7]
     python eval.py --ckpt CREDO=runs/credo-s43,RLCR=runs/rlcr-s43 --sets math500 --out runs/tables/x

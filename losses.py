@@ -1,4 +1,5 @@
-"""The equations of CREDO as pure tensor functions (paper: ../shared/paper/credo.tex).
+"""The equations of CREDO as pure tensor functions (the paper: Beyond Verbalized Confidence: Calibrating Reasoners with
+Differentiable Readouts).
 
 Every function here is one equation of the paper, named after it and citing its
 label. They take tensors, return tensors, and keep no state: the training loop

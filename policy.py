@@ -166,18 +166,24 @@ class Batch:
         )
 
 
-def micro_batches(lengths: list[int], budget: int, packed: bool) -> list[list[int]]:
+def micro_batches(lengths: list[int], budget: int, group: int, packed: bool) -> list[list[int]]:
     """Row indices of each micro-batch: few micro-batches of at most `budget` tokens each.
 
     A micro-batch costs the sum of its lengths when packed, else its rows x its longest row
-    (padding counts). Rows are placed by increasing length, and a micro-batch is closed when
-    the next row would overflow it. The order never changes a gradient (the loss is a sum over
-    rows), and credit is computed for the whole batch before the update, so a group may span
-    micro-batches.
+    (padding counts). Units are placed in increasing cost, and a micro-batch is closed when the
+    next unit would overflow it. The units are whole groups of `group` rows where a group fits
+    the budget, so that a packed row holds the group's shared prompt once (packing.pack_rows);
+    the rows of a group that does not fit are placed one by one after them. Credit never depends
+    on the plan (it is computed for the whole batch first), and the order never changes a
+    gradient (the loss is a sum over rows).
 
-    >>> micro_batches([5, 1, 4, 2], budget=6, packed=True)
+    >>> micro_batches([5, 1, 4, 2], budget=6, group=1, packed=True)
     [[1, 3], [2], [0]]
-    >>> micro_batches([5, 1, 4, 2], budget=8, packed=False)   # 2 x 2, 1 x 4, 1 x 5
+    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=6, group=2, packed=True)
+    [[4, 5], [0, 1], [2, 3]]
+    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=5, group=2, packed=True)  # group (0, 1) is split
+    [[4, 5], [1, 3], [2], [0]]
+    >>> micro_batches([5, 1, 4, 2], budget=8, group=1, packed=False)   # 2 x 2, 1 x 4, 1 x 5
     [[1, 3], [2], [0]]
     """
     for row, length in enumerate(lengths):
@@ -186,15 +192,25 @@ def micro_batches(lengths: list[int], budget: int, packed: bool) -> list[list[in
                 f"rollout {row} has {length} tokens, more than micro_batch_tokens = {budget}; raise "
                 f"micro_batch_tokens to at least max_prompt_tokens + max_completion_tokens + 2"
             )
-    plan, current = [], []
-    for row in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
-        grown = current + [row]
-        cost = sum(lengths[i] for i in grown) if packed else len(grown) * max(lengths[i] for i in grown)
-        if current and cost > budget:
-            plan.append(current)
-            grown = [row]
-        current = grown
-    return plan + ([current] if current else [])
+    if len(lengths) % group:
+        raise ValueError(f"{len(lengths)} rows are not whole groups of {group}")
+
+    def cost(rows: list[int]) -> int:
+        return sum(lengths[i] for i in rows) if packed else len(rows) * max(lengths[i] for i in rows)
+
+    def fill(units: list[list[int]]) -> list[list[int]]:
+        plan, current = [], []
+        for unit in units:
+            if current and cost(current + unit) > budget:
+                plan.append(current)
+                current = []
+            current = current + unit
+        return plan + ([current] if current else [])
+
+    units = [list(range(q * group, (q + 1) * group)) for q in range(len(lengths) // group)]
+    whole = sorted((u for u in units if cost(u) <= budget), key=lambda u: (cost(u), u[0]))
+    split = sorted((i for u in units if cost(u) > budget for i in u), key=lambda i: (lengths[i], i))
+    return fill(whole) + fill([[i] for i in split])
 
 
 def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
@@ -267,7 +283,7 @@ def compile_layers(model, backend: str = "inductor") -> None:
 
     What it buys on a GPU: the layer's elementwise work (RMSNorm, rotary, SiLU x up, residual
     adds, autocast's casts) becomes a few fused kernels around the matmuls instead of dozens
-    of separate ones (../shared/gpu/prof2.log: 1.7B shape, 1 x 4,096: MFU 0.189 -> 0.268).
+    of separate ones (an H100 profile of 2026-11-24, 1.7B shape, 1 x 4,096: MFU 0.189 -> 0.268).
     Shapes are dynamic (every micro-batch has another length: one compilation, no recompiles).
     Attention stays eager (sequence_attention is excluded), so each layer is two graphs
     around it. Only train mode is compiled: generation on this model (engine=hf, eval) runs
@@ -506,7 +522,7 @@ def digit_expectations(policy: Policy, rollouts: list[ro.Rollout], budget: int, 
     tokenizer = policy.tokenizer
     batch = collate(at_slot(tokenizer, rollouts), tokenizer.pad_token_id, teacher_digits=digit_token_ids(tokenizer))
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    plan = micro_batches(lengths, budget, packed=packed)
+    plan = micro_batches(lengths, budget, 1, packed=packed)
     c_digit = _no_grad_reads(policy, batch, plan, packed).c_digit  # [N]
     return torch.where(batch.digit_pos >= 0, c_digit, float("nan"))
 
@@ -516,6 +532,6 @@ def readouts(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bo
     NaN where the rollout has no slot."""
     batch = collate(rollouts, policy.tokenizer.pad_token_id)
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    plan = micro_batches(lengths, budget, packed=packed)
+    plan = micro_batches(lengths, budget, 1, packed=packed)
     c = torch.sigmoid(_no_grad_reads(policy, batch, plan, packed).z_diff)  # [N]
     return torch.where(batch.slot_pos >= 0, c, float("nan"))

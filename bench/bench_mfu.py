@@ -127,7 +127,7 @@ def profile_step(step, cuda: bool, top: int = 30) -> dict:
     """One more step under torch.profiler: its operators and kernels by self time on the
     device (CUDA; the host's time on a CPU), the `top` first, as the profiler's own table
     lists them (an operator's self device time includes its kernels, which are listed too,
-    as in ../shared/gpu/prof.log)."""
+    as in the H100 profile of 2026-11-24)."""
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=activities) as prof:
         step()
@@ -258,8 +258,9 @@ def main() -> None:
         "step_s": round(seconds, 4),
         "step_s_all": [round(t, 4) for t in times],
         "warmup_s": [round(t, 2) for t in warmup],
-        "model_tflop_per_step": round(flops / 1e12, 3),
-        "achieved_tflop_s": round(flops / seconds / 1e12, 3),
+        # four significant digits: a small model on a busy CPU achieves well under 0.001 TFLOP/s
+        "model_tflop_per_step": float(f"{flops / 1e12:.4g}"),
+        "achieved_tflop_s": float(f"{flops / seconds / 1e12:.4g}"),
         "tokens_per_s": round(args.rows * args.seq / seconds, 1),
         "dense_bf16_peak_tflop_s": peak / 1e12 if peak else None,
         "mfu": round(flops / seconds / peak, 4) if peak else None,

@@ -6,19 +6,20 @@ the old consecutive-rows batching, and packing.
 Length sources:
 * tiny: the training batches of a real `--steps`-step run of configs/tiny.yaml
   (lengths recorded from every batch train_step receives; G = 4, micro-batch 4,
-  so a micro-batch holds up to 4 full-length rows);
+  so every micro-batch is one whole group);
 * math_g8_mb2: the paper's math layout (tab:hyper: G = 8, micro-batch 2, 128 rollouts a
   step) with synthetic lengths: prompts uniform in [60, 400] tokens (one per group),
   completions log-normal (median 1,500) capped at 8,192 (truncated), `--batches` steps;
 * math_g8_mb16: the same lengths with micro-batches of 16 rows (budget of 16 rows).
 Strategies: `consecutive` (rows in order, `micro` at a time: plain row micro-batches),
 `credo_padded` / `credo_packed` (policy.micro_batches as train_step builds them, with
-micro_batch_tokens=auto = micro full-length rows, the rows length-sorted; padded to the longest row, or packed
-into one row
+micro_batch_tokens=auto = micro full-length rows: whole groups where they fit the budget,
+the rows of the others length-sorted; padded to the longest row, or packed into one row
 (pack_sequences, the default), which has no padding), `packed_rows` (first-fit-decreasing
 packing of the sequences into rows of max_prompt + max_completion tokens).
 pad_fraction = padded token slots / all token slots. Also per strategy: micro-batches per
-batch (fewer = fewer, fuller forwards). Prints one JSON line and writes
+batch (fewer = fewer, fuller forwards), and for credo the share of tokens whose group was
+split (their prompt is then packed once per micro-batch that holds some of them). Prints one JSON line and writes
 bench/results/padding.json; `pad_fraction` is credo's on the paper's layout.
 """
 
@@ -52,21 +53,37 @@ def packed_rows_pad(lengths: list[int], capacity: int) -> float:
     return 1.0 - sum(lengths) / (len(free) * capacity)
 
 
-def strategies(batches: list[list[int]], micro: int, capacity: int) -> dict:
-    """Pad fractions over all batches (token slots summed over batches) and the mean number of
-    micro-batches per batch. credo's budget is micro_batch_tokens=auto: `micro` rows of
-    capacity + 2 tokens."""
+def holds_whole_groups(rows: list[int], group: int) -> bool:
+    """`rows` are whole groups, each in order (qG, ..., qG + G - 1): their prompts are packed once.
+
+    >>> holds_whole_groups([4, 5, 0, 1], 2), holds_whole_groups([1, 3], 2)
+    (True, False)
+    """
+    starts = rows[::group]
+    return (
+        len(rows) % group == 0
+        and rows == [s + i for s in starts for i in range(group)]
+        and all(s % group == 0 for s in starts)
+    )
+
+
+def strategies(batches: list[list[int]], micro: int, group: int, capacity: int) -> dict:
+    """Pad fractions over all batches (token slots summed over batches), the mean number of
+    micro-batches per batch, and for credo the share of tokens in groups split over several
+    micro-batches (their shared prompt is packed once per micro-batch that holds some of them). credo's budget is
+    micro_batch_tokens=auto: `micro` rows of capacity + 2 tokens."""
     budget = micro * (capacity + 2)
     slots = {"consecutive": 0, "credo_padded": 0, "credo_packed": 0, "packed_rows": 0}
     counts = {name: 0 for name in ("consecutive", "credo_padded", "credo_packed")}
+    split = {name: 0 for name in ("credo_padded", "credo_packed")}
     tokens = 0
     for lengths in batches:
         n = len(lengths)
         tokens += sum(lengths)
         plans = {
             "consecutive": consecutive(n, micro),
-            "credo_padded": pol.micro_batches(lengths, budget, packed=False),
-            "credo_packed": pol.micro_batches(lengths, budget, packed=True),
+            "credo_padded": pol.micro_batches(lengths, budget, group, packed=False),
+            "credo_packed": pol.micro_batches(lengths, budget, group, packed=True),
         }
         for name, plan in plans.items():
             counts[name] += len(plan)
@@ -75,12 +92,16 @@ def strategies(batches: list[list[int]], micro: int, capacity: int) -> dict:
                 if name == "credo_packed"
                 else sum(len(b) * max(lengths[i] for i in b) for b in plan)
             )
+            if name in split:
+                split[name] += sum(lengths[i] for b in plan if not holds_whole_groups(b, group) for i in b)
         slots["packed_rows"] += sum(lengths) / (1 - packed_rows_pad(lengths, capacity))
     return (
         {f"{name}_pad_fraction": round(1 - tokens / s, 4) for name, s in slots.items()}
         | {f"{name}_micro_batches": round(c / len(batches), 2) for name, c in counts.items()}
+        | {f"{name}_split_group_token_fraction": round(t / tokens, 4) for name, t in split.items()}
         | {
             "micro": micro,
+            "group": group,
             "budget_tokens": budget,
             "batches": len(batches),
             "rows_per_batch": len(batches[0]),
@@ -113,8 +134,8 @@ def main() -> None:
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
     }
     math_batches = synthetic_math(args.batches)
-    result["math_g8_mb2"] = strategies(math_batches, 2, 1024 + 8192)
-    result["math_g8_mb16"] = strategies(math_batches, 16, 1024 + 8192)
+    result["math_g8_mb2"] = strategies(math_batches, 2, 8, 1024 + 8192)
+    result["math_g8_mb16"] = strategies(math_batches, 16, 8, 1024 + 8192)
     if not args.no_loop:
         from bench.bench_tiny import tiny_run
 
@@ -128,7 +149,10 @@ def main() -> None:
         )
         cfg = config.load_config("tiny")
         result["tiny"] = strategies(
-            [lengths for lengths, _, _ in seen], seen[0][1], cfg.max_prompt_tokens + cfg.max_completion_tokens
+            [lengths for lengths, _, _ in seen],
+            seen[0][1],
+            seen[0][2],
+            cfg.max_prompt_tokens + cfg.max_completion_tokens,
         )
     result["pad_fraction"] = result["math_g8_mb2"]["credo_packed_pad_fraction"]
     result["target_pad_fraction"] = 0.10

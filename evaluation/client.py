@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "serve":
             os.execv(sys.executable, serve_command(args.ckpt, args.host, args.port, extra))
         if extra:
-            raise ClientError(f"unknown arguments {extra}; see `python -m evaluation.client ask --help`")
+            raise ClientError(f"unknown arguments {extra}; see `bash run.sh ask --help`")
         client = open_client(
             args.ckpt,
             args.server,
@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ClientError, ValueError, OSError) as err:
         if args.debug:
             raise
-        print(f"client.py: {err}", file=sys.stderr)
+        print(f"{args.command}: {err} (--debug shows the traceback)", file=sys.stderr)
         sys.exit(2)
 
 

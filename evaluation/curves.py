@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     except CurvesError as error:
         if args.debug:
             raise
-        parser.exit(2, f"curves.py: {error}\n")
+        parser.exit(2, f"plot: {error} (--debug shows the traceback)\n")
     for path in written:
         print(path)
     return written

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -101,7 +102,7 @@ def table_commands(name: str) -> str:
         lines.append(
             shlex.join(
                 [
-                    "python",
+                    ".venv/bin/python",  # runnable as printed, from the checkout, without activating .venv
                     "eval.py",
                     "--ckpt",
                     ",".join(entries),
@@ -119,8 +120,24 @@ def table_commands(name: str) -> str:
     return "\n".join(lines)
 
 
+def description(yaml_text: str) -> str:
+    """The first sentence of a config file's leading comment block (which may span lines).
+
+    >>> description("# CREDO on code (tab:hyper): Qwen3-8B trained\\n# on DeepCoder. The rest.\\nmethod: credo")
+    'CREDO on code (tab:hyper): Qwen3-8B trained on DeepCoder.'
+    """
+    words = []
+    for line in yaml_text.splitlines():
+        if not line.startswith("#"):
+            break
+        words += line.lstrip("#").split()
+    text = " ".join(words)
+    end = next((i + 1 for i in range(len(text)) if text[i] == "." and text[i + 1 : i + 2] in (" ", "")), len(text))
+    return text[:end]
+
+
 def list_configs() -> str:
-    """Every config with its first comment line and the table rows it trains."""
+    """Every config with the first sentence of its comment and the table rows it trains."""
     tables = load_tables()
     rows_of: dict[str, list[str]] = {}
     for key, spec in tables.items():
@@ -130,8 +147,9 @@ def list_configs() -> str:
                 rows_of.setdefault(row["config"], []).append(f"{key} '{row['label']}'{extra}")
     lines = []
     for path in (CONFIG_DIR / f"{name}.yaml" for name in config_names()):
-        first = next((line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")), "")
-        lines.append(f"{path.stem:<18} {first}")
+        wrapped = textwrap.wrap(description(path.read_text()), width=100) or [""]
+        lines.append(f"{path.stem:<18} {wrapped[0]}")
+        lines.extend(f"{'':<18} {more}" for more in wrapped[1:])
         for where in rows_of.get(path.stem, []):
             lines.append(f"{'':<18}   -> {where}")
     lines.append(

@@ -115,7 +115,7 @@ def activation_bytes_per_token(shape: dict, checkpointing: bool, compute_bytes: 
     saves, the matmul inputs and outputs, and recompute the elementwise work in backward:
     two normed inputs (2 h), q, k, v and the attention output (2 q + 2 kv), gate, up and
     the down projection's input (3 i), and the two fp32 residual inputs. Calibrated on an
-    H100 (../shared/gpu/prof2*.log, 1.7B shape): eager 3.2 MB a token measured at 1 x 4,096
+    H100 (profiles of 2026-11-24, 1.7B shape): eager 3.2 MB a token measured at 1 x 4,096
     (this gives 3.21); compiled 1.7 MB at 1 x 4,096 and 2.0 MB at 2 x 9,216 (this gives 2.06).
     With checkpointing a layer keeps its input (h) and one layer is live at a time. The loss
     adds fp32 log-prob work over a vocabulary chunk, not counted (no [N, T, V] logits).

@@ -11,7 +11,7 @@ A *part* is a folder of files the project does not own and never commits: Qwen3'
 
 1. the directory named by `$CREDO_FIXTURES` (a user's own copy),
 2. `../shared` beside the checkout, where it exists (the project's CI),
-3. `.cache/fixtures/` in the checkout (what `fetch` writes),
+3. `.cache/shared/` in the checkout (what `fetch` writes),
 
 and returns the first folder where every file pattern of the part matches, or None.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 from grading.judge import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE_ROOT = ROOT / ".cache" / "fixtures"
+CACHE_ROOT = ROOT / ".cache" / "shared"  # laid out as ../shared is: fixtures/, realdata/
 ENV_ROOT = "CREDO_FIXTURES"
 GITHUB_RAW = "https://raw.githubusercontent.com"
 LOCK_NAME = "fixtures.lock.json"
@@ -186,7 +186,7 @@ PARTS: dict[str, Part] = {
 
 def roots() -> list[Path]:
     """The roots looked in, in order: $CREDO_FIXTURES (an error if it names no directory), ../shared
-    where it exists, .cache/fixtures."""
+    where it exists, .cache/shared."""
     found = []
     named = os.environ.get(ENV_ROOT)
     if named:
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     get = sub.add_parser("fetch", help="download the parts at their pinned revisions and check their sha256")
     get.add_argument("--only", default=None, help=f"comma-separated parts (default: all of {', '.join(PARTS)})")
-    get.add_argument("--root", default=str(CACHE_ROOT), help="where to write them (default: .cache/fixtures)")
+    get.add_argument("--root", default=str(CACHE_ROOT), help="where to write them (default: .cache/shared)")
     sub.add_parser("where", help="where each part resolves")
     args = parser.parse_args(argv)
     try:

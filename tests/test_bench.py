@@ -71,13 +71,18 @@ def test_padding_strategies_count_slots():
     assert bench_padding.packed_rows_pad([6, 4, 5, 5], capacity=10) == 0.0
     assert bench_padding.packed_rows_pad([6, 6], capacity=10) == pytest.approx(0.4)
     # budget 2 x (4 + 2) = 12 tokens
-    out = bench_padding.strategies([[1, 4, 1, 4]], micro=2, capacity=4)
+    out = bench_padding.strategies([[1, 4, 1, 4]], micro=2, group=2, capacity=4)
     assert out["consecutive_pad_fraction"] == pytest.approx(6 / 16)  # [1,4] [1,4]: 16 slots, 10 tokens
-    assert out["credo_padded_pad_fraction"] == pytest.approx(6 / 16)  # [1,1,4] 3 x 4 = 12, [4] 4: 16 slots
-    assert out["credo_padded_micro_batches"] == 2
+    assert out["credo_padded_pad_fraction"] == pytest.approx(6 / 16)  # whole groups: 2 x 4 each, 4 x 4 > 12
+    assert out["credo_padded_micro_batches"] == 2 and out["credo_padded_split_group_token_fraction"] == 0
     assert out["credo_packed_pad_fraction"] == 0 and out["credo_packed_micro_batches"] == 1  # 10 tokens <= 12
-    long = bench_padding.strategies([[1, 4, 6, 6]], micro=1, capacity=6)  # budget 8: [1, 4], [6], [6]
-    assert long["credo_packed_micro_batches"] == 3
+    free = bench_padding.strategies([[1, 4, 1, 4]], micro=2, group=1, capacity=4)
+    assert free["credo_padded_pad_fraction"] == pytest.approx(6 / 16)  # [1,1,4] 3 x 4 = 12, [4] 4: 16 slots
+    assert free["credo_padded_micro_batches"] == 2
+    long = bench_padding.strategies([[1, 4, 6, 6]], micro=1, group=2, capacity=6)  # budget 8: group 2 splits
+    assert long["credo_packed_micro_batches"] == 3 and long["credo_packed_split_group_token_fraction"] == round(
+        12 / 17, 4
+    )
 
 
 def test_mfu_flops_count_and_a_real_run(tmp_path):

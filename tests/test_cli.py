@@ -77,7 +77,7 @@ def test_eval_bad_input_is_one_line(argv, names, capsys):
         (["-m", "worlds.toy", "--methods", "nonsense"], "toy: --methods 'nonsense'"),
         (["bench/run_all.py", "--only", "nope"], "bench: --only ['nope']"),
         (["-m", "infra.memfit", "nope"], "memfit: no config named 'nope'"),
-        (["-m", "evaluation.curves", "/nonexistent-run"], "curves.py: /nonexistent-run: no such run directory"),
+        (["-m", "evaluation.curves", "/nonexistent-run"], "plot: /nonexistent-run: no such run directory"),
     ],
 )
 def test_the_other_commands_answer_bad_input_in_one_line(argv, starts):

@@ -254,6 +254,22 @@ def test_the_command_line_against_the_server(ckpt, server):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_ask_in_process_prints_one_json_line_and_nothing_else_on_stdout(ckpt):
+    """vLLM's and transformers' logging go to stderr (run.sh), so stdout is the answer alone."""
+    result = subprocess.run(
+        ["bash", "run.sh", "ask", "--ckpt", ckpt, "--json", "--seed", "0", QUESTION],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = result.stdout.splitlines()
+    assert set(json.loads(line)) >= {"text", "c", "abstain", "reason"}
+    assert " INFO " not in result.stderr  # quiet unless --verbose
+
+
 def test_an_http_error_names_the_status_and_the_server_message(server):
     with pytest.raises(client.ClientError, match=r"/v1/completions answered HTTP 400: "):
         client.ServerTransport(server).last_logprobs([[0] * 1000])
@@ -288,7 +304,7 @@ def test_a_checkpoint_without_the_reserved_tokens(tiny_dir, capsys):
         client.main(["ask", "--ckpt", base, "--channel", "readout", "--domain", "math", QUESTION])
     assert exit_info.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("client.py: ") and "no <CONF_HIGH> / <CONF_LOW> token" in line
+    assert line.startswith("ask: ") and "no <CONF_HIGH> / <CONF_LOW> token" in line
 
 
 def test_a_base_model_needs_its_channel_and_a_directory_must_be_a_model(tiny_dir, tmp_path):

@@ -120,8 +120,8 @@ def test_the_command_line_prints_one_line_and_exits_2(tmp_path, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert (
-        err == f"curves.py: {tmp_path / 'absent'}: no such run directory; "
-        "give the directory a training run wrote (runs/<name>)\n"
+        err == f"plot: {tmp_path / 'absent'}: no such run directory; "
+        "give the directory a training run wrote (runs/<name>) (--debug shows the traceback)\n"
     )
     with pytest.raises(curves.CurvesError):
         curves.main([str(tmp_path / "absent"), "--debug"])

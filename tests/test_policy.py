@@ -33,7 +33,7 @@ from rollout import Rollout
 
 def test_docstring_examples_hold():
     result = doctest.testmod(pol, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 2 and result.failed == 0
+    assert result.attempted >= 4 and result.failed == 0
 
 
 # --- reserved tokens --------------------------------------------------------------------------
@@ -157,19 +157,22 @@ def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokeni
 
 def test_a_rollout_longer_than_the_budget_is_refused():
     with pytest.raises(ValueError, match="rollout 1 has 7 tokens, more than micro_batch_tokens = 6"):
-        pol.micro_batches([5, 7], budget=6, packed=True)
+        pol.micro_batches([5, 7], budget=6, group=1, packed=True)
 
 
-def test_micro_batches_fill_up_to_the_budget_by_increasing_length():
-    """Packed cost = the rows' tokens; rows by length 1, 2, 2, 3, 3, 4, 4, 9; budget 10: groups
-    play no part (credit is computed for the whole batch before the update)."""
+def test_micro_batches_pack_whole_groups_up_to_the_budget():
+    """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
     lengths = [3, 3, 2, 2, 9, 1, 4, 4]
-    plan = pol.micro_batches(lengths, budget=10, packed=True)
-    assert plan == [[5, 2, 3, 0], [1, 6], [7], [4]]  # 1 + 2 + 2 + 3 = 8; 3 + 4 = 7; 4 (+ 9 > 10); 9
-    # padded, a micro-batch costs rows x longest: [1, 2, 2] 3 x 2 = 6, + 3 -> 4 x 3 = 12 > 10
-    padded = pol.micro_batches(lengths, 10, packed=False)
-    assert padded == [[5, 2, 3], [0, 1], [6, 7], [4]]
-    assert pol.pad_fraction(lengths, padded) == pytest.approx(1 - 28 / (6 + 6 + 8 + 9))
+    plan = pol.micro_batches(lengths, budget=10, group=2, packed=True)
+    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]  # 4 + 6 = 10; 8; 10
+    # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
+    padded = pol.micro_batches(lengths, 10, 2, packed=False)
+    assert padded == [[2, 3], [0, 1], [6, 7], [5], [4]]
+    assert pol.pad_fraction(lengths, padded) == 0.0
+    # groups play no part with group=1: rows by length 1, 2, 2, 3, 3, 4, 4, 9
+    assert pol.micro_batches(lengths, budget=10, group=1, packed=True) == [[5, 2, 3, 0], [1, 6], [7], [4]]
+    with pytest.raises(ValueError, match="8 rows are not whole groups of 3"):
+        pol.micro_batches(lengths, 10, 3, packed=True)
 
 
 # --- the forward pass ---------------------------------------------------------------------------

@@ -61,12 +61,12 @@ def lcb_source(record: dict) -> bytes:
 def test_the_resolver_looks_in_the_named_root_then_shared_then_the_cache(tmp_path, monkeypatch):
     checkout, shared, mine = tmp_path / "checkout", tmp_path / "shared", tmp_path / "mine"
     monkeypatch.setattr(realparts, "ROOT", checkout)
-    monkeypatch.setattr(realparts, "CACHE_ROOT", checkout / ".cache" / "fixtures")
+    monkeypatch.setattr(realparts, "CACHE_ROOT", checkout / ".cache" / "shared")
     monkeypatch.delenv(realparts.ENV_ROOT, raising=False)
     checkout.mkdir()
     assert realparts.resolve("math500") is None
     assert "run `bash run.sh fixtures`" in realparts.missing_reason("math500")
-    for root in (checkout / ".cache" / "fixtures", shared, mine):
+    for root in (checkout / ".cache" / "shared", shared, mine):
         (root / "realdata" / "math500").mkdir(parents=True)
         (root / "realdata" / "math500" / "test.jsonl").write_text("{}\n")
     assert realparts.resolve("math500") == shared / "realdata" / "math500"
@@ -195,3 +195,9 @@ def test_fetching_the_real_parts_gives_what_the_resolver_finds(real_part, tmp_pa
         real_part("lcb") / "kaggle_1873_A.jsonl"
     ).read_bytes()
     assert len(AutoTokenizer.from_pretrained(root / TOKENIZER.where)) == 151669
+
+
+def test_the_skip_message_names_each_place_looked_in_once():
+    reason = realparts.missing_reason("qwen3-tokenizer")
+    assert str(realparts.ROOT / ".cache" / "shared" / "fixtures" / "qwen3-tokenizer") in reason
+    assert "fixtures/fixtures" not in reason and reason.endswith("run `bash run.sh fixtures` to fetch it")

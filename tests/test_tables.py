@@ -1,5 +1,7 @@
 """tables.py: the paper's tables as runnable commands."""
 
+import doctest
+
 import pytest
 
 import config
@@ -20,7 +22,7 @@ def test_every_table_row_is_a_runnable_config():
             commands_of.setdefault(r["eval"], set()).add(r["train"])
         assert all(len(c) == 1 for c in commands_of.values())  # one run directory, one training
         text = tables.table_commands(key)
-        assert all(r["train"] in text for r in trained) and text.count("python eval.py") >= 1
+        assert all(r["train"] in text for r in trained) and text.count(".venv/bin/python eval.py") >= 1
     sens = {(r["label"], r["domain"]): r["eval"] for r in tables.table_runs("sens")}
     # tab:hyper's own values are the CREDO runs themselves (kappa 0.25 math, 0.5 code), not new trainings
     assert sens[("kappa = 0.25", "math")] == sens[("alpha = 0.03", "math")] == "runs/credo-math-s43"
@@ -32,3 +34,18 @@ def test_every_table_row_is_a_runnable_config():
         assert f"\n{name} " in "\n" + listing
     with pytest.raises(KeyError, match="known: tab:main"):
         tables.table_commands("tab:nope")
+
+
+def test_the_listing_gives_each_config_s_first_sentence_whole():
+    assert doctest.testmod(tables).failed == 0
+    entries: dict[str, list[str]] = {}  # config -> the lines of its description
+    for line in tables.list_configs().split("\n\ntables")[0].splitlines():
+        if not line.startswith(" "):
+            name, _, text = line.partition(" ")
+            entries[name] = [text.strip()]
+        elif not line.strip().startswith("->"):
+            entries[name].append(line.strip())
+    assert sorted(entries) == config.config_names()
+    for name, lines in entries.items():
+        text = " ".join(lines)
+        assert text.endswith("."), (name, text)  # never cut mid-sentence
