@@ -259,20 +259,31 @@ class LocalTransport:
 
 
 def missing_slot_reason(text: str, finish_reason: str, max_tokens: int, channel: str) -> str:
-    """Why a completion has no slot to read, in the order a reader would check.
+    """Why a completion has no slot to read, in the order a reader would check; where the text
+    does show `<confidence>`, why that one is not the slot.
 
     >>> missing_slot_reason("x = 1 \\\\boxed{1}", "stop", 64, "readout")
     'the completion never reaches <confidence>: it has no <analysis> (the analysis that precedes the slot)'
+    >>> missing_slot_reason("\\\\boxed{1} <confidence>", "stop", 64, "readout")
+    'the completion has no slot: it writes <confidence> without the <analysis> ... </analysis> that must come first'
     """
     body = ro.after_thinking(text)
+    shows_tag = ro.CONF_OPEN in body
     if ro.segments_start(text) is None:
         why = "its thinking block never closed"
     elif finish_reason == "length":
         why = f"it reached the {max_tokens}-token limit first (raise --max-tokens)"
     elif channel != "readout_noanalysis" and ro.ANALYSIS_OPEN not in body:
+        if shows_tag:
+            return (
+                f"the completion has no slot: it writes {ro.CONF_OPEN} without the "
+                f"{ro.ANALYSIS_OPEN} ... {ro.ANALYSIS_CLOSE} that must come first"
+            )
         why = "it has no <analysis> (the analysis that precedes the slot)"
     elif channel != "readout_noanalysis" and ro.ANALYSIS_CLOSE not in body:
-        why = "its <analysis> is never closed"
+        why = "its <analysis> is never closed" + (f" (its {ro.CONF_OPEN} is inside it)" if shows_tag else "")
+    elif shows_tag:
+        why = f"its {ro.CONF_OPEN} does not follow the closed analysis"
     else:
         why = "it has no <confidence> tag after the analysis"
     return f"the completion never reaches <confidence>: {why}"
@@ -458,7 +469,7 @@ def print_answer(result: Answer, as_json: bool) -> None:
         print(json.dumps({k: v for k, v in asdict(result).items() if k != "completion_ids"}))
         return
     print(f"answer: {result.answer}")
-    if result.c is None:
+    if result.c is None:  # the reason says why, also where the text shows a <confidence> that is not the slot
         print(f"c: none ({result.reason})\nabstain: undecided, there is no confidence")
     else:
         extra = (

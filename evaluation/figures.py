@@ -131,7 +131,8 @@ def plot_collapse(pools: dict, stem, title: str) -> list[Path]:
     colors = _row_colors(pools)
     for ax, (row, (conf, correct)) in zip(axes, pools.items(), strict=True):
         counts, _ = np.histogram(conf, bins=edges)
-        ax.bar(edges[:-1] + 0.005, counts / conf.size, width=0.01, color=colors[row])
+        shares = counts / max(conf.size, 1)
+        ax.bar(edges[:-1] + 0.005, shares, width=0.01, color=colors[row])
         levels, top = value_concentration(conf)
         tax = tie_tax(conf, correct)
         ax.text(
@@ -142,7 +143,9 @@ def plot_collapse(pools: dict, stem, title: str) -> list[Path]:
             va="top",
             fontsize=7,
         )
-        ax.set(xlim=(-0.02, 1.02), title=row, xlabel="reported confidence")
+        # the three lines of text take the top 30% of the axes: the bars stay below them
+        ax.set(xlim=(-0.02, 1.02), ylim=(0, max(float(shares.max()), 1e-9) / 0.62), title=row)
+        ax.set_xlabel("reported confidence")
     axes[0].set_ylabel("share of pool")
     fig.suptitle(title)
     return _save_and_close(plt, fig, stem)

@@ -83,10 +83,11 @@ def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, 
     conf = stats.conf[reported]
     a_valid = correct[reported]
     completion_tokens = sum(len(r.completion_ids) for r in rollouts)
+    trains_c = stats.alpha != 0  # alpha = 0 (the baselines, an ablation): the run has no calibration loss
     return {
         "loss": stats.loss_pg + stats.alpha * stats.loss_cal,
         "loss_pg": stats.loss_pg,
-        "loss_cal": stats.loss_cal,
+        "loss_cal": stats.loss_cal if trains_c else None,  # null, not a 0 that was never trained
         "alpha": stats.alpha,
         "kappa": stats.kappa,
         "reward_ans": float(stats.credit.r_ans.mean()),

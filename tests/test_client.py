@@ -327,3 +327,19 @@ def test_the_serve_command_has_the_training_engine_settings(ckpt):
 
 def test_doctests():
     assert doctest.testmod(client).failed == 0
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (
+            "\\boxed{1} <confidence>",
+            "it writes <confidence> without the <analysis> ... </analysis> that must come first",
+        ),
+        ("\\boxed{1} <analysis> b <confidence>", "its <analysis> is never closed (its <confidence> is inside it)"),
+        ("\\boxed{1} <confidence> <analysis> b </analysis>", "its <confidence> does not follow the closed analysis"),
+        ("\\boxed{1} <analysis> b </analysis>", "it has no <confidence> tag after the analysis"),
+    ],
+)
+def test_a_completion_that_shows_confidence_but_has_no_slot_says_why(text, says):
+    assert client.missing_slot_reason(text, "stop", 64, "readout").endswith(says)

@@ -201,7 +201,7 @@ def test_one_step_with_the_hf_engine(tmp_path, tiny_dir):
 def test_one_step_of_a_verbalized_baseline_with_the_engine(tmp_path, tiny_dir):
     run_tiny(tmp_path, "max_steps=1", "method=rlcr", "channel=verbalized", "alpha=0", "kappa=0", "run_name=rlcr")
     (metrics,) = read_metrics(tmp_path / "rlcr")
-    assert metrics["readout_rate"] == 0 and metrics["loss_cal"] == 0 and 0 <= metrics["report_rate"] <= 1
+    assert metrics["readout_rate"] == 0 and metrics["loss_cal"] is None and 0 <= metrics["report_rate"] <= 1
     rows = [
         json.loads(line) for line in (tmp_path / "rlcr" / "rollouts" / "step_000000.jsonl").read_text().splitlines()
     ]

@@ -295,3 +295,30 @@ def test_figure_pools_use_each_methods_own_channel(records):
     assert list(pools) == ["Base", "GRPO", "CREDO"]  # no -d rows
     conf, correct = pools["GRPO"]
     assert conf.size == 15 and correct.size == 15  # 2 runs x 2 sets x 4, one unparsed
+
+
+def test_the_collapse_figure_s_caption_never_overlaps_a_bar(tmp_path, monkeypatch):
+    """A pool piled on one low value (a bar under the caption's corner) and a spread one: in each
+    panel the caption's box and every bar's box, as drawn, do not meet."""
+    overlapping = {}
+    original = figures._save_and_close
+
+    def check_then_save(plt, fig, stem):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            for caption in [t for t in ax.texts if t.get_text().startswith("eff. levels")]:
+                box = caption.get_window_extent(renderer)
+                overlapping[ax.get_title()] = [
+                    p for p in ax.patches if p.get_height() > 0 and p.get_window_extent(renderer).overlaps(box)
+                ]
+        return original(plt, fig, stem)
+
+    monkeypatch.setattr(figures, "_save_and_close", check_then_save)
+    rng = np.random.default_rng(0)
+    pools = {
+        "piled": (np.full(200, 0.05), rng.integers(0, 2, 200)),
+        "spread": (rng.random(200), rng.integers(0, 2, 200)),
+    }
+    figures.plot_collapse(pools, tmp_path / "collapse", "collapse")
+    assert overlapping == {"piled": [], "spread": []}
