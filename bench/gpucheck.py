@@ -63,13 +63,12 @@ from pathlib import Path
 
 import torch
 
-import problems
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 import engine as eng  # noqa: E402
 import policy as pol  # noqa: E402
+import problems  # noqa: E402
 import rollout as ro  # noqa: E402
 
 STATUSES = ("pass", "fail", "skipped")

@@ -160,8 +160,11 @@ def list_configs() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m evaluation.tables --list` (bash run.sh list) or `--table <name>` (bash run.sh table)."""
+    """`python -m evaluation.tables --list` (bash run.sh list) or `--table <name>` (bash run.sh table);
+    `--debug` gives the traceback of an error."""
     argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     try:
         if argv == ["--list"]:
             print(list_configs())
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             raise ValueError(f"usage: bash run.sh list | bash run.sh table <name>; tables: {', '.join(load_tables())}")
     except INPUT_ERRORS as error:
+        if debug:
+            raise
         sys.exit(f"credo: {one_line(error)}")
 
 

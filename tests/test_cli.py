@@ -5,6 +5,7 @@ import pytest
 
 import credo
 import eval as ev
+from evaluation import tables
 
 
 def one_line_exit(main, argv, capsys) -> str:
@@ -32,14 +33,23 @@ def one_line_exit(main, argv, capsys) -> str:
         (["tiny", "method=ppo"], ["method='ppo' is not supported"]),
         (["tiny", "report_to=jsonl,mlflow"], ["report_to", "mlflow"]),
         (["tiny", "resume=/nope/ckpt/step_000001"], ["resume=/nope/ckpt/step_000001", "not a complete checkpoint"]),
-        (["--table", "nope"], ["no table 'nope'"]),
     ],
 )
 def test_credo_bad_input_is_one_line(argv, names, capsys):
-    message = one_line_exit(credo.main, argv if argv[0] == "--table" else [*argv, "--dry-run"], capsys)
+    message = one_line_exit(credo.main, [*argv, "--dry-run"], capsys)
     assert message.startswith("credo: ")
     for name in names:
         assert name in message
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [(["--table", "nope"], "no table 'nope'"), (["--tables"], "usage: bash run.sh list | bash run.sh table")],
+)
+def test_list_and_table_bad_input_is_one_line(argv, says, capsys):
+    """bash run.sh list / table (evaluation/tables.py)."""
+    message = one_line_exit(tables.main, argv, capsys)
+    assert message.startswith("credo: ") and says in message
 
 
 def test_credo_debug_gives_the_traceback():

@@ -286,7 +286,7 @@ def test_child_script_is_the_child_files_and_nothing_else():
     and the call of main; no constant, no parent global, no import of ours."""
     script = sandbox._child_script()
     for name in CHILD_FILES:
-        assert (ROOT / name).read_text().split('"""', 2)[2].split("\nfrom ")[0] in script
+        assert (ROOT / "grading" / name).read_text().split('"""', 2)[2].split("\nfrom ")[0] in script
     tree = ast.parse(script)
     kinds = collections.Counter(type(node).__name__ for node in tree.body)
     assert kinds["Expr"] == len(CHILD_FILES)  # the three module docstrings
@@ -322,14 +322,14 @@ def test_the_parent_never_imports_the_child_code():
             assert verifier.verify_code(completion(CORRECT[kind]), TESTS[kind]) is True
         assert verifier.verify_math(r"\\boxed{2}", "2") is True
         verifier.close()
-        print(sorted(name for name in ("sandbox", "sandbox_child", "sandbox_lockdown", "torch")
+        print(sorted(name for name in ("grading.sandbox", "grading.sandbox_child", "grading.sandbox_lockdown", "torch")
                      if name in sys.modules))
     """)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300, check=True
     )
-    assert done.stdout.strip().splitlines()[-1] == "['sandbox']"
+    assert done.stdout.strip().splitlines()[-1] == "['grading.sandbox']"
 
 
 def test_sandbox_docstring_examples():
@@ -1349,11 +1349,13 @@ def test_a_program_acts_on_itself_only_under_a_non_root_parent(tmp_path):
     readable.chmod(0o755)
     for module in ROOT.glob("*.py"):
         shutil.copy(module, readable / module.name)
+    shutil.copytree(ROOT / "grading", readable / "grading", ignore=shutil.ignore_patterns("__pycache__"))
     script = "\n".join(
         [
             "import json, os, resource, sys",
             f"sys.path[:0] = [{str(readable)!r}]",
-            "import sandbox, verifier",
+            "import verifier",
+            "from grading import sandbox",
             "completion = lambda source: '```python\\n' + source + '\\n```'",
             "sandbox._CONFIG = sandbox._SandboxConfig('plain', sys.executable, landlock=sandbox._landlock_abi() >= 1)",
             "state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE),",
