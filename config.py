@@ -338,6 +338,7 @@ def validate_config(cfg: Config) -> None:
             "conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
             "CREDO's readout drives its own rewards and is regressed directly"
         )
+    _validate_open_choices(cfg, reads)
     unknown = [name for name in reporters(cfg) if name not in REPORTERS]
     if unknown:
         raise ValueError(f"report_to={cfg.report_to!r}: unknown {unknown}; choose from {REPORTERS} (comma-separated)")
@@ -363,6 +364,24 @@ def validate_config(cfg: Config) -> None:
             f"per_device_batch_size x grad_accum = {rollouts} rollouts per step is not a multiple of "
             f"group_size = {cfg.group_size}: groups must not be split across optimizer steps"
         )
+
+
+def _validate_open_choices(cfg: Config, reads: str) -> None:
+    """The choices the paper leaves open (docs/choices.md): values that mean nothing, and a
+    reading set where this run has nothing it applies to (it would be ignored)."""
+    for key in ("adv_eps", "adv_min_std"):
+        if not getattr(cfg, key) >= 0:
+            raise ValueError(f"{key}={getattr(cfg, key)!r} must be >= 0")
+    if cfg.adv_std != "none" and cfg.adv_eps == 0 and cfg.adv_min_std == 0:
+        raise ValueError(
+            "adv_eps=0 with adv_min_std=0 divides a group of equal rewards by a std of 0: raise one of them"
+        )
+    if cfg.adv_std == "none" and cfg.adv_eps != 0:
+        raise ValueError(
+            f"adv_eps={cfg.adv_eps!r} is added to the std that adv_std divides by; adv_std=none divides by none"
+        )
+    if cfg.adv_std == "sample" and cfg.group_size < 2:
+        raise ValueError(f"adv_std=sample divides by G - 1: group_size={cfg.group_size} needs adv_std=population")
 
 
 def confidence_source(cfg: Config) -> str:

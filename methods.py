@@ -18,9 +18,10 @@ derives from it what a run must produce:
   nothing  no confidence: the rewards score the answer only
 
 Everything else about credit is shared by every method and lives in `credit` below: the
-target t, the group standardisation of both rewards (eq:grpo), eq:sw's discrepancy weights on
-the answer advantage, and the A^conf ablation. docs/forking.md adds one entry to each of the
-first three registries, with a test that follows it literally.
+target t, the group standardisation of both rewards (eq:grpo, read as adv_std, adv_eps and
+adv_min_std say), eq:sw's discrepancy weights on the answer advantage, and the A^conf
+ablation. docs/forking.md adds one entry to each of the first three registries, with a test
+that follows it literally.
 
 Does not hold: the equations themselves (losses.py), which confidence is read where
 (config.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
@@ -222,20 +223,27 @@ def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: Confidences, cfg: Con
 
     correct, fmt: [N] a_i and F_i (rollout i of question q is row q*G + i). The target and the
     rewards come from their registries (cfg.target, cfg.method); the rest is every method's:
-    eq:sw's weights on the answer advantage (w = 1 where there is no confidence, and when
-    kappa = 0), and conf_advantage=false zeroing A^conf (the ablation).
+    eq:grpo's standardisation as adv_std, adv_eps and adv_min_std read it, eq:sw's weights on
+    the answer advantage (w = 1 where there is no confidence, and when kappa = 0), and
+    conf_advantage=false zeroing A^conf (the ablation).
     """
     group = cfg.group_size
     target = entry_of(TARGETS, "target", cfg.target)(correct, cfg)
     outcomes_in = GroupOutcomes(correct=correct, fmt=fmt, conf=conf.rewards.float(), target=target, group_size=group)
     r_ans, r_conf = method_of(cfg.method).rewards(outcomes_in, cfg)
     weights_valid = ~torch.isnan(conf.weights)
-    adv_conf = losses.group_standardize(r_conf, group)
+
+    def standardize(rewards: torch.Tensor) -> torch.Tensor:
+        return losses.group_standardize(rewards, group, cfg.adv_std, cfg.adv_eps, cfg.adv_min_std)
+
+    adv_ans, adv_conf = standardize(r_ans), standardize(r_conf)
+    if not cfg.conf_advantage:
+        adv_conf = torch.zeros_like(adv_conf)
     return Credit(
         target=target,
         r_ans=r_ans,
         r_conf=r_conf,
         w=losses.discrepancy_weights(correct, conf.weights, weights_valid, kappa, group, cfg.w_min, cfg.w_max),
-        adv_ans=losses.group_standardize(r_ans, group),
-        adv_conf=adv_conf if cfg.conf_advantage else torch.zeros_like(adv_conf),
+        adv_ans=adv_ans,
+        adv_conf=adv_conf,
     )

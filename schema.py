@@ -126,6 +126,29 @@ class Config:
     clip_eps: float = _field(0.2, "epsilon of the clipped ratio", "eq:grpo, tab:hyper")
     kl_coef: float = _field(0.0, "the paper trains without a KL term; only 0 is supported", "tab:hyper")
     max_grad_norm: float | None = _field(None, "null: no clipping, as in the paper (the norm is still logged)")
+    # --- choices the paper leaves open (docs/choices.md): each reading named, with whose code reads it so
+    adv_std: Literal["sample", "population", "none"] = _field(
+        "sample",
+        "eq:grpo's std(r), 'the standard deviation of the group's rewards': sample (divide by G - 1: torch.std, "
+        "as TRL, verl, DCPO's code and RLCR's code compute it; the paper is silent, so every code's reading) | "
+        "population (divide by G: sqrt(G/(G-1)) times larger advantages, 1.07x at G = 8; this project before "
+        "issue 49, and the toy) | none (r - mean, no division: RLCR's configs, scale_rewards: false; Dr. GRPO)",
+        "eq:grpo",
+    )
+    adv_eps: float = _field(
+        0.0,
+        "epsilon added to std(r) before dividing: 0, as eq:grpo writes it; TRL and RLCR's code add 1e-4, verl and "
+        "DCPO's code 1e-6",
+        "eq:grpo",
+    )
+    adv_min_std: float = _field(
+        1.0e-6,
+        "a group whose std(r) (population's with adv_std=none) is at most this gets advantage 0: its rewards are "
+        "equal to float rounding and rank nothing. TRL and verl zero no group (their epsilon keeps 0/0 away). A "
+        "continuous reward that barely varies (r^conf of a group whose readouts all sit near 0.99: std ~3e-5) is "
+        "still scaled to unit advantages, as eq:grpo says, unless this or adv_eps is raised (TRL's 1e-4: 0.23 of that)",
+        "eq:grpo",
+    )
     # --- CREDO
     gamma: float = _field(0.5, "target mixture", "eq:calloss, tab:hyper")
     alpha: float = _field(0.03, "calibration weight", "eq:total, tab:hyper")

@@ -57,8 +57,9 @@ def outcomes_of(rollouts, correct) -> sampling.Outcomes:
 
 
 def standardized(values):
+    """eq:grpo's (r - mean) / std with the sample std (adv_std=sample, the default: divide by G - 1)."""
     mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
     return [(v - mean) / std for v in values]
 
 

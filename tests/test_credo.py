@@ -65,7 +65,7 @@ def read(conf, valid):
 
 def test_answer_and_analysis_tokens_get_their_advantages():
     """A hand-built group: answer tokens get w * A_ans, analysis tokens A_conf, the slot nothing."""
-    cfg = config.load_config("tiny", ["group_size=2"])
+    cfg = config.load_config("tiny", ["group_size=2", "adv_std=population"])  # +-1 for a group of two
     rollouts = [fake_rollout(2, 4, 2, 4, 4), fake_rollout(2, 4, 1, 4, 4)]
     batch = pol.collate(rollouts, pad_id=0)
     correct, fmt, valid = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0]), torch.tensor([True, True])

@@ -53,6 +53,31 @@ def test_group_standardize_uses_population_std_per_group():
     close(group_standardize(T([2.0, 0.0, 0.0, 0.0]), group_size=4), [1.5 / s, -0.5 / s, -0.5 / s, -0.5 / s])
 
 
+def test_group_standardize_reads_std_as_each_code_does():
+    r = T([3.0, 0.0, 0.0, 1.0])  # mean 1, deviations 2, -1, -1, 0: sum of squares 6
+    population, sample = math.sqrt(6 / 4), math.sqrt(6 / 3)  # divide by G (this project's) or G - 1 (TRL, verl)
+    close(group_standardize(r, 4, std="population"), [2 / population, -1 / population, -1 / population, 0.0])
+    close(group_standardize(r, 4, std="sample"), [2 / sample, -1 / sample, -1 / sample, 0.0])
+    close(group_standardize(r, 4, std="none"), [2.0, -1.0, -1.0, 0.0])  # r - mean (RLCR's configs, Dr. GRPO)
+    close(group_standardize(T([1.0, 0.0]), 2, std="none"), [0.5, -0.5])
+    # the ratio of the two readings is sqrt(G / (G - 1)): 1.069 at G = 8
+    r8 = T([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+    ratio = group_standardize(r8, 8, std="population") / group_standardize(r8, 8, std="sample")
+    close(ratio, [math.sqrt(8 / 7)] * 8, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown std 'unbiased'; expected population, sample or none"):
+        group_standardize(r, 4, std="unbiased")
+
+
+def test_an_epsilon_and_a_std_floor_temper_a_near_constant_group():
+    near = T([0.0, 3e-5, 0.0, 3e-5])  # std 1.5e-5 (population), sqrt(3e-10 / 3) = 1.7321e-5 (sample)
+    close(group_standardize(near, 4), [-1.0, 1.0, -1.0, 1.0], atol=1e-5)  # eq:grpo: unit-size, from noise
+    close(group_standardize(near, 4, std="sample", eps=1e-4), [-1.5e-5 / 1.17321e-4, 1.5e-5 / 1.17321e-4] * 2)  # TRL
+    close(group_standardize(near, 4, std="sample", eps=1e-6), [-1.5e-5 / 1.8321e-5, 1.5e-5 / 1.8321e-5] * 2, atol=1e-4)
+    close(group_standardize(near, 4, min_std=1e-4), [0.0] * 4)  # a floor above its std: no signal
+    # a floor at 0 with an epsilon: a constant group still gets 0 (its numerator is 0)
+    close(group_standardize(T([0.5, 0.5]), 2, std="sample", eps=1e-4, min_std=0.0), [0.0, 0.0])
+
+
 def test_zero_variance_group_gets_zero_advantage():
     adv = group_standardize(T([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.5]), group_size=3)
     close(adv[:6], [0.0] * 6)
@@ -154,9 +179,6 @@ def test_dcpo_rewards_mix_group_accuracy():
     r_reason, r_conf = dcpo_rewards(T([1.0, 0.0, 0.0, 0.0]), T([0.9, 0.0, 0.1, NAN]), lam=0.4, group_size=4)
     close(r_reason, [1.0, 0.0, 0.0, 0.0])
     close(r_conf, [-0.2, -0.1, 0.0, -1.0])
-
-
-# eq:total ----------------------------------------------------------------------------------------
 
 
 def test_answer_and_analysis_tokens_get_their_own_advantage():

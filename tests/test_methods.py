@@ -1,6 +1,8 @@
 """methods.py: the registry, each method's rewards by hand, and credit shared by all (more of
 credit, with real batches, in tests/test_credo.py)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -76,7 +78,8 @@ def test_credit_standardises_the_rewards_of_the_named_method():
     )
     assert got.target.tolist() == [0.75, 0.25]
     assert got.r_ans.tolist() == pytest.approx([0.96, -1.0])  # row 1's report is not valid: missing
-    assert got.adv_ans.tolist() == pytest.approx([1.0, -1.0], abs=1e-4) and got.w.tolist() == [1.0, 1.0]
+    # the sample std of [0.96, -1] is 0.98 sqrt(2) (adv_std=sample, the default): advantages -+1/sqrt(2)
+    assert got.adv_ans.tolist() == pytest.approx([0.5**0.5, -(0.5**0.5)], abs=1e-6) and got.w.tolist() == [1.0, 1.0]
 
 
 def test_registering_is_checked():
@@ -120,3 +123,22 @@ def test_registering_targets_and_calibration_losses_is_checked():
         methods.register_calibration_loss("squared")(lambda c, t, valid: c.sum())
     with pytest.raises(ValueError, match=r"target='nope' is not registered; choose one of \('hybrid', 'correctness'"):
         methods.entry_of(methods.TARGETS, "target", "nope")
+
+
+# --- The choices the paper leaves open (docs/choices.md), each by hand -----------------------
+
+
+def test_credit_standardises_as_adv_std_adv_eps_and_adv_min_std_say():
+    correct, conf = torch.tensor([1.0, 0.0, 0.0, 1.0]), read(torch.full((4,), NAN), torch.zeros(4, dtype=torch.bool))
+    base = Config(group_size=4, method="grpo", channel="verbalized", alpha=0.0, kappa=0)
+
+    def adv(**change):
+        return methods.credit(correct, torch.ones(4), conf, dataclasses.replace(base, **change), kappa=0.0).adv_ans
+
+    sample = (1 / 3) ** 0.5  # the stds of [1, 0, 0, 1]: sqrt(1 / 3) (sample), 1 / 2 (population)
+    assert adv().tolist() == pytest.approx([0.5 / sample, -0.5 / sample, -0.5 / sample, 0.5 / sample])
+    assert adv(adv_std="population").tolist() == pytest.approx([1.0, -1.0, -1.0, 1.0])  # 0.5 / (1 / 2)
+    assert adv(adv_std="none").tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    x = 0.5 / (sample + 0.5)  # adv_eps is added to the std
+    assert adv(adv_eps=0.5).tolist() == pytest.approx([x, -x, -x, x])
+    assert adv(adv_min_std=0.6).tolist() == [0.0] * 4  # a floor above the group's std
