@@ -369,6 +369,8 @@ def validate_config(cfg: Config) -> None:
 def _validate_open_choices(cfg: Config, reads: str) -> None:
     """The choices the paper leaves open (docs/choices.md): values that mean nothing, and a
     reading set where this run has nothing it applies to (it would be ignored)."""
+    if cfg.max_grad_norm is not None and not cfg.max_grad_norm > 0:
+        raise ValueError(f"max_grad_norm={cfg.max_grad_norm!r} must be positive, or null for no clipping")
     for key in ("adv_eps", "adv_min_std"):
         if not getattr(cfg, key) >= 0:
             raise ValueError(f"{key}={getattr(cfg, key)!r} must be >= 0")

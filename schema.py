@@ -104,7 +104,9 @@ class Config:
     adam_fused: AUTO | bool = _field(
         "auto", "torch's fused AdamW kernel (one pass over weights, gradients, moments); auto: on CUDA only"
     )
-    weight_decay: float = _field(0.0, "AdamW weight decay (none)")
+    weight_decay: float = _field(
+        0.0, "AdamW weight decay: none (tab:hyper names AdamW only; TRL and RLCR's code 0, verl and DCPO's code 0.01)"
+    )
     per_device_batch_size: int = _field(
         2,
         "rollouts per micro-batch; x grad_accum = rollouts per device and step (2 x 64 = 128 = 16 questions x G)",
@@ -125,7 +127,12 @@ class Config:
     max_completion_tokens: int = _field(BY_DOMAIN, "8,192 math / 6,144 code", "tab:hyper")
     clip_eps: float = _field(0.2, "epsilon of the clipped ratio", "eq:grpo, tab:hyper")
     kl_coef: float = _field(0.0, "the paper trains without a KL term; only 0 is supported", "tab:hyper")
-    max_grad_norm: float | None = _field(None, "null: no clipping, as in the paper (the norm is still logged)")
+    max_grad_norm: float | None = _field(
+        1.0,
+        "clip the global gradient norm at this value; null: no clipping (the norm is logged before clipping either "
+        "way). The paper gives none; TRL (the HF Trainer's max_grad_norm), verl (actor grad_clip), RLCR's code "
+        "(DeepSpeed gradient_clipping) and DCPO's code (verl) all clip at 1.0, so 1.0 here (docs/choices.md)",
+    )
     # --- choices the paper leaves open (docs/choices.md): each reading named, with whose code reads it so
     adv_std: Literal["sample", "population", "none"] = _field(
         "sample",

@@ -147,7 +147,8 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
         (pg * len(rows) / n + alpha * cal * n_valid_mb / n_valid).backward()
         loss_pg += pg.item() * len(rows) / n
         loss_cal += cal.item() * n_valid_mb / n_valid
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return ReferenceStats(loss_pg=loss_pg, loss_cal=loss_cal, grad_norm=grad_norm)

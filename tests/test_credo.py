@@ -31,6 +31,7 @@ import methods
 import policy as pol
 import rollout as ro
 import sampling
+from infra import parallel
 from rollout import Rollout, Segments
 
 # --- the command line ------------------------------------------------------------------------
@@ -162,6 +163,21 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     for key in ("loss_pg", "loss_cal"):
         assert getattr(stats[0], key) == pytest.approx(getattr(stats[1], key), abs=1e-6)
     assert stats[0].loss_cal > 0
+
+
+def test_gradient_clipping_at_max_grad_norm():
+    """max_grad_norm (1.0, as TRL, verl and both baselines' codes clip): the norm before clipping is
+    returned and logged, the gradient is scaled to the bound; null leaves it."""
+
+    class Layer(torch.nn.Linear):  # a one-process model: its decoder is itself (no FSDP root to release)
+        def get_decoder(self):
+            return self
+
+    for max_norm, want in ((1.0, [[0.6, 0.8]]), (None, [[3.0, 4.0]]), (10.0, [[3.0, 4.0]])):
+        layer = Layer(2, 1, bias=False)
+        layer.weight.grad = torch.tensor([[3.0, 4.0]])
+        assert parallel.clip_gradients(layer, max_norm) == pytest.approx(5.0)
+        torch.testing.assert_close(layer.weight.grad, torch.tensor(want))
 
 
 # --- end to end: the real engine, verifier and loop -------------------------------------------
