@@ -384,6 +384,20 @@ def _validate_open_choices(cfg: Config, reads: str) -> None:
         )
     if cfg.adv_std == "sample" and cfg.group_size < 2:
         raise ValueError(f"adv_std=sample divides by G - 1: group_size={cfg.group_size} needs adv_std=population")
+    if cfg.dcpo_conf_reward != "absolute" and cfg.method != "dcpo":
+        raise ValueError(
+            f"dcpo_conf_reward={cfg.dcpo_conf_reward} is DCPO's reward; method={cfg.method} does not read it"
+        )
+    if cfg.missing_confidence != "worst" and reads != "report":
+        raise ValueError(
+            f"missing_confidence={cfg.missing_confidence} is how a verbalized baseline's reward reads a missing "
+            f"report; method={cfg.method}'s rewards read no report"
+        )
+    if cfg.missing_confidence == "gate" and cfg.method != "rlcr":
+        raise ValueError(
+            f"missing_confidence=gate is RLCR's code's format gate (method=rlcr); method={cfg.method} has none "
+            f"(DCPO's code reads a missing report as -1: missing_confidence=minus_one)"
+        )
 
 
 def confidence_source(cfg: Config) -> str:

@@ -246,20 +246,42 @@ def rlcr_reward(correct: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return a - brier
 
 
+def rlcr_gated_reward(correct: torch.Tensor, q: torch.Tensor, fmt: torch.Tensor) -> torch.Tensor:
+    """RLCR's reward as RLCR's released code gates it on the format, in `eq:rewards`'s units.
+
+    Its code sums 0.5 F + 0.5 F a + 0.5 F (1 - (q - a)^2): that is 1 + r/2 with r = a - (q - a)^2
+    where F = 1, and 0 where F = 0, which is r = -2 (below every report's reward, -1 at worst):
+    a format failure loses the correctness term too.
+
+    >>> a, q, f = torch.tensor([1., 1., 0.]), torch.tensor([0.9, 0.9, float("nan")]), torch.tensor([1., 0., 0.])
+    >>> rlcr_gated_reward(a, q, f)
+    tensor([ 0.9900, -2.0000, -2.0000])
+    """
+    return torch.where(fmt.bool(), rlcr_reward(correct, q), -2.0)
+
+
 def dcpo_rewards(
-    correct: torch.Tensor, q: torch.Tensor, lam: float, group_size: int
+    correct: torch.Tensor, q: torch.Tensor, lam: float, group_size: int, form: str = "absolute"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """DCPO's segment rewards (`eq:rewards`, second line).
 
-    r_reason = a;  r_conf = -|q - R_IG|,  R_IG = lam * mean_group(a) + (1 - lam) * a.
-    An unparseable report (NaN) gets the worst confidence reward, -1.
+    r_reason = a;  R_IG = lam * mean_group(a) + (1 - lam) * a;
+    r_conf = -|q - R_IG|           ("absolute", as the paper writes it: optimal at a median of R_IG)
+           = -0.5 (R_IG - q)^2     ("squared", DCPO's released code: optimal at R_IG's mean).
+    An unparseable report (NaN) gets the worst a report in [0, 1] can: -1, or -0.5 squared.
 
-    >>> dcpo_rewards(torch.tensor([1., 0.]), torch.tensor([0.5, float("nan")]), lam=0.5, group_size=2)
-    (tensor([1., 0.]), tensor([-0.2500, -1.0000]))
+    >>> a, q = torch.tensor([1., 0.]), torch.tensor([0.5, float("nan")])
+    >>> dcpo_rewards(a, q, lam=0.5, group_size=2), dcpo_rewards(a, q, lam=0.5, group_size=2, form="squared")
+    ((tensor([1., 0.]), tensor([-0.2500, -1.0000])), (tensor([1., 0.]), tensor([-0.0312, -0.5000])))
     """
     a = correct.float()
     r_ig = lam * _grouped(a, group_size).mean(dim=1, keepdim=True).expand(-1, group_size).reshape(-1) + (1 - lam) * a
-    r_conf = torch.where(torch.isnan(q), -1.0, -(q.float() - r_ig).abs())
+    if form == "absolute":
+        r_conf = torch.where(torch.isnan(q), -1.0, -(q.float() - r_ig).abs())
+    elif form == "squared":
+        r_conf = torch.where(torch.isnan(q), -0.5, -0.5 * (r_ig - q.float()) ** 2)
+    else:
+        raise ValueError(f"unknown DCPO confidence reward {form!r}; expected absolute or squared")
     return a, r_conf
 
 

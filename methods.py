@@ -113,17 +113,28 @@ def grpo(g: GroupOutcomes, cfg: Config) -> Rewards:
     return Rewards(r, r)
 
 
+def report_read(conf: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """A baseline's report q as its rewards read it: NaN where there is none, or -1 there with
+    missing_confidence=minus_one (DCPO's code)."""
+    return missing_as(conf, -1.0) if cfg.missing_confidence == "minus_one" else conf
+
+
 @register_method("rlcr", reads="report")
 def rlcr(g: GroupOutcomes, cfg: Config) -> Rewards:
     """RLCR: r = a - (q - a)^2 on every token, q the sampled numeral (eq:rewards)."""
-    r = losses.rlcr_reward(g.correct, g.conf)
+    q = report_read(g.conf, cfg)
+    if cfg.missing_confidence == "gate":  # RLCR's code: the whole reward gated on the format F
+        r = losses.rlcr_gated_reward(g.correct, q, g.fmt)
+    else:
+        r = losses.rlcr_reward(g.correct, q)
     return Rewards(r, r)
 
 
 @register_method("dcpo", reads="report")
 def dcpo(g: GroupOutcomes, cfg: Config) -> Rewards:
-    """DCPO: r_reason = a on the answer, r_conf = -|q - R_IG| on the analysis (eq:rewards)."""
-    r_ans, r_conf = losses.dcpo_rewards(g.correct, g.conf, cfg.dcpo_lambda, g.group_size)
+    """DCPO: r_reason = a on the answer, r_conf = -|q - R_IG| on the analysis (eq:rewards; dcpo_conf_reward)."""
+    q = report_read(g.conf, cfg)
+    r_ans, r_conf = losses.dcpo_rewards(g.correct, q, cfg.dcpo_lambda, g.group_size, cfg.dcpo_conf_reward)
     return Rewards(r_ans, r_conf)
 
 

@@ -156,6 +156,22 @@ class Config:
         "still scaled to unit advantages, as eq:grpo says, unless this or adv_eps is raised (TRL's 1e-4: 0.23 of that)",
         "eq:grpo",
     )
+    dcpo_conf_reward: Literal["absolute", "squared"] = _field(
+        "absolute",
+        "DCPO's r_conf: absolute (-|q - R_IG|, as eq:rewards writes it: its optimum is a median of R_IG, not its "
+        "mean, so it is not a proper scoring rule) | squared (-0.5 (R_IG - q)^2, DCPO's released code, the "
+        "'hybrid' reward manager: optimum at R_IG's mean)",
+        "eq:rewards",
+    )
+    missing_confidence: Literal["worst", "gate", "minus_one"] = _field(
+        "worst",
+        "a verbalized baseline's rollout without a parseable report: worst (the answer keeps a, the calibration "
+        "term is charged its worst for a report in [0, 1]: RLCR's Brier 1, DCPO's r_conf -1, or -0.5 squared; the "
+        "paper is silent, and app:rewardshape argues against losing the correctness signal) | gate (RLCR's code: "
+        "its reward 0.5 F + 0.5 F a + 0.5 F (1 - (q - a)^2) is 1 + r/2 where F = 1 and 0 where F = 0, so r = -2 "
+        "wherever F_i = 0, correctness lost; method=rlcr) | minus_one (DCPO's code: the report reads as q = -1)",
+        "eq:rewards",
+    )
     # --- CREDO
     gamma: float = _field(0.5, "target mixture", "eq:calloss, tab:hyper")
     alpha: float = _field(0.03, "calibration weight", "eq:total, tab:hyper")

@@ -17,6 +17,7 @@ from losses import (
     hybrid_target,
     readout,
     readout_logits,
+    rlcr_gated_reward,
     rlcr_reward,
     token_advantages,
 )
@@ -174,11 +175,40 @@ def test_rlcr_reward_and_missing_report():
     close(rlcr_reward(T([1.0, 0.0, 0.0, 1.0]), T([0.6, 0.6, NAN, 1.0])), [1 - 0.16, -0.36, -1.0, 1.0])
 
 
+def test_rlcr_gated_reward_is_rlcr_s_code_in_the_paper_s_units():
+    a, q, f = T([1.0, 0.0, 1.0, 0.0]), T([0.6, 0.6, 0.6, NAN]), T([1.0, 1.0, 0.0, 0.0])
+    close(rlcr_gated_reward(a, q, f), [1 - 0.16, -0.36, -2.0, -2.0])
+    # RLCR's code: 0.5 F + 0.5 F a + 0.5 F (1 - (q - a)^2), which is 1 + r / 2
+    code = 0.5 * f + 0.5 * f * a + 0.5 * f * (1 - (torch.nan_to_num(q) - a) ** 2)
+    close(code, 1 + rlcr_gated_reward(a, q, f) / 2)
+
+
 def test_dcpo_rewards_mix_group_accuracy():
     # group mean 0.25; lam = 0.4 -> R_IG = 0.1 + 0.6 a = [0.7, 0.1, 0.1, 0.1]
     r_reason, r_conf = dcpo_rewards(T([1.0, 0.0, 0.0, 0.0]), T([0.9, 0.0, 0.1, NAN]), lam=0.4, group_size=4)
     close(r_reason, [1.0, 0.0, 0.0, 0.0])
     close(r_conf, [-0.2, -0.1, 0.0, -1.0])
+    r_reason, r_conf = dcpo_rewards(T([1.0, 0.0, 0.0, 0.0]), T([0.9, 0.0, 0.1, NAN]), 0.4, 4, form="squared")
+    close(r_reason, [1.0, 0.0, 0.0, 0.0])
+    close(r_conf, [-0.5 * 0.04, -0.5 * 0.01, 0.0, -0.5])  # DCPO's code: -0.5 (R_IG - q)^2; no report: -0.5
+    with pytest.raises(ValueError, match="unknown DCPO confidence reward 'huber'; expected absolute or squared"):
+        dcpo_rewards(T([1.0, 0.0]), T([0.5, 0.5]), 0.5, 2, form="huber")
+
+
+def test_dcpo_s_absolute_reward_is_optimal_at_a_median_its_code_s_at_the_mean():
+    # a group of four, three right, lam = 0.5: R_IG = 0.375 + 0.5 a is 0.875 three times and 0.375 once
+    # (mean 0.75). The report q that every member would best give, on a grid of 0.001:
+    a, grid = T([1.0, 1.0, 1.0, 0.0]), [i / 1000 for i in range(1001)]
+
+    def best(form):
+        mean_reward = [float(dcpo_rewards(a, T([q] * 4), 0.5, 4, form=form)[1].mean()) for q in grid]
+        return grid[max(range(len(grid)), key=mean_reward.__getitem__)]
+
+    assert best("absolute") == 0.875  # the paper's -|q - R_IG|: a median of R_IG, not a proper scoring rule
+    assert best("squared") == 0.75  # DCPO's code's -0.5 (R_IG - q)^2: its mean, the group's accuracy
+
+
+# eq:total ----------------------------------------------------------------------------------------
 
 
 def test_answer_and_analysis_tokens_get_their_own_advantage():

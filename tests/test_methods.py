@@ -128,6 +128,52 @@ def test_registering_targets_and_calibration_losses_is_checked():
 # --- The choices the paper leaves open (docs/choices.md), each by hand -----------------------
 
 
+def baseline_group(q, fmt=(1.0, 1.0, 1.0, 0.0)):
+    """One group of G = 4 of a verbalized baseline: right, wrong, right, wrong."""
+    return methods.GroupOutcomes(
+        correct=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        fmt=torch.tensor(fmt),
+        conf=torch.tensor(q),
+        target=torch.tensor([0.75, 0.25, 0.75, 0.25]),
+        group_size=4,
+    )
+
+
+def test_rlcr_s_missing_report_three_ways():
+    g = baseline_group([0.8, 0.3, NAN, NAN], fmt=[1.0, 1.0, 0.0, 0.0])
+    rewards = {
+        how: methods.METHODS["rlcr"].rewards(g, Config(method="rlcr", missing_confidence=how)).answer.tolist()
+        for how in ("worst", "gate", "minus_one")
+    }
+    # a - (q - a)^2 = 0.96, -0.09; no report: a keeps, Brier 1 (this project) ...
+    assert rewards["worst"] == pytest.approx([0.96, -0.09, 0.0, -1.0])
+    # ... RLCR's code: F = 0 gates the whole reward, 0 in its units, -2 in eq:rewards's ...
+    assert rewards["gate"] == pytest.approx([0.96, -0.09, -2.0, -2.0])
+    # ... DCPO's code's reading: q = -1, a - (-1 - a)^2 = 1 - 4 and 0 - 1
+    assert rewards["minus_one"] == pytest.approx([0.96, -0.09, -3.0, -1.0])
+
+
+def test_rlcr_s_gate_keys_on_the_format_not_only_on_the_report():
+    g = baseline_group([0.8, 0.3, 0.6, 0.6], fmt=[1.0, 1.0, 0.0, 1.0])  # row 2: a report, but no \boxed answer
+    got = methods.METHODS["rlcr"].rewards(g, Config(method="rlcr", missing_confidence="gate")).answer
+    assert got.tolist() == pytest.approx([0.96, -0.09, -2.0, -0.36])
+
+
+def test_dcpo_s_confidence_reward_and_missing_report():
+    g = baseline_group([0.8, 0.3, NAN, 0.5])  # mean a 0.5, lam 0.5: R_IG = 0.25 + 0.5 a = [.75, .25, .75, .25]
+    cases = {
+        ("absolute", "worst"): [-0.05, -0.05, -1.0, -0.25],
+        ("squared", "worst"): [-0.5 * 0.0025, -0.5 * 0.0025, -0.5, -0.5 * 0.0625],
+        ("absolute", "minus_one"): [-0.05, -0.05, -1.75, -0.25],  # -|-1 - 0.75|
+        ("squared", "minus_one"): [-0.5 * 0.0025, -0.5 * 0.0025, -0.5 * 1.75**2, -0.5 * 0.0625],  # DCPO's code
+    }
+    for (form, how), want in cases.items():
+        cfg = Config(method="dcpo", dcpo_lambda=0.5, dcpo_conf_reward=form, missing_confidence=how)
+        got = methods.METHODS["dcpo"].rewards(g, cfg)
+        assert got.answer.tolist() == [1.0, 0.0, 1.0, 0.0], (form, how)
+        assert got.confidence.tolist() == pytest.approx(want), (form, how)
+
+
 def test_credit_standardises_as_adv_std_adv_eps_and_adv_min_std_say():
     correct, conf = torch.tensor([1.0, 0.0, 0.0, 1.0]), read(torch.full((4,), NAN), torch.zeros(4, dtype=torch.bool))
     base = Config(group_size=4, method="grpo", channel="verbalized", alpha=0.0, kappa=0)
