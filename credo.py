@@ -230,7 +230,7 @@ def train_step(
     conf, c_model = detached_confidences(policy, batch, rollouts, out, micro, cfg, plan)
     # 5. credit, once, for the whole batch
     alpha, kappa = (warmup(value, step, cfg.warmup_steps) for value in (cfg.alpha, cfg.kappa))
-    step_credit = methods.credit(out.correct, out.fmt, conf, cfg, kappa)
+    step_credit = methods.credit(out.correct, out.fmt, conf, cfg, kappa, truncated=out.truncated)
     # 6. the update
     n_total = float(len(batch)) if n_total is None else n_total
     n_valid_total = float(out.valid.sum()) if n_valid_total is None else n_valid_total

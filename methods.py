@@ -19,9 +19,9 @@ derives from it what a run must produce:
 
 Everything else about credit is shared by every method and lives in `credit` below: the
 target t, the group standardisation of both rewards (eq:grpo, read as adv_std, adv_eps and
-adv_min_std say), eq:sw's discrepancy weights on the answer advantage, and the A^conf
-ablation. docs/forking.md adds one entry to each of the first three registries, with a test
-that follows it literally.
+adv_min_std say), eq:sw's discrepancy weights on the answer advantage, the A^conf ablation, and
+truncated_completions=mask. docs/forking.md adds one entry to each of the first three
+registries, with a test that follows it literally.
 
 Does not hold: the equations themselves (losses.py), which confidence is read where
 (config.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
@@ -229,14 +229,23 @@ class Confidences(NamedTuple):
     weights: torch.Tensor  # what eq:sw's discrepancy weights read
 
 
-def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: Confidences, cfg: Config, kappa: float) -> Credit:
+def credit(
+    correct: torch.Tensor,
+    fmt: torch.Tensor,
+    conf: Confidences,
+    cfg: Config,
+    kappa: float,
+    truncated: torch.Tensor | None = None,
+) -> Credit:
     """Target, rewards, discrepancy weights and group-standardised advantages, for whole groups.
 
     correct, fmt: [N] a_i and F_i (rollout i of question q is row q*G + i). The target and the
     rewards come from their registries (cfg.target, cfg.method); the rest is every method's:
     eq:grpo's standardisation as adv_std, adv_eps and adv_min_std read it, eq:sw's weights on
-    the answer advantage (w = 1 where there is no confidence, and when kappa = 0), and
-    conf_advantage=false zeroing A^conf (the ablation).
+    the answer advantage (w = 1 where there is no confidence, and when kappa = 0),
+    conf_advantage=false zeroing A^conf (the ablation), and truncated_completions=mask zeroing
+    both advantages of the rollouts `truncated` [N] marks (after the group statistics, which
+    count them; it needs `truncated`).
     """
     group = cfg.group_size
     target = entry_of(TARGETS, "target", cfg.target)(correct, cfg)
@@ -250,6 +259,10 @@ def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: Confidences, cfg: Con
     adv_ans, adv_conf = standardize(r_ans), standardize(r_conf)
     if not cfg.conf_advantage:
         adv_conf = torch.zeros_like(adv_conf)
+    if cfg.truncated_completions == "mask":
+        if truncated is None:
+            raise ValueError("truncated_completions=mask needs which rollouts were truncated: pass truncated=")
+        adv_ans, adv_conf = (torch.where(truncated.bool(), 0.0, adv) for adv in (adv_ans, adv_conf))
     return Credit(
         target=target,
         r_ans=r_ans,

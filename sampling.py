@@ -78,6 +78,7 @@ class Outcomes:
     valid: torch.Tensor  # [N] bool: the slot was reached, so the model's c exists (V)
     # [N] a confidence sampled as text (plan.rewards_read), NaN where none; None when the rewards read the model's c
     reported: torch.Tensor | None
+    truncated: torch.Tensor  # [N] bool: the completion hit max_completion_tokens (truncated_completions)
 
 
 def make_rollouts(
@@ -141,6 +142,7 @@ def outcomes(
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),  # [N]
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),  # [N]
         reported=reported_confidence(rollouts, plan.rewards_read, tokenizer),  # [N] or None
+        truncated=torch.tensor([r.truncated for r in rollouts], dtype=torch.bool),  # [N]
     )
 
 

@@ -156,6 +156,13 @@ class Config:
         "still scaled to unit advantages, as eq:grpo says, unless this or adv_eps is raised (TRL's 1e-4: 0.23 of that)",
         "eq:grpo",
     )
+    truncated_completions: Literal["train", "mask"] = _field(
+        "train",
+        "rollouts that hit max_completion_tokens: train (scored like any other: TRL's and verl's default, DCPO's "
+        "code; the paper is silent, so today's and the common default) | mask (no policy-gradient term: A^ans = "
+        "A^conf = 0, TRL's mask_truncated_completions, which RLCR's configs set). Masked rollouts still count in "
+        "their group's mean and std and in the batch mean's N; L_cal still reads a readout they have",
+    )
     dcpo_conf_reward: Literal["absolute", "squared"] = _field(
         "absolute",
         "DCPO's r_conf: absolute (-|q - R_IG|, as eq:rewards writes it: its optimum is a median of R_IG, not its "

@@ -221,7 +221,9 @@ def main() -> None:
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # random weights: no tokenizer
     if compiled:
         pol.compile_update(policy)
-    out = sampling.Outcomes(correct=correct, fmt=valid.float(), valid=valid, reported=None)
+    out = sampling.Outcomes(
+        correct=correct, fmt=valid.float(), valid=valid, reported=None, truncated=torch.zeros_like(valid)
+    )
     plan = config.confidence_plan(cfg)
 
     def step():

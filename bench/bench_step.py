@@ -158,7 +158,7 @@ def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_i
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
-    out = sampling.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None)
+    out = sampling.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None, truncated=torch.zeros_like(valid))
     return credo.train_step(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
 
 

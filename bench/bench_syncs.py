@@ -130,7 +130,11 @@ def main() -> int:
     batch = pol.collate(rollouts, 0)
     valid = batch.slot_pos >= 0
     out = sampling.Outcomes(
-        correct=torch.tensor([float(i % 2) for i in range(args.rows)]), fmt=valid.float(), valid=valid, reported=None
+        correct=torch.tensor([float(i % 2) for i in range(args.rows)]),
+        fmt=valid.float(),
+        valid=valid,
+        reported=None,
+        truncated=torch.zeros_like(valid),
     )
     policy = pol.Policy(model, None, shape["vocab_size"] - 2, shape["vocab_size"] - 1, pol.compute_dtype(cfg))
     if compiled:

@@ -53,6 +53,7 @@ def outcomes_of(rollouts, correct) -> sampling.Outcomes:
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,
+        truncated=torch.tensor([r.truncated for r in rollouts]),
     )
 
 

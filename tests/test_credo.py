@@ -165,6 +165,47 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     assert stats[0].loss_cal > 0
 
 
+def test_a_masked_truncated_rollout_gets_no_policy_gradient_term(tiny_dir):
+    """truncated_completions=mask: a rollout that hit the budget keeps its place in its group's
+    statistics and in N, and its per-sequence term of J is 0 (TRL's mask_truncated_completions)."""
+    policy = tiny_policy(tiny_dir)
+    tok = policy.tokenizer
+    prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    texts = [
+        "2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
+        "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
+        "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
+        "2 + 2 is 2 + 2 is 2 + 2",  # cut by the budget: no answer, no slot
+    ]
+    rollouts = []
+    for text, finish in zip(texts, ["stop", "stop", "stop", "length"]):
+        ids = tok.encode(text, add_special_tokens=False)
+        rollouts.append(Rollout("q", prompt, ids, text, finish, ro.parse_segments(tok, ids, "readout", "\\boxed")))
+    batch = pol.collate(rollouts, tok.pad_token_id)
+    out = outcomes_of(rollouts, [1.0, 0.0, 1.0, 0.0])
+    assert out.truncated.tolist() == [False, False, False, True]
+    stats = {}
+    for how in ("train", "mask"):
+        cfg = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
+        cfg = dataclasses.replace(cfg, truncated_completions=how)
+        copied = copy_policy(policy)
+        stats[how] = credo.train_step(
+            copied,
+            GradientRecorder(copied.model.named_parameters()),
+            batch,
+            out,
+            cfg,
+            config.confidence_plan(cfg),
+            step=100,
+        )
+    trained, masked = stats["train"].credit, stats["mask"].credit
+    assert masked.adv_ans[3] == masked.adv_conf[3] == 0.0 and trained.adv_ans[3] < 0
+    assert masked.adv_ans[:3].tolist() == trained.adv_ans[:3].tolist()  # the group's statistics still count it
+    # rho = 1: row 3's term of J is the mean of its token advantages, w A^ans over its answer tokens (w = 1: no
+    # readout); J is a mean over N = 4 rows, and -J is the loss
+    assert stats["mask"].loss_pg == pytest.approx(stats["train"].loss_pg + float(trained.adv_ans[3]) / 4, abs=1e-6)
+
+
 def test_gradient_clipping_at_max_grad_norm():
     """max_grad_norm (1.0, as TRL, verl and both baselines' codes clip): the norm before clipping is
     returned and logged, the gradient is scaled to the bound; null leaves it."""

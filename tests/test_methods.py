@@ -188,3 +188,18 @@ def test_credit_standardises_as_adv_std_adv_eps_and_adv_min_std_say():
     x = 0.5 / (sample + 0.5)  # adv_eps is added to the std
     assert adv(adv_eps=0.5).tolist() == pytest.approx([x, -x, -x, x])
     assert adv(adv_min_std=0.6).tolist() == [0.0] * 4  # a floor above the group's std
+
+
+def test_truncated_completions_mask_zeroes_both_advantages_after_the_group_statistics():
+    cfg = Config(group_size=4, gamma=0.5, method="credo", adv_std="population", truncated_completions="mask")
+    correct, truncated = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([False, True, False, False])
+    conf = read(torch.tensor([0.9, 0.5, 0.1, 0.9]), torch.tensor([True, True, True, True]))
+    got = methods.credit(correct, torch.ones(4), conf, cfg, kappa=0.0, truncated=truncated)
+    trained = methods.credit(correct, torch.ones(4), conf, dataclasses.replace(cfg, truncated_completions="train"), 0.0)
+    # r_ans = 0.5 + a: the truncated row still counts in the group's mean and std (+-1 for the others) ...
+    assert got.adv_ans.tolist() == [1.0, 0.0, -1.0, 1.0] and trained.adv_ans.tolist() == [1.0, -1.0, -1.0, 1.0]
+    # ... and its A^conf is zeroed too; the others' are the same as without the mask
+    assert got.adv_conf[1] == 0.0 and got.adv_conf[[0, 2, 3]].tolist() == trained.adv_conf[[0, 2, 3]].tolist()
+    assert got.r_ans.tolist() == trained.r_ans.tolist() and got.target.tolist() == trained.target.tolist()
+    with pytest.raises(ValueError, match="truncated_completions=mask needs which rollouts were truncated"):
+        methods.credit(correct, torch.ones(4), conf, cfg, kappa=0.0)

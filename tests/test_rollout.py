@@ -588,6 +588,7 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,
+        truncated=torch.tensor([r.truncated for r in rollouts]),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     credo.train_step(
