@@ -35,7 +35,7 @@ from typing import Literal
 import yaml
 
 from methods import CALIBRATION_LOSSES, METHODS, TARGETS, method_of
-from rollout import DOMAINS
+from rollout import DOMAINS, NumeralRule
 from schema import BY_DOMAIN, Config, hints
 
 ROOT = Path(__file__).resolve().parent
@@ -398,6 +398,10 @@ def _validate_open_choices(cfg: Config, reads: str) -> None:
             f"missing_confidence=gate is RLCR's code's format gate (method=rlcr); method={cfg.method} has none "
             f"(DCPO's code reads a missing report as -1: missing_confidence=minus_one)"
         )
+    parse = {"conf_tag": "first", "conf_number": "decimal", "conf_out_of_range": "reject"}
+    changed = [f"{key}={getattr(cfg, key)}" for key, default in parse.items() if getattr(cfg, key) != default]
+    if changed and cfg.channel != "verbalized":
+        raise ValueError(f"{', '.join(changed)} reads a verbalized report; channel={cfg.channel} has none")
 
 
 def confidence_source(cfg: Config) -> str:
@@ -488,6 +492,15 @@ def confidence_plan(cfg: Config) -> ConfidencePlan:
         cuts_at_slot=stops and bool(cfg.enable_thinking),
         samples_slot_token=sampled,
     )
+
+
+def numeral_rule(cfg: Config) -> NumeralRule:
+    """How a verbalized report is read (eq:verb's parse): conf_tag, conf_number, conf_out_of_range.
+
+    >>> numeral_rule(Config(conf_tag="last", conf_number="float"))
+    NumeralRule(tag='last', number='float', out_of_range='reject')
+    """
+    return NumeralRule(tag=cfg.conf_tag, number=cfg.conf_number, out_of_range=cfg.conf_out_of_range)
 
 
 def questions_per_step(cfg: Config) -> int:

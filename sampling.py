@@ -27,7 +27,7 @@ import torch
 import policy as pol
 import rollout as ro
 import verifier
-from config import ConfidencePlan
+from config import ConfidencePlan, numeral_rule
 from schema import Config
 
 
@@ -101,7 +101,9 @@ def make_rollouts(
     rollouts = []
     for row, sample in enumerate(samples):
         q = row // cfg.group_size
-        segments = ro.parse_segments(tokenizer, sample.token_ids, plan.segments, ro.ANSWER_MARKERS[cfg.domain])
+        segments = ro.parse_segments(
+            tokenizer, sample.token_ids, plan.segments, ro.ANSWER_MARKERS[cfg.domain], numeral_rule(cfg)
+        )
         if plan.samples_slot_token:
             slot_token = (
                 sample.token_ids[segments.slot]
@@ -169,8 +171,9 @@ def register_text_read(name: str) -> Callable:
 
 @register_text_read("numeral")
 def read_numeral(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
-    """The parsed numeral after <confidence> (the verbalized baselines, eq:verb)."""
-    return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
+    """The parsed numeral after <confidence> (the verbalized baselines, eq:verb), as parse_segments
+    read it with the run's NumeralRule (config.numeral_rule)."""
+    return torch.tensor([r.segments.report for r in rollouts])
 
 
 @register_text_read("slot_token")

@@ -179,6 +179,25 @@ class Config:
         "wherever F_i = 0, correctness lost; method=rlcr) | minus_one (DCPO's code: the report reads as q = -1)",
         "eq:rewards",
     )
+    conf_tag: Literal["first", "last"] = _field(
+        "first",
+        "which <confidence>...</confidence> after </analysis> a verbalized report is read from: first (this "
+        "project, the slot eq:digitexp reads; DCPO's code reads its first 'CONFIDENCE:') | last (RLCR's code)",
+        "eq:verb",
+    )
+    conf_number: Literal["decimal", "float"] = _field(
+        "decimal",
+        "what reads as a number: decimal (digits with at most one point, spaces around: 0.9, .9, 1; what the "
+        "prompt asks for, and what DCPO's code's regex reads) | float (RLCR's code: Python's float(), so 1e-1, "
+        "+0.5 and 5e-1 too); nan, inf and anything else read as no report",
+        "eq:verb",
+    )
+    conf_out_of_range: Literal["reject", "clip", "keep"] = _field(
+        "reject",
+        "a number outside [0, 1]: reject (no report, F = 0: this project, and RLCR's code's format check) | clip "
+        "(to [0, 1], as RLCR's code's confidence metrics read it) | keep (DCPO's code: 85 is q = 85)",
+        "eq:verb",
+    )
     # --- CREDO
     gamma: float = _field(0.5, "target mixture", "eq:calloss, tab:hyper")
     alpha: float = _field(0.03, "calibration weight", "eq:total, tab:hyper")
