@@ -205,7 +205,15 @@ class Config:
     kappa: float = _field(BY_DOMAIN, "discrepancy-weighting strength (0.25 math / 0.50 code)", "eq:sw, tab:hyper")
     w_min: float = _field(0.5, "lower weight clip w-", "eq:sw, tab:hyper")
     w_max: float = _field(2.0, "upper weight clip w+", "eq:sw, tab:hyper")
-    warmup_steps: int = _field(30, "linear warm-up of alpha and kappa", "tab:hyper")
+    warmup_steps: int = _field(30, "warm-up of alpha and kappa, in steps (its shape: warmup_shape)", "tab:hyper")
+    warmup_shape: Literal["linear", "linear_from_zero"] = _field(
+        "linear",
+        "tab:hyper gives 'Warmup for alpha and kappa: 30 steps' and no shape. linear: value x min(1, (step + 1) / W), "
+        "1/W of it at the first step and all of it from step W - 1 (this project: every step regresses c) | "
+        "linear_from_zero: value x min(1, step / W), 0 at the first step, all from step W (the shape of "
+        "transformers' and verl's learning-rate warm-up; no baseline warms up an alpha or a kappa)",
+        "tab:hyper",
+    )
     # --- rollout engine
     engine: Literal["vllm", "hf"] = _field("vllm", "vllm | hf (transformers generate; same interface)")
     vllm_gpu_memory_utilization: float = _field(0.35, "vLLM's share of the GPU's memory")

@@ -125,7 +125,7 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
     """The same update written plainly: consecutive micro-batches at the full batch width,
     full fp32 logits, log_softmax + gather."""
     n, micro = len(batch), cfg.per_device_batch_size
-    alpha, kappa = credo.warmup(cfg.alpha, STEP, cfg.warmup_steps), credo.warmup(cfg.kappa, STEP, cfg.warmup_steps)
+    alpha, kappa = (credo.warmup(v, STEP, cfg.warmup_steps, cfg.warmup_shape) for v in (cfg.alpha, cfg.kappa))
     n_valid = max(float(valid.sum()), 1.0)
     loss_pg = loss_cal = 0.0
     model.train()

@@ -206,6 +206,18 @@ def test_a_masked_truncated_rollout_gets_no_policy_gradient_term(tiny_dir):
     assert stats["mask"].loss_pg == pytest.approx(stats["train"].loss_pg + float(trained.adv_ans[3]) / 4, abs=1e-6)
 
 
+def test_warmup_shapes_of_alpha_and_kappa():
+    """tab:hyper's 30 steps: linear from 1/30 (this project) or from 0 (transformers', verl's lr shape)."""
+    alpha = 0.03
+    assert [credo.warmup(alpha, s, 30, "linear") for s in (0, 14, 29, 30)] == pytest.approx([0.001, 0.015, 0.03, 0.03])
+    assert [credo.warmup(alpha, s, 30, "linear_from_zero") for s in (0, 15, 29, 30)] == pytest.approx(
+        [0.0, 0.015, 0.029, 0.03]
+    )
+    assert credo.warmup(alpha, 0, 0, "linear_from_zero") == alpha  # W = 0: no warm-up
+    with pytest.raises(ValueError, match="unknown warm-up shape 'cosine'; expected linear or linear_from_zero"):
+        credo.warmup(alpha, 0, 30, "cosine")
+
+
 def test_gradient_clipping_at_max_grad_norm():
     """max_grad_norm (1.0, as TRL, verl and both baselines' codes clip): the norm before clipping is
     returned and logged, the gradient is scaled to the bound; null leaves it."""
