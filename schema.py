@@ -195,7 +195,7 @@ class Config:
     conf_out_of_range: Literal["reject", "clip", "keep"] = _field(
         "reject",
         "a number outside [0, 1]: reject (no report, F = 0: this project, and RLCR's code's format check) | clip "
-        "(to [0, 1], as RLCR's code's confidence metrics read it) | keep (DCPO's code: 85 is q = 85)",
+        "(to [0, 1], as RLCR's code's 1e-5-weighted confidence rewards read it) | keep (DCPO's code: 85 is q = 85)",
         "eq:verb",
     )
     # --- CREDO

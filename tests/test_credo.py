@@ -31,7 +31,7 @@ import methods
 import policy as pol
 import rollout as ro
 import sampling
-from infra import parallel
+from infra import parallel, runlog
 from rollout import Rollout, Segments
 
 # --- the command line ------------------------------------------------------------------------
@@ -231,6 +231,42 @@ def test_gradient_clipping_at_max_grad_norm():
         layer.weight.grad = torch.tensor([[3.0, 4.0]])
         assert parallel.clip_gradients(layer, max_norm) == pytest.approx(5.0)
         torch.testing.assert_close(layer.weight.grad, torch.tensor(want))
+
+
+def test_the_rollout_records_carry_the_target_and_both_rewards(tmp_path):
+    """rollouts/step_*.jsonl: t, r_ans, r_conf, w and both advantages of every rollout, so that a
+    change of target, reward or standardisation shows in a run's outputs."""
+    rollouts = [fake_rollout(2, 4, 2, 4, 4), fake_rollout(2, 4, 2, 4, None)]
+    credit = methods.Credit(
+        target=torch.tensor([0.75, 0.25]),
+        r_ans=torch.tensor([1.5, 0.0]),
+        r_conf=torch.tensor([0.9375, 0.0]),
+        w=torch.tensor([1.125, 1.0]),
+        adv_ans=torch.tensor([0.5, -0.5]),
+        adv_conf=torch.tensor([0.25, -0.25]),
+    )
+    stats = runlog.StepStats(
+        loss_pg=0.0,
+        loss_cal=0.0,
+        alpha=0.0,
+        kappa=0.0,
+        grad_norm=0.0,
+        pad_fraction=0.0,
+        micro_batches=1,
+        readout_pass_rows=2,
+        credit=credit,
+        conf=torch.tensor([0.5, float("nan")]),
+        conf_valid=torch.tensor([True, False]),
+        completion_logp=[None, None],
+    )
+    path = tmp_path / "step_000000.jsonl"
+    runlog.write_rollouts(path, rollouts, torch.tensor([1.0, 0.0]), stats)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    keys = ("a", "c", "t", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")
+    assert [tuple(row[k] for k in keys) for row in rows] == [
+        (1.0, 0.5, 0.75, 1.5, 0.9375, 1.125, 0.5, 0.25),
+        (0.0, None, 0.25, 0.0, 0.0, 1.0, -0.5, -0.25),
+    ]
 
 
 # --- end to end: the real engine, verifier and loop -------------------------------------------
