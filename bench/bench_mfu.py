@@ -197,6 +197,7 @@ def main() -> None:
         "tiny",
         [
             f"group_size={args.rows}",
+            "adv_std=population",  # a group of one (--rows 1) has no sample std; the cost is the same
             f"per_device_batch_size={args.rows}",
             "grad_accum=1",
             f"precision={'bf16' if cuda else 'fp32'}",

@@ -104,6 +104,7 @@ def main() -> int:
         "tiny",
         [
             "group_size=1",
+            "adv_std=population",  # a group of one has no sample std
             f"per_device_batch_size={args.rows}",
             "grad_accum=1",
             f"precision={'bf16' if cuda else 'fp32'}",
