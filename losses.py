@@ -57,27 +57,28 @@ def readout(z_high: torch.Tensor, z_low: torch.Tensor) -> torch.Tensor:
 
 
 def group_standardize(
-    rewards: torch.Tensor, group_size: int, std: str = "population", eps: float = 0.0, min_std: float = ZERO_STD
+    rewards: torch.Tensor, group_size: int, std: str, eps: float = 0.0, min_std: float = ZERO_STD
 ) -> torch.Tensor:
     """Group-relative advantage (r - mean_group) / (std_group + eps) (`eq:grpo`).
 
     The paper writes std(r), "the standard deviation of the group's rewards", and no epsilon.
-    `std` reads it as the population std ("population": divide by G, so a two-rollout group
-    with one success gets exactly +1/-1), the sample std ("sample": divide by G - 1, torch.std's
-    default, as TRL and verl compute it: advantages sqrt((G-1)/G) times the population's), or
-    not at all ("none": r - mean, Dr. GRPO's and RLCR's configs'). `eps` is added to the std
-    (TRL 1e-4, verl 1e-6). A group whose std is <= `min_std` (the population std for "none")
-    gets advantage 0: its rewards are equal to float rounding.
+    `std` (no default: the run's adv_std) reads it as the population std ("population": divide
+    by G, so a two-rollout group with one success gets exactly +1/-1), the sample std
+    ("sample": divide by G - 1, torch.std's default, as TRL and verl compute it: advantages
+    sqrt((G-1)/G) times the population's), or not at all ("none": r - mean, Dr. GRPO's and
+    RLCR's configs'). `eps` is added to the std (TRL 1e-4, verl 1e-6). A group whose std is
+    <= `min_std` (the population std for "none") gets advantage 0: its rewards are equal to
+    float rounding.
 
     >>> r = torch.tensor([1., 0., 0., 2., 2., 2.])
-    >>> group_standardize(r, 3)
+    >>> group_standardize(r, 3, std="population")
     tensor([ 1.4142, -0.7071, -0.7071,  0.0000,  0.0000,  0.0000])
     >>> group_standardize(r, 3, std="sample")
     tensor([ 1.1547, -0.5774, -0.5774,  0.0000,  0.0000,  0.0000])
     >>> group_standardize(r, 3, std="none")
     tensor([ 0.6667, -0.3333, -0.3333,  0.0000,  0.0000,  0.0000])
     >>> near = torch.tensor([0., 3e-5])          # std 1.5e-5: unit-size by eq:grpo, 0.13 with TRL's epsilon
-    >>> group_standardize(near, 2), group_standardize(near, 2, eps=1e-4)
+    >>> group_standardize(near, 2, "population"), group_standardize(near, 2, "population", eps=1e-4)
     (tensor([-1.,  1.]), tensor([-0.1304,  0.1304]))
     """
     if std not in ("population", "sample", "none"):

@@ -48,10 +48,10 @@ def test_readout_is_sigmoid_of_logit_difference():
 
 def test_group_standardize_uses_population_std_per_group():
     # group 1: [1, 0] mean .5, std .5 -> [1, -1]; group 2: [3, 1] -> [1, -1]
-    close(group_standardize(T([1.0, 0.0, 3.0, 1.0]), group_size=2), [1.0, -1.0, 1.0, -1.0])
+    close(group_standardize(T([1.0, 0.0, 3.0, 1.0]), 2, std="population"), [1.0, -1.0, 1.0, -1.0])
     # [2, 0, 0, 0]: mean .5, std sqrt((2.25 + 3 * .25) / 4) = sqrt(.75)
     s = math.sqrt(0.75)
-    close(group_standardize(T([2.0, 0.0, 0.0, 0.0]), group_size=4), [1.5 / s, -0.5 / s, -0.5 / s, -0.5 / s])
+    close(group_standardize(T([2.0, 0.0, 0.0, 0.0]), 4, std="population"), [1.5 / s, -0.5 / s, -0.5 / s, -0.5 / s])
 
 
 def test_group_standardize_reads_std_as_each_code_does():
@@ -71,16 +71,18 @@ def test_group_standardize_reads_std_as_each_code_does():
 
 def test_an_epsilon_and_a_std_floor_temper_a_near_constant_group():
     near = T([0.0, 3e-5, 0.0, 3e-5])  # std 1.5e-5 (population), sqrt(3e-10 / 3) = 1.7321e-5 (sample)
-    close(group_standardize(near, 4), [-1.0, 1.0, -1.0, 1.0], atol=1e-5)  # eq:grpo: unit-size, from noise
+    close(
+        group_standardize(near, 4, std="population"), [-1.0, 1.0, -1.0, 1.0], atol=1e-5
+    )  # eq:grpo: unit-size, from noise
     close(group_standardize(near, 4, std="sample", eps=1e-4), [-1.5e-5 / 1.17321e-4, 1.5e-5 / 1.17321e-4] * 2)  # TRL
     close(group_standardize(near, 4, std="sample", eps=1e-6), [-1.5e-5 / 1.8321e-5, 1.5e-5 / 1.8321e-5] * 2, atol=1e-4)
-    close(group_standardize(near, 4, min_std=1e-4), [0.0] * 4)  # a floor above its std: no signal
+    close(group_standardize(near, 4, std="population", min_std=1e-4), [0.0] * 4)  # a floor above its std: no signal
     # a floor at 0 with an epsilon: a constant group still gets 0 (its numerator is 0)
     close(group_standardize(T([0.5, 0.5]), 2, std="sample", eps=1e-4, min_std=0.0), [0.0, 0.0])
 
 
 def test_zero_variance_group_gets_zero_advantage():
-    adv = group_standardize(T([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.5]), group_size=3)
+    adv = group_standardize(T([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.5]), 3, std="sample")
     close(adv[:6], [0.0] * 6)
     assert torch.isfinite(adv).all()
     assert adv[8] > 0 > adv[6]
@@ -88,7 +90,7 @@ def test_zero_variance_group_gets_zero_advantage():
 
 def test_group_size_must_divide_batch():
     with pytest.raises(ValueError, match="groups of 3"):
-        group_standardize(T([1.0, 0.0, 1.0, 0.0]), group_size=3)
+        group_standardize(T([1.0, 0.0, 1.0, 0.0]), 3, std="sample")
 
 
 # eq:calloss -------------------------------------------------------------------------------
