@@ -1,7 +1,7 @@
 """toy_tables.py: the rows, bad input, the 95% intervals and the tables made from finished jobs,
 resuming an interrupted run, and (slow) one real job end to end. The whole tables run (about an
-hour on 2 cores) is not part of the suite: `CREDO_TOY_TABLES=<out>` checks issue 24's claims on
-the tables.json of a finished run (docs/toy.md)."""
+hour on 2 cores) is not part of the suite: `CREDO_TOY_TABLES=<out>` checks the toy's claims on
+the tables.json of a finished run of the shipped world (docs/toy-protocol-final.md)."""
 
 import json
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import config
-from worlds import toy, toy_build, toy_claims, toy_tables
+from worlds import toy, toy_claims, toy_tables
 
 
 def test_every_row_is_a_valid_configuration():
@@ -219,17 +219,21 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
 @pytest.mark.slow
 @pytest.mark.skipif(
     "CREDO_TOY_TABLES" not in os.environ,
-    reason="set CREDO_TOY_TABLES=<out of a finished `bash run.sh toy --tables`> to check issue 24's claims",
+    reason="set CREDO_TOY_TABLES=<out of a finished `bash run.sh toy --tables`> to check the toy's claims on it",
 )
-def test_the_claims_hold_on_a_finished_tables_run():
-    saved = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "tables.json").read_text())
+def test_the_claims_hold_on_a_finished_tables_run(toy_world):
+    """On a tables run of the shipped world (every row, three seeds by default): every claim that
+    docs/toy-protocol-final.md predicts to hold, holds (the ranking one is predicted to fail)."""
+    out = Path(os.environ["CREDO_TOY_TABLES"])
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["world"] == toy.model_digest(toy_world), "the tables are of another world than the shipped one"
+    saved = json.loads((out / "tables.json").read_text())
     rows = {
         row: {k: tuple(v) if isinstance(v, list) and k != "seeds" else v for k, v in values.items()}
         for row, values in saved["rows"].items()
     }
     found = toy_claims.claims(rows)
-    assert len(found) == 5 and all(holds for _, holds in found), found
-    plan = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "plan.json").read_text())
-    assert plan["world"] == toy_build.world_key(toy_build.world_of(plan["world_seed"])[0]), (
-        "the tables are of another world recipe"
-    )
+    assert len(found) >= 10, found
+    predicted_to_fail = "CREDO learns the readout's ranking"
+    failing = [claim for claim, holds in found if not holds and not claim.startswith(predicted_to_fail)]
+    assert failing == [], failing
