@@ -122,9 +122,8 @@ def test_the_report_holds_each_methods_rows_measured_as_the_tables_measure_them(
     report = toy.summarize(records, tmp_path, {"CREDO": ("credo/before", "credo/after", "readout")})
     assert list(report["CREDO"]) == ["before", "after"]
     assert report["CREDO"]["after"]["acc"] == 0.75 and report["CREDO"]["after"]["n"] == 3
-    assert report["CREDO"]["after"]["parse_fail"] == 0.25 and report["CREDO"]["after"]["mean_conf"] == pytest.approx(
-        0.7
-    )
+    assert report["CREDO"]["after"]["parse_fail"] == 0.25
+    assert report["CREDO"]["after"]["mean_conf"] == pytest.approx((0.9 + 0.8 + 0.6) / 3)
     assert "| CREDO (readout) | after | 0.750 |" in (tmp_path / "report.md").read_text()
 
 
@@ -312,6 +311,10 @@ def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeyp
         "[toy] not as documented: CREDO after Acc (docs/toy.md says how much runs vary between machines)"
     )
     assert "nothing to compare" in toy.against_documented(report, documented, "another world")[0]
+    before_only = {key: value for key, value in documented.items() if key != "after"}
+    lines = toy.against_documented({"CREDO": {"before": {"acc": 0.6}, "after": {"acc": 0.7}}}, before_only, digest)
+    assert lines[-2] == "  CREDO after: not documented" and not any("final's seeds" in line for line in lines)
+    assert lines[-1] == "[toy] as documented where documented; nothing documented yet for CREDO after"
     other = tmp_path / "other"  # another world's results replace these, both sections
     other.mkdir()
     (other / toy_build.CHECKSUMS).write_text("ab" * 32 + "  model/model.safetensors\n")
