@@ -82,7 +82,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from grading import mathpool
+from grading import mathjudge, mathpool
 from grading.judge import json_normalize, parse_call_tests, parse_tests
 from grading.mathpool import close
 from grading.sandbox import SandboxError, SandboxLimits, TestSpec, run_tests, sandbox_config, sandbox_mode
@@ -342,31 +342,14 @@ def _verify_math_inprocess(completion: str, gold: str, timeout_s: float) -> str:
     """Grade one item in this process (a math worker's main thread).
 
     Returns a status: ``correct``, ``wrong``, ``no_answer``,
-    ``gold_unparsed`` or ``error``.  Parsed sympy objects are never turned
-    into strings or logged (that can hang outside any timeout).
+    ``gold_unparsed`` or ``error``; the boxes are compared with the gold by
+    ``grading/mathjudge.py``.  Parsed sympy objects are never turned into
+    strings or logged (that can hang outside any timeout).
     """
-    from math_verify import LatexExtractionConfig, parse, verify
-    from math_verify.errors import TimeoutException
-
     answers = extract_boxed_answers(answer_segment(completion))
     if answers is None:
         return "no_answer"
-    seconds = _math_alarm_seconds(timeout_s)
-    config = [LatexExtractionConfig(boxed_match_priority=0)]
-    # Several boxes are rebuilt as a comma-separated run, which math-verify
-    # parses as the set of their contents (as it does for the original text).
-    prediction = ", ".join("\\boxed{" + answer + "}" for answer in answers)
-    try:
-        gold_parsed = parse("\\boxed{" + gold + "}", config, parsing_timeout=seconds)
-        if not gold_parsed:
-            return "gold_unparsed"
-        predicted = parse(prediction, config, parsing_timeout=seconds)
-        if not predicted:
-            return "no_answer"
-        equal = verify(gold_parsed, predicted, timeout_seconds=seconds)
-    except (Exception, TimeoutException):  # noqa: BLE001 (any failure grades False)
-        return "error"
-    return "correct" if equal is True else "wrong"
+    return mathjudge.grade(answers, gold, _math_alarm_seconds(timeout_s))
 
 
 def _math_worker_main(parent_pid: int) -> int:

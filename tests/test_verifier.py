@@ -15,7 +15,8 @@ import pytest
 from sandbox_cases import CORRECT, STDIO, TESTS, completion
 
 import verifier
-from grading import judge, mathpool
+from dataprep import convert, data
+from grading import judge, mathjudge, mathpool
 
 pytestmark = pytest.mark.usefixtures("no_leftovers", "close_math_pool")
 
@@ -59,9 +60,9 @@ def test_extract_program_takes_last_tagged_block():
 
 
 def test_module_docstring_examples():
-    for module in (verifier, judge):
+    for module, examples in ((verifier, 13), (judge, 13), (mathjudge, 5)):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-        assert result.failed == 0 and result.attempted >= 13, module.__name__
+        assert result.failed == 0 and result.attempted >= examples, module.__name__
 
 
 # ---------------------------------------------------------------------------
@@ -524,3 +525,164 @@ def test_every_warm_up_item_of_a_math_worker_grades_correct():
     assert len(mathpool.WARM_UP_ITEMS) == 5
     for text, gold in mathpool.WARM_UP_ITEMS:
         assert verifier._verify_math_inprocess(text, gold, 5.0) == "correct", (text, gold)
+
+
+# ---------------------------------------------------------------------------
+# Fourth round (issue 48): the gold is never widened
+# ---------------------------------------------------------------------------
+
+PIECEWISE = r"x+1 \text{ if } x>0 \text{ and } 0 \text{ otherwise}"
+# (answer, gold, verdict). Each family of the issue, with the answer it must keep accepting.
+NEVER_WIDENED = [
+    # letters of the gold are kept (math-verify's unit list has t, h, c, ab, ...)
+    ("4", "4t", False),
+    ("4t", "4t", True),
+    ("2", "2ab", False),
+    ("2ab", "2ab", True),
+    ("5", "5c", False),
+    ("5c", "5c", True),
+    (r"\sqrt{2}", r"\sqrt{2}s", False),
+    (r"\sqrt{2}s", r"\sqrt{2}s", True),
+    (r"2\pi r", r"2\pi r h", False),
+    (r"2\pi rh", r"2\pi r h", True),
+    (r"\frac{1}{3}\pi r^2", r"\frac{1}{3}\pi r^2 h", False),
+    (r"\frac{\pi r^2 h}{3}", r"\frac{1}{3}\pi r^2 h", True),
+    ("a^2 + c", "a^2 + ab", False),
+    ("a(a+b)", "a^2 + ab", True),
+    # a gold's \text{...} tail is kept; a unit in the gold must be in the answer
+    ("x+1", PIECEWISE, False),
+    (PIECEWISE, PIECEWISE, True),
+    ("9", r"9 \text{ inches}", False),
+    (r"9 \text{ inches}", r"9 \text{ inches}", True),
+    (r"864 \mbox{ inches}^2", r"864 \mbox{ inches}^2", True),
+    # primes are kept
+    ("f(x)", "f'(x)", False),
+    ("f'(x)", "f'(x)", True),
+    ("16", "16''", False),
+    ("16''", "16''", True),
+    ("f'(x)", "f(x)", False),
+    # a tiny gold is not zero
+    ("0.0", r"\frac{1}{2^{30}}", False),
+    ("0", r"\frac{1}{2^{30}}", False),
+    (r"2^{-30}", r"\frac{1}{2^{30}}", True),
+    ("0.0", r"\frac{1}{10!}", False),
+    (r"\frac{1}{3628800}", r"\frac{1}{10!}", True),
+    ("0.0", r"3\times10^{-7}", False),
+    ("0.0000003", r"3\times10^{-7}", True),
+    (r"3.0\times 10^{-7}", r"3\times10^{-7}", True),
+    ("0.0000003000001", r"3\times10^{-7}", False),
+    (r"\{0.0, 1\}", r"\{10^{-9}, 1\}", False),
+    ("(0.0, 1]", r"(10^{-9}, 1]", False),
+    (r"\begin{pmatrix} 0.0 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 10^{-9} \\ 2 \end{pmatrix}", False),
+    (r"\begin{pmatrix} 1.0 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", True),
+    # a huge gold keeps its last digits; integer and finite-decimal golds compare exactly
+    (r"1.0\times10^{20}", r"10^{20}+1", False),
+    ("100000000000000000001", r"10^{20}+1", True),
+    (r"1.0\times10^{20}+1", r"10^{20}+1", True),
+    (r"1.0\times10^{20}", r"10^{20}", True),
+    (r"1.0\times10^{20}+1", r"10^{20}", False),
+    ("2.0", "2", True),
+    ("0.9999999", "1", False),
+    ("2.0000001", "2", False),
+    ("4.5", r"\frac{9}{2}", True),
+    ("4.50000001", r"\frac92", False),
+    ("18.9", r"\$18.90", True),
+    ("18.9000001", "18.90", False),
+    # exact answers are exactly equal; only a decimal answer approximates a gold without a finite decimal
+    (r"\pi + 10^{-20}", r"\pi", False),
+    (r"\sqrt{3+2\sqrt{2}}", r"1+\sqrt{2}", True),
+    ("3.14159265", r"\pi", True),
+    ("3.1416", r"\pi", False),
+    ("0.3333333", r"\frac{1}{3}", True),
+    ("0.333333", r"\frac13", True),
+    ("0.33333", r"\frac{1}{3}", False),
+    ("333.333", r"\frac{1000}{3}", True),
+    ("1.41421356", r"\sqrt2", True),
+    ("0.5x", r"\frac{x}{2}", True),
+    ("0.333333x", r"\frac{x}{3}", False),
+    # the answer's leniencies (docs/verifier.md)
+    (r"50\%", "50", True),
+    ("0.5", r"50\%", True),
+    (r"5\text{ cm}", "5", True),
+    ("10 feet", "10", True),
+    (r"18\text{ m}^2", "18", True),
+    ("x=5", "5", True),
+]
+
+
+def test_the_gold_is_never_widened():
+    """The attack families of issue 48, each with exact verdicts on both sides: on the code before,
+    the 17 wrong answers of the first rows were graded True and answers that state the gold's
+    letters or units were graded False."""
+    pairs = [(rf"\boxed{{{answer}}}", gold) for answer, gold, _ in NEVER_WIDENED]
+    verdicts = verifier.verify_math_batch(pairs, workers=2, timeout_s=10 * verifier.DEFAULT_MATH_TIMEOUT_S)
+    wrong = [case for case, verdict in zip(NEVER_WIDENED, verdicts) if verdict is not case[2]]
+    assert wrong == []
+
+
+def test_the_numeric_comparisons_are_the_ones_installed():
+    """math-verify's own rounding (6 decimals) would grade these True; the replacements it calls
+    by name grade them False, and are refused on another math-verify version."""
+    from sympy import Float, Integer, Rational, pi
+
+    mathjudge.install()
+    from math_verify import grader
+
+    assert grader.sympy_numeric_eq is mathjudge.numeric_eq and grader.sympy_symbolic_eq is mathjudge.symbolic_eq
+    assert mathjudge.numeric_eq(Rational(1, 2**30), Float(0.0)) is False
+    assert mathjudge.numeric_eq(Integer(10**20 + 1), Float("1.0e20")) is False
+    assert mathjudge.symbolic_eq(Integer(10**20 + 1), Float("1.0e20")) is False
+    assert mathjudge.numeric_eq(pi, pi + Rational(1, 10**20)) is False
+    assert mathjudge.numeric_eq(Rational(1, 3), Float("0.3333333")) is True
+
+
+def test_another_math_verify_version_is_refused(monkeypatch):
+    monkeypatch.setattr(mathjudge, "version", lambda name: "0.9.1")
+    with pytest.raises(RuntimeError, match=r"math-verify 0\.9\.0, but 0\.9\.1 is installed"):
+        mathjudge.install()
+
+
+REAL_MATH_SOURCES = ("math500", "aime24", "aime25", "amc", "deepscaler")
+# The real golds that math-verify's default normalization (what the verifier applied to golds before
+# issue 48) changes in substance: units and a trailing \text dropped, primes deleted. Graded against
+# what that normalization made of them, these are False now; 11^{\text{th}} became "11^{", which
+# never parsed. The other golds it changes only in form (".35625" as "0.35625") grade as before.
+WIDENED_REAL_GOLDS = {
+    "test/prealgebra/1003.json": r"\frac{270}7\text{ degrees}",
+    "test/geometry/473.json": r"864 \mbox{ inches}^2",
+    "test/prealgebra/1044.json": r"5.4 \text{ cents}",
+    "test/prealgebra/1114.json": r"15\mbox{ cm}^2",
+    "deepscaler-00136": r"9 \text{ inches}",
+    "deepscaler-00239": r"11^{\text{th}}",
+    "deepscaler-00300": r"$\frac{b'}{a'}<\frac{b}{a}$",
+    "deepscaler-00575": "16''",
+    "deepscaler-00581": "7 minutes and 5 seconds",
+    "deepscaler-00776": r"8\text{ months}",
+}
+
+
+@pytest.mark.slow
+def test_real_golds_grade_themselves_and_only_the_widened_ones_change(real_part):
+    """Every gold of MATH-500, AIME 2024/2025, AMC and DeepScaleR (1,403, as dataprep converts them)
+    grades True against itself; against what math-verify's default normalization made of it, every
+    gold grades True except the ten above, whose reference that normalization widened."""
+    from latex2sympy2_extended.math_normalization import normalize_latex
+    from math_verify import LatexExtractionConfig
+
+    default = LatexExtractionConfig().normalization_config
+    golds = []
+    for name in REAL_MATH_SOURCES:
+        source = data.SOURCES[name]
+        rows, excluded = convert.convert_snapshot(real_part(name), source.patterns, source.convert)
+        assert not excluded
+        golds += [(row["id"], row["answer"]) for row in rows]
+    assert len(golds) == 1403
+    normalized = {rid: normalize_latex(gold, default) for rid, gold in golds}
+    changed = [(rid, gold) for rid, gold in golds if normalized[rid] != gold.strip()]
+    pairs = [(rf"\boxed{{{gold}}}", gold) for _, gold in golds]
+    pairs += [(rf"\boxed{{{normalized[rid]}}}", gold) for rid, gold in changed]
+    verdicts = verifier.verify_math_batch(pairs, workers=2, timeout_s=10 * verifier.DEFAULT_MATH_TIMEOUT_S)
+    assert [rid for (rid, _), verdict in zip(golds, verdicts) if not verdict] == []
+    against_normalized = zip(changed, verdicts[len(golds) :])
+    assert {rid: gold for (rid, gold), verdict in against_normalized if not verdict} == WIDENED_REAL_GOLDS
+    assert len(changed) > len(WIDENED_REAL_GOLDS)  # forms only: ".35625", "\frac{1}{2}" for "0.5", ...
