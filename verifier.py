@@ -21,9 +21,12 @@ Design
 ======
 Math.  ``verify_math_batch`` hands items to a persistent pool of worker
 processes (``grading/mathpool.py``; each worker runs this file with ``--math-worker``
-and grades with ``_verify_math_inprocess``).  Every item is bounded by
-math-verify's own alarms inside the worker and by a wall-clock deadline in
-the parent, which kills a late worker; the parent never holds a sympy object.
+and grades with ``_verify_math_inprocess``, which compares with
+``grading/mathjudge.py``: math-verify, configured so that the gold is never
+widened).  Every item is bounded by math-verify's own alarms inside the
+worker and by a wall-clock deadline in the parent, which kills a late worker;
+a worker holding too much memory after an item is replaced; the parent never
+holds a sympy object.
 
 Code.  *Expected outputs never enter the sandbox; the parent compares.*  Each
 program runs in a fresh ``python -I`` child started in its own session.  The
@@ -61,6 +64,7 @@ Modules
 =======
 ``verifier.py`` (this file): answer extraction and the public entry points.
 ``grading/judge.py``: test schemas and the parent's comparisons.
+``grading/mathjudge.py``: how a math worker compares an answer with its gold.
 ``grading/mathpool.py``: the math worker pool.  ``grading/sandbox.py``: the sandbox, parent
 side; ``grading/sandbox_resources.py``: the uid, working directory and processes it
 takes and gives back.  ``grading/sandbox_child.py``, ``grading/sandbox_lockdown.py``,
@@ -269,7 +273,9 @@ def verify_math(completion: str, gold: str, timeout_s: float = DEFAULT_MATH_TIME
     boxes math-verify joins to it (``extract_boxed_answers``: several boxes are
     one set, so listing candidates never matches a single gold answer); it and
     the gold answer are parsed as LaTeX by math-verify and compared with
-    ``verify(gold, prediction)``.  A missing or unparseable answer is
+    ``verify(gold, prediction)``, configured so that the gold is never
+    widened and numbers compare exactly (``grading/mathjudge.py``).  A
+    missing or unparseable answer is
     ``False``.  The work runs in the worker pool (see ``verify_math_batch``),
     so this is safe to call from any thread and returns within about
     ``timeout_s``.
@@ -378,7 +384,10 @@ def verify_code(
       reads stdin and writes stdout.  Outputs match when, after stripping,
       they have the same lines and each line is equal or token-wise equal,
       tokens in plain decimal/scientific notation compared as ``Decimal``
-      (``1.0`` equals ``1``, ``1e3`` equals ``1000``; no tolerance).
+      (``1.0`` equals ``1``, ``1e3`` equals ``1000``; no tolerance).  A
+      stdout longer than 16 times the output's UTF-8 length plus 64 KiB,
+      or a numeric token over 100 bytes longer than the expected one,
+      never matches (``grading/judge.py``).
     * ``{"kind": "call", "fn_name": str, "inputs": [[args...]],
       "outputs": [value]}``: calls ``Solution().fn_name(*args)`` when the
       program defines ``class Solution`` with that attribute, else the

@@ -53,7 +53,7 @@ WHITESPACE = (
 )
 STDOUT_FACTOR, STDOUT_SLACK = 16, 64 << 10  # stdout longer than this times the expected output, plus this, fails
 NUMBER_SLACK = 100  # a numeric token this many bytes longer than the expected one is unequal, unparsed
-_SKIP_CHUNK = 1 << 18  # the most one step of a whitespace skip scans (and copies, decoded: up to 5 times)
+_SKIP_CHUNK = 1 << 18  # the most one step of a long whitespace skip copies and decodes
 
 
 def _whitespace_pattern(characters: str, repeat: str) -> re.Pattern[bytes]:

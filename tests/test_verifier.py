@@ -348,6 +348,7 @@ def test_empty_tests_and_missing_program_fail():
         ({"kind": "stdio", "inputs": ["1"]}, "missing the key 'outputs'"),
         ({"kind": "stdio", "inputs": ["1", "2"], "outputs": ["1"]}, "2 inputs but 1 outputs"),
         ({"kind": "stdio", "inputs": [1], "outputs": ["1"]}, "must all be str"),
+        ({"kind": "stdio", "inputs": ["", ""], "outputs": ["1", "\ud800"]}, r"stdio outputs\[1\] is not valid text"),
         ({"kind": "call", "inputs": [[1]], "outputs": [1]}, "missing the key 'fn_name'"),
         ({"kind": "call", "fn_name": "f", "inputs": [1], "outputs": [1]}, "lists of positional"),
         ({"kind": "call", "fn_name": "f x", "inputs": [[1]], "outputs": [1]}, "not an identifier"),
@@ -630,8 +631,8 @@ NEVER_WIDENED = [
 
 def test_the_gold_is_never_widened():
     """The attack families of issue 48, each with exact verdicts on both sides: on the code before,
-    the 17 wrong answers of the first rows were graded True and answers that state the gold's
-    letters or units were graded False."""
+    24 of these wrong answers were graded True, and 4 right answers (stating the gold's letters)
+    False."""
     pairs = [(rf"\boxed{{{answer}}}", gold) for answer, gold, _ in NEVER_WIDENED]
     verdicts = verifier.verify_math_batch(pairs, workers=2, timeout_s=10 * verifier.DEFAULT_MATH_TIMEOUT_S)
     wrong = [case for case, verdict in zip(NEVER_WIDENED, verdicts) if verdict is not case[2]]
