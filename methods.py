@@ -135,7 +135,10 @@ TARGETS: dict[str, Callable[[torch.Tensor, Config], torch.Tensor]] = {}
 CALIBRATION_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {}
 
 
-def _registrar(registry: dict, kind: str, name: str) -> Callable[[Entry], Entry]:
+def registrar(registry: dict, kind: str, name: str) -> Callable[[Entry], Entry]:
+    """A decorator that registers a function as `name` in `registry`; a second `name` is refused
+    (every registry of the project is built with it: these, policy.MODEL_READS, sampling.TEXT_READS)."""
+
     def register(function: Entry) -> Entry:
         if name in registry:
             raise ValueError(f"{kind} {name!r} is registered twice")
@@ -148,14 +151,14 @@ def _registrar(registry: dict, kind: str, name: str) -> Callable[[Entry], Entry]
 def register_target(name: str) -> Callable:
     """Register the decorated `(correct [N], cfg) -> t [N]` as `target: name`. `correct` holds
     whole groups (rollout i of question q is row q*G + i, G = cfg.group_size)."""
-    return _registrar(TARGETS, "target", name)
+    return registrar(TARGETS, "target", name)
 
 
 def register_calibration_loss(name: str) -> Callable:
     """Register the decorated `(c [N], t [N], valid [N] bool) -> scalar` as `calibration_loss:
     name`: c carries the gradient, the loss is a mean over `valid` (rows outside it may hold any
     value, even NaN), and with no valid row it is a zero still attached to the graph."""
-    return _registrar(CALIBRATION_LOSSES, "calibration loss", name)
+    return registrar(CALIBRATION_LOSSES, "calibration loss", name)
 
 
 def entry_of(registry: dict, key: str, name: str):

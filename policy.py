@@ -29,6 +29,7 @@ import losses
 import rollout as ro
 from kernels import logprobs as logprob_kernels
 from kernels.packing import pack_rows, use_sequence_attention
+from methods import registrar
 from schema import Config
 
 RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
@@ -453,14 +454,7 @@ MODEL_READS: dict[str, Callable[[Forward], torch.Tensor]] = {}
 
 def register_model_read(name: str) -> Callable:
     """Register the decorated `(fwd: Forward) -> c [N]` as the model read `name`."""
-
-    def register(read: Callable[[Forward], torch.Tensor]) -> Callable[[Forward], torch.Tensor]:
-        if name in MODEL_READS:
-            raise ValueError(f"model read {name!r} is registered twice")
-        MODEL_READS[name] = read
-        return read
-
-    return register
+    return registrar(MODEL_READS, "model read", name)
 
 
 @register_model_read("readout")

@@ -28,6 +28,7 @@ import policy as pol
 import rollout as ro
 import verifier
 from config import ConfidencePlan
+from methods import registrar
 from schema import Config
 
 
@@ -155,14 +156,7 @@ TEXT_READS: dict[str, Callable[[list[ro.Rollout], object], torch.Tensor]] = {}
 
 def register_text_read(name: str) -> Callable:
     """Register the decorated `(rollouts, tokenizer) -> q [N]` as the text read `name`."""
-
-    def register(read: Callable) -> Callable:
-        if name in TEXT_READS:
-            raise ValueError(f"text read {name!r} is registered twice")
-        TEXT_READS[name] = read
-        return read
-
-    return register
+    return registrar(TEXT_READS, "text read", name)
 
 
 @register_text_read("numeral")
