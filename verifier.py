@@ -21,9 +21,12 @@ Design
 ======
 Math.  ``verify_math_batch`` hands items to a persistent pool of worker
 processes (``grading/mathpool.py``; each worker runs this file with ``--math-worker``
-and grades with ``_verify_math_inprocess``).  Every item is bounded by
-math-verify's own alarms inside the worker and by a wall-clock deadline in
-the parent, which kills a late worker; the parent never holds a sympy object.
+and grades with ``_verify_math_inprocess``, which compares with
+``grading/mathjudge.py``: math-verify, configured so that the gold is never
+widened).  Every item is bounded by math-verify's own alarms inside the
+worker and by a wall-clock deadline in the parent, which kills a late worker;
+a worker holding too much memory after an item is replaced; the parent never
+holds a sympy object.
 
 Code.  *Expected outputs never enter the sandbox; the parent compares.*  Each
 program runs in a fresh ``python -I`` child started in its own session.  The
@@ -61,6 +64,7 @@ Modules
 =======
 ``verifier.py`` (this file): answer extraction and the public entry points.
 ``grading/judge.py``: test schemas and the parent's comparisons.
+``grading/mathjudge.py``: how a math worker compares an answer with its gold.
 ``grading/mathpool.py``: the math worker pool.  ``grading/sandbox.py``: the sandbox, parent
 side; ``grading/sandbox_resources.py``: the uid, working directory and processes it
 takes and gives back.  ``grading/sandbox_child.py``, ``grading/sandbox_lockdown.py``,
@@ -82,7 +86,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from grading import mathpool
+from grading import mathjudge, mathpool
 from grading.judge import json_normalize, parse_call_tests, parse_tests
 from grading.mathpool import close
 from grading.sandbox import SandboxError, SandboxLimits, TestSpec, run_tests, sandbox_config, sandbox_mode
@@ -269,7 +273,9 @@ def verify_math(completion: str, gold: str, timeout_s: float = DEFAULT_MATH_TIME
     boxes math-verify joins to it (``extract_boxed_answers``: several boxes are
     one set, so listing candidates never matches a single gold answer); it and
     the gold answer are parsed as LaTeX by math-verify and compared with
-    ``verify(gold, prediction)``.  A missing or unparseable answer is
+    ``verify(gold, prediction)``, configured so that the gold is never
+    widened and numbers compare exactly (``grading/mathjudge.py``).  A
+    missing or unparseable answer is
     ``False``.  The work runs in the worker pool (see ``verify_math_batch``),
     so this is safe to call from any thread and returns within about
     ``timeout_s``.
@@ -342,31 +348,14 @@ def _verify_math_inprocess(completion: str, gold: str, timeout_s: float) -> str:
     """Grade one item in this process (a math worker's main thread).
 
     Returns a status: ``correct``, ``wrong``, ``no_answer``,
-    ``gold_unparsed`` or ``error``.  Parsed sympy objects are never turned
-    into strings or logged (that can hang outside any timeout).
+    ``gold_unparsed`` or ``error``; the boxes are compared with the gold by
+    ``grading/mathjudge.py``.  Parsed sympy objects are never turned into
+    strings or logged (that can hang outside any timeout).
     """
-    from math_verify import LatexExtractionConfig, parse, verify
-    from math_verify.errors import TimeoutException
-
     answers = extract_boxed_answers(answer_segment(completion))
     if answers is None:
         return "no_answer"
-    seconds = _math_alarm_seconds(timeout_s)
-    config = [LatexExtractionConfig(boxed_match_priority=0)]
-    # Several boxes are rebuilt as a comma-separated run, which math-verify
-    # parses as the set of their contents (as it does for the original text).
-    prediction = ", ".join("\\boxed{" + answer + "}" for answer in answers)
-    try:
-        gold_parsed = parse("\\boxed{" + gold + "}", config, parsing_timeout=seconds)
-        if not gold_parsed:
-            return "gold_unparsed"
-        predicted = parse(prediction, config, parsing_timeout=seconds)
-        if not predicted:
-            return "no_answer"
-        equal = verify(gold_parsed, predicted, timeout_seconds=seconds)
-    except (Exception, TimeoutException):  # noqa: BLE001 (any failure grades False)
-        return "error"
-    return "correct" if equal is True else "wrong"
+    return mathjudge.grade(answers, gold, _math_alarm_seconds(timeout_s))
 
 
 def _math_worker_main(parent_pid: int) -> int:
@@ -395,7 +384,10 @@ def verify_code(
       reads stdin and writes stdout.  Outputs match when, after stripping,
       they have the same lines and each line is equal or token-wise equal,
       tokens in plain decimal/scientific notation compared as ``Decimal``
-      (``1.0`` equals ``1``, ``1e3`` equals ``1000``; no tolerance).
+      (``1.0`` equals ``1``, ``1e3`` equals ``1000``; no tolerance).  A
+      stdout longer than 16 times the output's UTF-8 length plus 64 KiB,
+      or a numeric token over 100 bytes longer than the expected one,
+      never matches (``grading/judge.py``).
     * ``{"kind": "call", "fn_name": str, "inputs": [[args...]],
       "outputs": [value]}``: calls ``Solution().fn_name(*args)`` when the
       program defines ``class Solution`` with that attribute, else the
@@ -468,19 +460,19 @@ def call_outputs(
             return tag == b"L"
         if tag != b"V":
             return False
+        text = payload[:]  # bytes (an mmap's copy: a trusted program's value)
         try:
             # Without any object ({...}) typed JSON is plain JSON: parse it directly
             # (a list of a million floats decodes 50x faster).
-            value = (
-                json.loads(payload) if b"{" not in payload else json_normalize(decode_typed(payload.decode("utf-8")))
-            )
+            value = json.loads(text) if b"{" not in text else json_normalize(decode_typed(text.decode("utf-8")))
         except (ValueError, TypeError, OverflowError, RecursionError, UnicodeDecodeError):
             return False
-        values.append((value, len(payload)))
+        values.append((value, len(text)))
         return True
 
     limits = SandboxLimits() if limits is None else limits
-    capture = TestSpec(spec.request, spec.phases, spec.setup_phases, keep)
+    # A trusted program's values have no expectation to bound them: the sandbox's frame limit does.
+    capture = TestSpec(spec.request, spec.phases, spec.setup_phases, keep, lambda index: sys.maxsize)
     run_tests(sandbox_config(), program, capture, float(timeout_s), timeout_s * spec.phases, limits)
     return values
 

@@ -3,16 +3,25 @@
 ``parse_tests`` validates a ``tests`` dict (the schema ``verifier.verify_code``
 documents: ``stdio``, ``call`` with expected outputs or a ``property``,
 ``assert``) and builds its ``sandbox.TestSpec``: the request the child gets
-(program inputs, never expected outputs) and the judge of each frame it
-sends back.  The judges compare in the parent, with bounds fixed before
-anything is built from the child's bytes: stdout in time linear in its
-length, splitting off only as many lines and tokens as the expectation has
-(``_stdio_output_matches``); a returned value at most 8 times the length and
-4 times the element count of the expectation's JSON (plus constants),
-decoded in one pass of the C JSON decoder without hashing a number
-(``_returned_value_matches``); properties by trusted code
-(``polynomial_root``) on a payload bounded by the property's own size,
-decoded the same way.  Stdout that is not valid UTF-8 never matches.
+(program inputs, never expected outputs), the judge of each frame it sends
+back, and the largest payload each judge could accept, so that the sandbox
+refuses a longer one unread.  Every bound is set by the expectation, before
+anything is built from the child's bytes:
+
+* stdout at most 16 times the expected output's UTF-8 length plus 64 KiB,
+  compared where it lies, never decoded as a whole (``_stdout_matches``):
+  expected lines and tokens are looked for in place, a long whitespace run is
+  skipped 256 KiB at a time, a numeric token is parsed only when it is at most
+  100 bytes longer than the expected one; the judge holds at most about 1.5 MiB
+  beyond the output and the expectation, and its C calls scan at most 256 KiB
+  of output or one expected line (other grading threads are never starved);
+* a returned value at most 8 times the length and 4 times the element count
+  of the expectation's JSON (plus constants), ASCII as the child encodes it,
+  decoded in one pass of the C JSON decoder without hashing a number
+  (``_returned_value_matches``);
+* a ``property`` (``polynomial_root``): the property's own size (a number),
+  decoded the same way and checked by trusted code;
+* an ``assert`` verdict: an empty payload.
 
 Not here: running the sandbox (``grading/sandbox.py``), extracting the program from a
 completion and the public entry points (``verifier.py``).
@@ -21,21 +30,48 @@ completion and the public entry points (``verifier.py``).
 from __future__ import annotations
 
 import ast
-import codecs
 import json
 import marshal
 import math
 import re
 import threading
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from grading.sandbox import TestSpec
 
 # Possessive quantifiers: a match never backtracks, so it is linear in the token.
-_NUMBER_TOKEN = re.compile(r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+")
-_TOKEN = re.compile(r"\S+")
+_NUMBER = r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+"
+_NUMBER_TOKEN = re.compile(_NUMBER)
+_NUMBER_BYTES = re.compile(_NUMBER.encode())
+# The characters str.split() and str.strip() take for whitespace (test_the_whitespace_is_pythons).
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+STDOUT_FACTOR, STDOUT_SLACK = 16, 64 << 10  # stdout longer than this times the expected output, plus this, fails
+NUMBER_SLACK = 100  # a numeric token this many bytes longer than the expected one is unequal, unparsed
+_SKIP_CHUNK = 1 << 18  # the most one step of a long whitespace skip copies and decodes
+
+
+def _whitespace_pattern(characters: str, repeat: str) -> re.Pattern[bytes]:
+    """The UTF-8 encodings of ``characters``, ``repeat``-ed (``*+``: a possessive run; ``""``: one)."""
+    single = b"".join(re.escape(c.encode()) for c in characters if ord(c) < 128)
+    multi = [re.escape(c.encode()) for c in characters if ord(c) >= 128]
+    return re.compile(b"(?:[" + single + b"]|" + b"|".join(multi) + b")" + repeat.encode())
+
+
+_SPACES = _whitespace_pattern(WHITESPACE, "*+")
+_LINE_SPACES = _whitespace_pattern(WHITESPACE.replace("\n", ""), "*+")
+_ONE_SPACE = _whitespace_pattern(WHITESPACE, "")
+_LINE_WHITESPACE = WHITESPACE.replace("\n", "")
+# What stripping each line removes, and the separators between a line's tokens that are not already
+# one ASCII space. Both match only what changes: re.sub keeps a list of every piece, so a pattern that
+# matched each newline or space of a canonical 4 MiB expectation would cost the grader 30 MB.
+_AROUND_NEWLINES = re.compile(r"[^\S\n]+\n[^\S\n]*|\n[^\S\n]+")
+_INNER_SPACES = re.compile(r"[^\S\n]{2,}|[^\S\n ]")
 
 
 # ---------------------------------------------------------------------------
@@ -77,42 +113,151 @@ def _parse_stdio_tests(tests: dict) -> TestSpec:
     for name, values in (("inputs", inputs), ("outputs", outputs)):
         if not all(isinstance(value, str) for value in values):
             raise ValueError(f"stdio {name} must all be str")
-    expected = list(outputs)
+    expected = [_expect_stdout(index, value) for index, value in enumerate(outputs)]
 
     def judge(index: int, tag: bytes, payload: bytes) -> bool:
         return tag == b"O" and _stdout_matches(expected[index], payload)
 
     request = {"kind": "stdio", "inputs": [value.encode() for value in inputs]}
-    return TestSpec(request, len(inputs), 0, judge)
+    return TestSpec(request, len(inputs), 0, judge, lambda index: expected[index].max_bytes)
 
 
-def _stdout_matches(expected: str, payload: bytes) -> bool:
-    """Whether stdout bytes match; output that is not valid UTF-8 never does (the
-    expectation is text, and decoding with replacement characters would build a
-    string several times the frame's size)."""
-    actual = _strict_utf8(payload)
-    return actual is not None and _stdio_output_matches(expected, actual)
+@dataclass(frozen=True)
+class _ExpectedStdout:
+    """One expected stdout as the comparison reads it: UTF-8, stripped, each line stripped and
+    its tokens separated by one ASCII space (its lines are the runs between newlines, their
+    tokens the runs between spaces), and the longest stdout that can match it
+    (``STDOUT_FACTOR`` times its length plus ``STDOUT_SLACK``). One bytes object: no object per
+    line or token."""
+
+    text: bytes
+    max_bytes: int
 
 
-def _strict_utf8(payload: bytes, chunk: int = 1 << 20) -> str | None:
-    """``payload`` decoded as UTF-8, or None if it is not valid UTF-8; invalid
-    input costs at most one chunk's decoding (a failed decode of the whole
-    payload would copy all of it into the exception).
+def _expect_stdout(index: int, expected: str) -> _ExpectedStdout:
+    """The comparison's view of ``outputs[index]``; ValueError if it is not encodable text.
 
-    >>> _strict_utf8(bytes([104, 195, 169])), _strict_utf8(bytes([104, 255]))
-    ('hé', None)
+    >>> _expect_stdout(0, " 1 x \\r\\n\\n 2.50 \\n")
+    _ExpectedStdout(text=b'1 x\\n\\n2.50', max_bytes=65776)
     """
-    if payload.isascii():
-        return payload.decode("ascii")
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    parts = []
     try:
-        for start in range(0, len(payload), chunk):
-            parts.append(decoder.decode(payload[start : start + chunk]))
-        parts.append(decoder.decode(b"", final=True))
-    except UnicodeDecodeError:
-        return None
-    return "".join(parts)
+        size = len(expected.encode())
+    except UnicodeEncodeError as error:
+        raise ValueError(f"stdio outputs[{index}] is not valid text: {error}") from None
+    lines_stripped = _AROUND_NEWLINES.sub("\n", expected.strip())
+    return _ExpectedStdout(_INNER_SPACES.sub(" ", lines_stripped).encode(), STDOUT_FACTOR * size + STDOUT_SLACK)
+
+
+def _stdout_matches(want: _ExpectedStdout, out: bytes) -> bool:
+    """LiveCodeBench-style stdout comparison, on the bytes where they lie.
+
+    As ``str.strip`` and ``str.split`` of the decoded text would have it: after stripping,
+    ``out`` has the expected lines, and each line, stripped, is equal or token-wise equal,
+    tokens in plain decimal or scientific notation compared as ``Decimal`` (``1.0`` is ``1``).
+    Beyond that, ``out`` is at most ``want.max_bytes`` long and a numeric token at most
+    ``NUMBER_SLACK`` bytes longer than the expected one.  True only for valid UTF-8: every
+    byte of a match is in whitespace, an expected token or an ASCII number.
+
+    >>> _stdout_matches(_expect_stdout(0, "1 2\\n3.0\\n"), b"  1 2 \\r\\n3\\n\\n")
+    True
+    >>> _stdout_matches(_expect_stdout(0, "1 2"), b"1  3"), _stdout_matches(_expect_stdout(0, "1"), b"1" + bytes([255]))
+    (False, False)
+    """
+    end = len(out)
+    if end > want.max_bytes:
+        return False
+    expected = want.text
+    with memoryview(expected) as expected_view:
+        line, position = 0, _skip(_SPACES, out, 0, end)
+        while True:
+            line_end = expected.find(b"\n", line)
+            last = line_end < 0
+            line_end = len(expected) if last else line_end
+            position = _match_line(expected, expected_view, line, line_end, out, position, end)
+            if position < 0:
+                return False
+            if last:
+                return _skip(_SPACES, out, position, end) == end
+            if position == end or out[position] != 0x0A:
+                return False
+            line, position = line_end + 1, position + 1
+
+
+def _match_line(
+    expected: bytes, expected_view: memoryview, line: int, line_end: int, out: bytes, position: int, end: int
+) -> int:
+    """Where the expected line ``expected[line:line_end]``, looked for in ``out`` from ``position``
+    on (after its leading spaces), ends with its trailing spaces (before any newline); -1 if it is
+    not there. The line as a whole is compared first, then token by token."""
+    position = _skip(_LINE_SPACES, out, position, end)
+    if _same_at(out, position, expected_view[line:line_end], end):
+        return _skip(_LINE_SPACES, out, position + line_end - line, end)
+    token = line
+    while token < line_end:
+        token_end = expected.find(b" ", token, line_end)
+        token_end = line_end if token_end < 0 else token_end
+        position = _skip(_LINE_SPACES, out, position, end)
+        position = _match_token(expected_view[token:token_end], out, position, end)
+        if position < 0:
+            return -1
+        token = token_end + 1
+    return _skip(_LINE_SPACES, out, position, end)
+
+
+def _match_token(token: memoryview, out: bytes, position: int, end: int) -> int:
+    """Where the token of ``out`` at ``position`` ends if it equals the expected ``token`` (the
+    same bytes, or both plain numbers of the same ``Decimal`` value), else -1."""
+    if _same_at(out, position, token, end):
+        return position + len(token)
+    if not _NUMBER_BYTES.fullmatch(token):
+        return -1
+    limit = len(token) + NUMBER_SLACK
+    number = _NUMBER_BYTES.match(out, position, min(end, position + limit + 1))
+    if number is None or number.end() - position > limit or not _boundary(out, number.end(), end):
+        return -1
+    return number.end() if Decimal(number.group().decode()) == Decimal(token.tobytes().decode()) else -1
+
+
+def _same_at(out: bytes, position: int, piece: memoryview, end: int) -> bool:
+    """Whether ``out`` holds exactly ``piece`` at ``position``, followed by whitespace or its end
+    (``find`` within exactly its length: a C comparison, no copy)."""
+    stop = position + len(piece)
+    return stop <= end and out.find(piece, position, stop) == position and _boundary(out, stop, end)
+
+
+def _boundary(out: bytes, position: int, end: int) -> bool:
+    return position == end or _ONE_SPACE.match(out, position) is not None
+
+
+def _skip(spaces: re.Pattern[bytes], out: bytes, position: int, end: int) -> int:
+    """The first position from ``position`` on that does not start a whitespace character of
+    ``spaces`` (``_SPACES`` or ``_LINE_SPACES``). A short run is one match of ``spaces``; a longer
+    one is taken ``_SKIP_CHUNK`` bytes at a time, each decoded and stripped by ``str.lstrip`` (in C:
+    no call scans more than a chunk, and a step holds at most 6 times one).
+
+    >>> _skip(_SPACES, " \\u3000\\nx".encode(), 0, 6), _skip(_LINE_SPACES, " \\u3000\\nx".encode(), 0, 6)
+    (5, 4)
+    >>> long = ("\\u3000" * 700_000 + " x").encode()
+    >>> _skip(_SPACES, long, 0, len(long)) == len(long) - 1
+    True
+    """
+    stop = min(end, position + 64)
+    reached = spaces.match(out, position, stop).end()
+    if reached < stop - 3 or reached == end:
+        return reached
+    strip = None if spaces is _SPACES else _LINE_WHITESPACE
+    position = reached
+    while position < end:
+        chunk_end = min(end, position + _SKIP_CHUNK)
+        text = out[position:chunk_end].decode("utf-8", "replace")  # U+FFFD (cut or invalid) is no space
+        rest = text.lstrip(strip)
+        stripped = len(text) - len(rest)
+        if stripped == 0:
+            return position
+        position += len(text[:stripped].encode())
+        if rest and position < chunk_end - 3:  # stopped at a character that is not cut by the chunk's end
+            return position
+    return position
 
 
 def parse_call_tests(tests: dict) -> TestSpec:
@@ -123,7 +268,7 @@ def parse_call_tests(tests: dict) -> TestSpec:
         inputs = _require(tests, "inputs", list)
         if "outputs" in tests:
             raise ValueError("call tests with a 'property' take no 'outputs'")
-        holds = _property_judge(_require(tests, "property", dict))
+        holds, property_bytes = _property_judge(_require(tests, "property", dict))
     else:
         inputs, outputs = _paired_lists(tests)
     if not all(isinstance(args, list) for args in inputs):
@@ -131,7 +276,7 @@ def parse_call_tests(tests: dict) -> TestSpec:
     try:
         arg_blobs = [marshal.dumps(args) for args in inputs]
         if "property" not in tests:
-            expected = [json_normalize(value) for value in outputs]
+            expected = [_ExpectedValue.of(value) for value in outputs]
     except (TypeError, ValueError) as error:
         raise ValueError(f"call inputs/outputs must be plain JSON data: {error}") from None
 
@@ -144,15 +289,21 @@ def parse_call_tests(tests: dict) -> TestSpec:
             return holds(inputs[index - 1], payload)
         return _returned_value_matches(expected[index - 1], payload)
 
+    def payload_bound(index: int) -> int:
+        if index == 0:
+            return 0
+        return property_bytes if "property" in tests else expected[index - 1].max_bytes
+
     request = {"kind": "call", "fn_name": fn_name, "inputs": arg_blobs}
-    return TestSpec(request, 1 + len(inputs), 1, judge)
+    return TestSpec(request, 1 + len(inputs), 1, judge, payload_bound)
 
 
-def _property_judge(spec: dict) -> Callable[[list, bytes], bool]:
+def _property_judge(spec: dict) -> tuple[Callable[[list, bytes], bool], int]:
     """The judge of a returned value's payload by the trusted check a
-    ``property`` names, with its parameters bound.
+    ``property`` names, with its parameters bound, and the largest payload
+    a value with the property can have.
 
-    >>> _property_judge({"name": "polynomial_root", "atol": 1e-4})([[-6, 11, -6, 1]], b"3.0")
+    >>> _property_judge({"name": "polynomial_root", "atol": 1e-4})[0]([[-6, 11, -6, 1]], b"3.0")
     True
     """
     name = spec.get("name")
@@ -166,7 +317,7 @@ def _property_judge(spec: dict) -> Callable[[list, bytes], bool]:
         if not _is_number(spec[key]) or not spec[key] >= 0:
             raise ValueError(f"property {name!r}: {key} must be a non-negative number, got {spec[key]!r}")
     bound = {key: spec[key] for key in parameters}
-    return lambda args, payload: _returned_value_has(check, bound, max_bytes, args, payload)
+    return (lambda args, payload: _returned_value_has(check, bound, max_bytes, args, payload)), max_bytes
 
 
 def _returned_value_has(
@@ -178,12 +329,12 @@ def _returned_value_has(
     decoded, and decoded as expectations are compared: one pass of the C JSON
     decoder, no number hashed (``_normalize_typed_object``).
     """
-    if len(payload) > max_bytes:
+    if len(payload) > max_bytes or not payload[:].isascii():
         return False
     try:
-        value = json.loads(payload.decode("utf-8"), object_pairs_hook=_normalize_typed_object)
+        value = json.loads(payload[:].decode("ascii"), object_pairs_hook=_normalize_typed_object)
         return check(args, value, **parameters) is True
-    except (ValueError, TypeError, OverflowError, RecursionError, UnicodeDecodeError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         return False
 
 
@@ -226,10 +377,10 @@ def _parse_assert_tests(tests: dict) -> TestSpec:
         raise ValueError(f"assert prelude does not parse: {error}") from None
 
     def judge(index: int, tag: bytes, payload: bytes) -> bool:
-        return tag == b"P"
+        return tag == b"P" and len(payload) == 0
 
     request = {"kind": "assert", "entry_point": entry_point, "test": test, "prelude": prelude}
-    return TestSpec(request, 1, 0, judge)
+    return TestSpec(request, 1, 0, judge, lambda index: 0)
 
 
 # CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state, so two
@@ -260,66 +411,6 @@ def _check_defines_check(test: str) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _stdio_output_matches(expected: str, actual: str) -> bool:
-    """LiveCodeBench-style stdout comparison, linear in the output's length.
-
-    Only as many lines and tokens as ``expected`` has are ever split off
-    ``actual``, so a flood of short lines or tokens costs one scan, not one
-    object each.
-
-    >>> _stdio_output_matches("1 2\\n3.0\\n", "  1 2 \\n3\\n\\n")
-    True
-    >>> _stdio_output_matches("1 2", "1  3")
-    False
-    """
-    expected_lines = [line.strip() for line in expected.strip().split("\n")]
-    actual = actual.strip()
-    if actual.count("\n") + 1 != len(expected_lines):
-        return False
-    start = 0
-    for want in expected_lines:
-        end = actual.find("\n", start)
-        got = actual[start : len(actual) if end < 0 else end].strip()
-        start = end + 1
-        if want != got and not _tokens_numerically_equal(want, got):
-            return False
-    return True
-
-
-def _tokens_numerically_equal(expected_line: str, actual_line: str) -> bool:
-    """Whether two lines have the same tokens, numbers compared as Decimals.
-
-    Only plain decimal or scientific notation counts as a number (not
-    ``inf``, ``nan``, ``1_000`` or ``0x10``); other tokens must be equal.
-    Tokens of ``actual_line`` are taken one at a time, at most one more than
-    ``expected_line`` has.
-
-    >>> _tokens_numerically_equal("1.50 x", "1.5 x"), _tokens_numerically_equal("1", "1.01")
-    (True, False)
-    >>> _tokens_numerically_equal("1e3", "1000"), _tokens_numerically_equal("1_000", "1000")
-    (True, False)
-    """
-    expected_tokens = expected_line.split()
-    actual_tokens = _TOKEN.finditer(actual_line)
-    for want in expected_tokens:
-        got = next(actual_tokens, None)
-        if got is None or not _tokens_equal(want, got.group()):
-            return False
-    return next(actual_tokens, None) is None
-
-
-def _tokens_equal(want: str, got: str) -> bool:
-    """Equal strings, or both plain numbers with the same Decimal value."""
-    if want == got:
-        return True
-    if not (_NUMBER_TOKEN.fullmatch(want) and _NUMBER_TOKEN.fullmatch(got)):
-        return False
-    try:
-        return Decimal(want) == Decimal(got)
-    except InvalidOperation:
-        return False
-
-
 def json_normalize(value: Any) -> Any:
     """The value as JSON would give it back: tuples become lists, keys strings.
 
@@ -329,27 +420,50 @@ def json_normalize(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def _returned_value_matches(expected: Any, payload: bytes) -> bool:
+@dataclass(frozen=True)
+class _ExpectedValue:
+    """One expected return value, JSON-normalized, with the bounds a payload must meet to be
+    compared with it (``_within_bounds``): its JSON's length and element count."""
+
+    value: Any
+    json_bytes: int
+    elements: int
+
+    @classmethod
+    def of(cls, value: Any) -> _ExpectedValue:
+        text = json.dumps(value).encode()
+        return cls(json_normalize(value), len(text), _elements(text))
+
+    @property
+    def max_bytes(self) -> int:
+        return 8 * self.json_bytes + 4096
+
+
+def _returned_value_matches(expected: _ExpectedValue, payload: bytes) -> bool:
     """Whether a child's typed-JSON value equals the (normalized) expectation.
 
     The payload is bounded before anything is built from it: its length and
     an upper estimate of its element count may exceed those of the
-    expectation's JSON only by constant factors (``_within_bounds``).  It is
-    then decoded in one pass of the C JSON decoder (nesting limited by the
-    interpreter's recursion limit), whose object hook normalizes the typed
-    wrappers without hashing any number (``_normalize_typed_object``).
+    expectation's JSON only by constant factors (``_within_bounds``), and it
+    must be ASCII, as the child encodes it.  It is then decoded in one pass of
+    the C JSON decoder (nesting limited by the interpreter's recursion limit),
+    whose object hook normalizes the typed wrappers without hashing any number
+    (``_normalize_typed_object``).
     """
-    if not _within_bounds(json.dumps(expected).encode(), payload):
+    if len(payload) > expected.max_bytes:
+        return False
+    text = payload[:]  # bytes: the payload itself, or a copy of an mmap no longer than the bound
+    if not (_within_bounds(expected, text) and text.isascii()):
         return False
     try:
-        actual = json.loads(payload.decode("utf-8"), object_pairs_hook=_normalize_typed_object)
-        return _values_match(expected, actual)
-    except (ValueError, TypeError, OverflowError, RecursionError, UnicodeDecodeError):
+        actual = json.loads(text.decode("ascii"), object_pairs_hook=_normalize_typed_object)
+        return _values_match(expected.value, actual)
+    except (ValueError, TypeError, OverflowError, RecursionError):
         return False  # e.g. an int too large for a float against a float expectation
 
 
-def _within_bounds(expected_json: bytes, payload: bytes) -> bool:
-    """Whether ``payload`` is small enough to be an encoding of the expectation.
+def _within_bounds(expected: _ExpectedValue, text: bytes) -> bool:
+    """Whether ``text`` is small enough to be an encoding of the expectation.
 
     The child's encoding of an equal value is longer than ``json.dumps`` of
     the expectation only by its wrappers (``{"tuple": [...]}``, dict pairs as
@@ -357,16 +471,16 @@ def _within_bounds(expected_json: bytes, payload: bytes) -> bool:
     length and 4 times the count of brackets and commas (which bounds the
     number of values), plus constants.
 
-    >>> _within_bounds(b"[1, 2]", b'{"tuple": [1, 2.0000000000000004]}')
+    >>> _within_bounds(_ExpectedValue.of([1, 2]), b'{"tuple": [1, 2.0000000000000004]}')
     True
-    >>> _within_bounds(b"[1, 2]", b"[" + b"[], " * 4096 + b"]")
+    >>> _within_bounds(_ExpectedValue.of([1, 2]), b"[" + b"[], " * 4096 + b"]")
     False
     """
+    return len(text) <= expected.max_bytes and _elements(text) <= 4 * expected.elements + 64
 
-    def elements(text: bytes) -> int:
-        return text.count(b"[") + text.count(b"{") + text.count(b",")
 
-    return len(payload) <= 8 * len(expected_json) + 4096 and elements(payload) <= 4 * elements(expected_json) + 64
+def _elements(text: bytes) -> int:
+    return text.count(b"[") + text.count(b"{") + text.count(b",")
 
 
 def _normalize_typed_object(pairs: list[tuple[str, Any]]) -> Any:

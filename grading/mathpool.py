@@ -15,7 +15,10 @@ work, and by a wall-clock deadline kept by the parent.  A worker that misses
 its deadline is killed with its whole process group and replaced; its item
 is ``False``.  The parent never holds a sympy object: workers return
 statuses.  Workers are not sandboxed: they get an address-space limit and
-die with their parent.
+die with their parent.  A worker whose resident memory, reported with each
+status, is over ``MATH_WORKER_RECYCLE_MB`` after an item is replaced by a
+fresh one: answers that fill sympy's caches (a 2^(2^26) costs about 20 MB
+that stays) would otherwise keep it at its 4 GiB limit for the rest of a run.
 
 Not here: answer extraction and the math-verify calls (``verifier.py``), the
 code sandbox (``grading/sandbox.py``).  Imports nothing of ours.
@@ -39,7 +42,11 @@ from collections.abc import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
-MATH_WORKER_MEMORY_MB = 4096
+MATH_WORKER_MEMORY_MB = 4096  # address space, during an item
+# Resident memory above which a worker is replaced once its item is done (a warm worker holds
+# 60-70 MB, and as much after 600 items of bench_verifier.py): with the default worker count
+# (os.cpu_count()), the pool holds at most this much per worker between items.
+MATH_WORKER_RECYCLE_MB = 512
 MATH_WORKER_STARTUP_TIMEOUT_S = 120.0
 # One item per parsing path a worker warms before it says ready (serve): a fraction,
 # a set, an interval, a root and a polynomial, each graded correct.
@@ -221,6 +228,9 @@ class _MathPool:
             elif worker.item is not None and message.get("i") == worker.item:
                 batch.finish(worker.item, str(message.get("status")))
                 worker.item, worker.deadline = None, math.inf
+                if message["rss"] > MATH_WORKER_RECYCLE_MB << 20:
+                    self._replace(worker, batch)  # idle: no item of the batch is lost
+                    return
 
     def _expire(self, batch: _MathBatch) -> None:
         """Kill and replace workers past their item deadline."""
@@ -339,9 +349,16 @@ def serve(parent_pid: int, grade: Callable[[str, str, float], str]) -> int:
             status = grade(request["completion"], request["gold"], request["timeout_s"])
         except MemoryError:
             status = "error"
-        channel.write(json.dumps({"i": request["i"], "status": status}).encode() + b"\n")
+        reply = {"i": request["i"], "status": status, "rss": _resident_bytes()}
+        channel.write(json.dumps(reply).encode() + b"\n")
         channel.flush()
     return 0
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (``/proc/self/statm``), in bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _die_with_parent(parent_pid: int) -> None:

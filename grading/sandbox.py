@@ -36,8 +36,20 @@ Isolation of every sandbox child (all modes):
   could have started.
 
 What the parent reads back is bounded before anything is built from it: a
-frame is at most ``file_size_mb`` + 1 MiB (``_Sandbox._pop_frame``); the
-judges bound what they decode further (``grading/judge.py``).
+frame's payload is at most ``file_size_mb`` + 1 MiB and at most what its
+judge could accept (``TestSpec.payload_bound``, set by the expectation); a
+larger one is refused from its header, unread (``_Sandbox.next_frame``).  A
+payload over 1 MiB is received into an anonymous mmap of its announced size,
+whose pages cost memory only as bytes arrive, and is never copied.
+
+The clock measures the program, never the parent.  The child's fd 1 is a
+stream socket, and the parent receives each header and each payload in one
+``recv`` (``MSG_WAITALL``), in the kernel, with the interpreter lock released:
+a header is on time when it arrives by the test's deadline or is waiting when
+the parent looks, however late the parent looks, and a payload's bytes may
+keep the parent waiting for at most the per-test limit in all, counted by the
+kernel (``SO_RCVTIMEO``).  Time the parent spends judging other programs or
+waiting for the interpreter lock is never charged to a program.
 
 Namespaces mode (used when ``unshare`` works, detected at the first call):
 the harness runs under ``unshare`` (``namespace_command``) with its own PID,
@@ -82,10 +94,12 @@ from __future__ import annotations
 import logging
 import marshal
 import math
+import mmap
 import os
 import re
-import select
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -170,14 +184,19 @@ class TestSpec:
 
     ``request`` goes to the sandbox and never contains expected outputs.
     After the ready frame the child sends ``phases`` frames; frame ``i`` is
-    accepted when ``judge(i, tag, payload)`` is true.  ``setup_phases``
-    counts the phases that are not tests (``call``: loading the module).
+    accepted when ``judge(i, tag, payload)`` is true.  A frame whose payload
+    is longer than ``payload_bound(i)`` bytes is refused unread: the judge
+    must reject every such payload.  The payload is a read-only bytes-like
+    buffer (``bytes`` up to 1 MiB, an ``mmap`` above: judges use ``len``,
+    indexing, slicing, ``find`` and ``re``).  ``setup_phases`` counts the
+    phases that are not tests (``call``: loading the module).
     """
 
     request: dict
     phases: int
     setup_phases: int
     judge: Callable[[int, bytes, bytes], bool]
+    payload_bound: Callable[[int], int]
 
 
 # ---------------------------------------------------------------------------
@@ -276,6 +295,7 @@ def _probe(config: _SandboxConfig) -> str | None:
         1,
         0,
         lambda index, tag, payload: (tag, payload) == (b"O", b"eborp\n"),
+        lambda index: 6,
     )
     try:
         passed = run_tests(config, "print(input()[::-1])", spec, 30.0, 30.0, SandboxLimits(), capture_stderr=True)
@@ -289,6 +309,8 @@ def _probe(config: _SandboxConfig) -> str | None:
 # ---------------------------------------------------------------------------
 
 _FRAME_HEADER = 9  # one tag byte, then the payload length as 8 big-endian bytes
+_SMALL_PAYLOAD = 1 << 20  # a payload up to this size is received into memory; above, into an anonymous mmap
+_SETUP_PAYLOAD = 1 << 20  # the most a frame sent before any program code runs may hold (F: an error)
 
 
 def run_tests(
@@ -315,7 +337,8 @@ def run_tests(
         _wait_until_ready(sandbox, limits.startup_grace_s)
         end = time.monotonic() + budget_s
         for index in range(spec.phases):
-            frame = sandbox.next_frame(min(time.monotonic() + timeout_s, end))
+            deadline = min(time.monotonic() + timeout_s, end)
+            frame = sandbox.next_frame(deadline, spec.payload_bound(index), timeout_s)
             if frame is None or not spec.judge(index, *frame):
                 return False
         return True
@@ -327,7 +350,7 @@ def _wait_until_ready(sandbox: _Sandbox, grace_s: float) -> None:
     Only frames sent before the ready frame can raise: until then no program
     code has run, so a program cannot make the parent raise.
     """
-    frame = sandbox.next_frame(time.monotonic() + grace_s)
+    frame = sandbox.next_frame(time.monotonic() + grace_s, _SETUP_PAYLOAD, grace_s)
     if frame is None:
         raise SandboxError(f"the sandbox did not become ready within {grace_s:.1f} s{sandbox.diagnostics()}")
     tag, payload = frame
@@ -367,8 +390,7 @@ class _Sandbox:
         self.tmpfs_bytes = limits.tmpfs_mb << 20
         self.workdir: str | None = None
         self.stderr_file = None
-        self.buffer = bytearray()
-        self.eof = False
+        self.channel: socket.socket | None = None  # the parent's end of the child's fd 1
 
     def __enter__(self) -> Self:
         try:
@@ -396,7 +418,11 @@ class _Sandbox:
             identity = {"user": self.uid, "group": self.uid, "extra_groups": []}
         if self.capture_stderr:
             self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
-        with tempfile.TemporaryFile() as request_file:
+        # The child's fd 1 is a stream socket, not a pipe: the parent receives a whole frame in one
+        # call, in the kernel, with the kernel's clock on the waits (_Sandbox._receive).
+        self.channel, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.channel.setblocking(True)
+        with tempfile.TemporaryFile() as request_file, child_end:
             request_file.write(len(code).to_bytes(8, "big") + code)
             request_file.write(marshal.dumps(dict(self.request, uid=switch_to)))
             request_file.seek(0)
@@ -404,7 +430,7 @@ class _Sandbox:
                 self.proc = subprocess.Popen(
                     command,
                     stdin=request_file,
-                    stdout=subprocess.PIPE,
+                    stdout=child_end.fileno(),
                     stderr=self.stderr_file or subprocess.DEVNULL,
                     cwd=cwd,
                     env=scrubbed_environment(home),
@@ -424,44 +450,45 @@ class _Sandbox:
             raise SandboxError(f"cannot make the sandbox's working directory: {error}") from None
         return work
 
-    def next_frame(self, deadline: float) -> tuple[bytes, bytes] | None:
-        """The next complete frame, or ``None`` on EOF, deadline or garbage."""
-        while True:
-            frame = self._pop_frame()
-            if frame is not None or self.eof:
-                return frame if frame is not False else None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._read(remaining):
-                return None
-
-    def _pop_frame(self) -> tuple[bytes, bytes] | None | bool:
-        """Take one frame off the buffer; ``False`` if the stream is bad."""
-        if len(self.buffer) < _FRAME_HEADER:
+    def next_frame(self, deadline: float, max_payload: int, wait_s: float) -> tuple[bytes, bytes | mmap.mmap] | None:
+        """The next frame ``(tag, payload)``, or ``None``: its header is not there by ``deadline``
+        (nor waiting when this process looks, however late), its payload is longer than
+        ``max_payload`` bytes (refused unread), or its bytes keep the parent waiting for more than
+        ``wait_s`` in all (the kernel's count: time this process spends elsewhere, judging or
+        waiting for the interpreter lock, is never charged), or the stream ends or is garbage."""
+        header = bytearray(_FRAME_HEADER)
+        if not self._receive(header, deadline - time.monotonic()):
             return None
-        length = int.from_bytes(self.buffer[1:_FRAME_HEADER], "big")
-        if length > self.max_payload:
-            self.eof = True
-            return False
-        end = _FRAME_HEADER + length
-        if len(self.buffer) < end:
+        length = int.from_bytes(header[1:], "big")
+        if length > min(max_payload, self.max_payload):
             return None
-        frame = (bytes(self.buffer[:1]), bytes(self.buffer[_FRAME_HEADER:end]))
-        del self.buffer[:end]
-        return frame
+        if length == 0:
+            return bytes(header[:1]), b""
+        # An mmap's pages cost memory only once written: a payload announced but never sent costs nothing.
+        payload = bytearray(length) if length <= _SMALL_PAYLOAD else mmap.mmap(-1, length)
+        if not self._receive(payload, wait_s):
+            return None
+        return bytes(header[:1]), bytes(payload) if length <= _SMALL_PAYLOAD else payload
 
-    def _read(self, timeout: float) -> bool:
-        """Read what arrives within ``timeout``; False on timeout or EOF."""
-        stream = self.proc.stdout
-        poller = select.poll()  # not select.select: any descriptor number works
-        poller.register(stream, select.POLLIN)
-        if not poller.poll(math.ceil(timeout * 1000)):
+    def _receive(self, buffer: bytearray | mmap.mmap, wait_s: float) -> bool:
+        """Fill ``buffer`` from the child in one ``recv`` (``MSG_WAITALL``): the kernel copies the
+        bytes as they come, the interpreter lock released throughout, and its receive timeout
+        bounds the time spent waiting for them to ``wait_s`` in all (``SO_RCVTIMEO`` is a budget
+        across the call's waits). Not positive: only what is there already. False unless filled:
+        on the end of the stream, the timeout, or a program's ancillary data (which stops the call
+        short; its descriptors are closed by the kernel unread)."""
+        flags = socket.MSG_WAITALL
+        if wait_s <= 0:
+            flags |= socket.MSG_DONTWAIT
+        else:
+            seconds = min(int(wait_s), 1 << 30)
+            timeout = struct.pack("@ll", seconds, max(1, int((wait_s - seconds) * 1_000_000)))
+            self.channel.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+        try:
+            with memoryview(buffer) as view:
+                return self.channel.recv_into(view, len(view), flags) == len(view)
+        except OSError:  # EAGAIN: the timeout passed with nothing received
             return False
-        chunk = os.read(stream.fileno(), 1 << 20)
-        if not chunk:
-            self.eof = True
-            return True
-        self.buffer += chunk
-        return True
 
     def diagnostics(self) -> str:
         """Captured stderr of the child (probe runs only), for error messages."""
@@ -497,8 +524,8 @@ class _Sandbox:
     def __exit__(self, *exc_info) -> None:
         try:
             self._stop()
-            if self.proc is not None:
-                self.proc.stdout.close()
+            if self.channel is not None:
+                self.channel.close()
             if self.stderr_file is not None:
                 self.stderr_file.close()
             if self.workdir is not None:

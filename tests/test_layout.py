@@ -222,8 +222,19 @@ def test_import_chains_are_short(entry):
 @pytest.mark.parametrize(
     "name, allowed",
     [
-        ("verifier", {"grading.judge", "grading.mathpool", "rollout", "grading.sandbox", "grading.typed_json"}),
+        (
+            "verifier",
+            {
+                "grading.judge",
+                "grading.mathjudge",
+                "grading.mathpool",
+                "rollout",
+                "grading.sandbox",
+                "grading.typed_json",
+            },
+        ),
         ("grading.judge", {"grading.sandbox"}),
+        ("grading.mathjudge", set()),  # math-verify and sympy, imported in the math worker only
         ("grading.sandbox", {"grading.sandbox_resources"}),
         ("grading.sandbox_resources", set()),
         ("grading.mathpool", set()),

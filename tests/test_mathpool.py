@@ -113,3 +113,27 @@ def test_a_parent_holding_more_than_1023_descriptors_grades():
     """The pool waits on its workers with poll: select() cannot wait on fd 1024 or above."""
     with many_descriptors():
         assert verifier.verify_math_batch([(r"\boxed{4}", "4"), (r"\boxed{5}", "4")], workers=1) == [True, False]
+
+
+def _resident_mb(pid):
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+
+
+def test_a_worker_whose_memory_passes_the_bound_is_replaced(monkeypatch):
+    """Answers that fill sympy's caches keep a worker's memory: each 2^(2^26) leaves about 20 MB
+    behind (60 of 2^(2^28) reach the 4 GiB address-space limit). Once an item is done, a worker over
+    MATH_WORKER_RECYCLE_MB (here 150, for a warm worker's 60-70) is replaced, so between items
+    every worker of the pool holds less; before issue 48 this one grew past 200 MB."""
+    bound = 150
+    monkeypatch.setattr(mathpool, "MATH_WORKER_RECYCLE_MB", bound)
+    assert verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1) == [True]
+    pids, resident = set(), []
+    for k in range(8):
+        item = (rf"\boxed{{2^{{2^{{26}}}} + {k}}}", "5")
+        assert verifier.verify_math_batch([item], workers=1, timeout_s=20.0) == [False]
+        pid = mathpool._POOL.workers[0].proc.pid
+        pids.add(pid)
+        resident.append(_resident_mb(pid))
+    assert max(resident) <= bound, resident
+    assert len(pids) > 1
+    assert verifier.verify_math_batch([(r"\boxed{7}", "7")], workers=1) == [True]

@@ -16,6 +16,7 @@ import glob
 import json
 import marshal
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +27,7 @@ import textwrap
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -314,7 +316,8 @@ def test_the_shipped_code_is_the_child_script_compiled_by_the_sandbox_interprete
 
 def test_the_parent_never_imports_the_child_code():
     """Grading a program of each kind (and a math item) loads grading/sandbox.py but neither
-    grading/sandbox_child.py nor grading/sandbox_lockdown.py, nor torch."""
+    grading/sandbox_child.py nor grading/sandbox_lockdown.py, nor torch, nor sympy (math workers
+    import it; grading/mathjudge.py does only in them)."""
     code = textwrap.dedent("""
         import sys, verifier
         from sandbox_cases import CORRECT, TESTS, completion
@@ -322,8 +325,8 @@ def test_the_parent_never_imports_the_child_code():
             assert verifier.verify_code(completion(CORRECT[kind]), TESTS[kind]) is True
         assert verifier.verify_math(r"\\boxed{2}", "2") is True
         verifier.close()
-        print(sorted(name for name in ("grading.sandbox", "grading.sandbox_child", "grading.sandbox_lockdown", "torch")
-                     if name in sys.modules))
+        names = ("grading.sandbox", "grading.sandbox_child", "grading.sandbox_lockdown", "torch", "sympy")
+        print(sorted(name for name in names if name in sys.modules))
     """)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     done = subprocess.run(
@@ -368,6 +371,7 @@ def double(x):
 
 OS_EXIT_ZERO = """
 import os
+import re
 os._exit(0)
 def double(x):
     return 2 * x
@@ -433,6 +437,7 @@ def double(x):
 
 PASS_MARKERS = """
 import os
+import re
 def _forge():
     print("All tests passed!")
     print("PASSED")
@@ -1249,6 +1254,7 @@ def test_an_int_too_large_for_a_float_is_a_false_verdict(any_mode):
 
 DEEP_TREE = """
 import os
+import re
 def _attack():
     os.chdir(os.environ["TMPDIR"])
     for _ in range(1200):  # deeper than the recursion limit of a recursive removal
@@ -1457,3 +1463,125 @@ def test_the_seccomp_search_tree_decides_every_call():
         if name in numbers:
             padded = tuple(args) + (0,) * (6 - len(args))
             assert _run_filter(program, numbers[name], padded) == verdict, (name, args)
+
+
+# ---------------------------------------------------------------------------
+# Fourth round (issue 48): one program's output never costs the grader more than its own size,
+# and never costs a concurrent program its verdict
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["namespaces", "plain", "plain-no-landlock"])
+def every_mode(request, monkeypatch):
+    """Each isolation mode, and plain mode as on a kernel without Landlock (skipped where unavailable)."""
+    use_mode(request.param, monkeypatch)
+    return request.param
+
+
+def _resident_kb(field):
+    """``VmRSS`` or ``VmHWM`` (the peak since the last reset) of this process, in kB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/self/status has no {field}")
+
+
+def _peak_growth_mb(action):
+    """(result of action(), how far this process's resident memory rose above where it was, in MB)."""
+    Path("/proc/self/clear_refs").write_text("5")  # the peak is now the current size
+    before = _resident_kb("VmRSS")
+    result = action()
+    return result, (_resident_kb("VmHWM") - before) / 1024
+
+
+BIG_EXPECTED = "3\n" + "4 " * (2 << 20)  # 4 MiB: the stdio bound (16 times, plus 64 KiB) admits 60 MiB
+BIG_STDIO = {"kind": "stdio", "inputs": [""], "outputs": [BIG_EXPECTED]}
+# Programs and the size of what each prints: valid UTF-8 four bytes a character (the decoded text of
+# the judge before issue 48 was 4 bytes a character, and it made two more copies of it), a 60 MiB
+# number, 60 MiB of whitespace around the right answer, and a 60 MiB answer to a 2-byte
+# expectation (refused from its frame's header: the sandbox never reads it).
+OUTPUT_COSTS = {
+    "non_bmp": ("import sys\nsys.stdout.write('3 ' + chr(0x1F600) * (15 << 20))", 2 + (60 << 20), BIG_STDIO, False),
+    "long_number": ("import sys\nsys.stdout.write('3\\n' + '1' * (60 << 20))", 2 + (60 << 20), BIG_STDIO, False),
+    "spaces_around_the_answer": (
+        # built by the program, not written into it: a 4 MiB source costs the grader its own copies
+        "import sys\nsys.stdout.write(chr(0x3000) * (18 << 20) + '3\\n' + '4 ' * (2 << 20))",
+        (54 << 20) + len(BIG_EXPECTED),
+        BIG_STDIO,
+        True,
+    ),
+    "over_its_bound": ("import sys\nsys.stdout.write('1' * (60 << 20))", 60 << 20, {**STDIO, "outputs": ["6"]}, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUTPUT_COSTS))
+def test_grading_one_program_grows_the_grader_by_at_most_its_output_plus_16_mb(every_mode, case):
+    """Measured as the process's peak resident memory (VmHWM, reset before the call), around one
+    verify_code call. Before issue 48 every case failed, in every mode: 174 to 285 MB for 58 to
+    60 MiB of output (the frame was copied twice, then decoded and copied again)."""
+    source, output_bytes, tests, verdict = OUTPUT_COSTS[case]
+    result, growth = _peak_growth_mb(lambda: verifier.verify_code(completion(source), tests, timeout_s=20.0))
+    assert result is verdict
+    assert growth <= output_bytes / 2**20 + 16, f"{growth:.0f} MB for {output_bytes / 2**20:.0f} MiB of output"
+    if case == "over_its_bound":
+        assert growth <= 16  # refused unread
+
+
+def test_the_parents_slowness_is_not_charged_to_the_program(every_mode):
+    """A correct program prints 512 KiB (eight pipe buffers) with a 1-s limit while another thread
+    of the grader holds the interpreter lock in C calls of about 0.3 s, as judges of other programs
+    did: the parent reads the frame late, chunk after chunk, but the program was done on time.
+    Before issue 48 the deadline was checked between the reads of one frame: False."""
+    expected = "x" * (1 << 19)
+    tests = {"kind": "stdio", "inputs": [""], "outputs": [expected]}
+    program = completion(f"print('x' * {1 << 19})")
+    assert verifier.verify_code(program, tests) is True  # warm: the sandbox's interpreter is compiled
+    haystack, hog = b"x" * (8 << 20), re.compile(b"(?:(?=x)(?!y)x)*+z")  # one match: about 0.3 s, in C
+    stop = threading.Event()
+
+    def hold_the_lock():
+        while not stop.is_set():
+            hog.match(haystack)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    try:
+        start = time.monotonic()
+        assert verifier.verify_code(program, tests, timeout_s=1.0) is True
+        assert time.monotonic() - start > 1.0  # the parent was slow indeed
+    finally:
+        stop.set()
+        holder.join()
+
+
+# Seven adversaries of one expected output (a number, then 4 MiB: a correct answer takes 64 pipe
+# buffers), each within the output's bound (64 MiB + 64 KiB), each the kind of output that cost the
+# judge before issue 48 C calls holding the interpreter lock (a 14 MiB number: 0.2-0.3 s), or the CPU.
+FAIR_EXPECTED = "7\n" + "x" * (4 << 20)
+FAIR_CORRECT = "import time\ntime.sleep(0.4)\nprint('7'); print('x' * (4 << 20))"  # done as the judging starts
+FAIR_ADVERSARIES = [
+    "print('1' * (14 << 20)); print('x' * (4 << 20))",  # a 14 MiB number
+    "print('7.' + '0' * (14 << 20)); print('x' * (4 << 20))",  # a 14 MiB number equal to 7
+    "print('1e' + '9' * (14 << 20)); print('x' * (4 << 20))",  # a 14 MiB exponent
+    "print('1' * (7 << 20) + '.' + '1' * (7 << 20)); print('x' * (4 << 20))",  # a 14 MiB decimal
+    "print('7'); print(chr(0x1F600) * (7 << 19))",  # 14 MiB of valid UTF-8, 4 bytes a character
+    "print(chr(0x3000) * ((14 << 20) // 3) + '8'); print('x' * (4 << 20))",  # 14 MiB of whitespace, wrong
+    "import time\nend = time.monotonic() + 0.5\nwhile time.monotonic() < end:\n    pass\nprint(8)",  # CPU
+]
+
+
+@pytest.mark.slow
+def test_a_correct_program_passes_beside_seven_adversaries_every_time(every_mode):
+    """Eight graders at once (verifier.grade runs 8), seven of them adversarial: in 20 rounds the
+    correct program passes every time and every adversary fails. Before issue 48 the correct
+    program failed in 8 of 20 rounds (the parent, busy judging the adversaries, read its 4 MiB late
+    and was charged for it), and the 14 MiB number equal to 7 passed in 7."""
+    tests = {"kind": "stdio", "inputs": [""], "outputs": [FAIR_EXPECTED]}
+    programs = [FAIR_CORRECT, *FAIR_ADVERSARIES]
+    assert verifier.verify_code(completion(FAIR_CORRECT), tests) is True
+    rounds = []
+    with ThreadPoolExecutor(max_workers=len(programs)) as pool:
+        for _ in range(20):
+            verdicts = pool.map(lambda source: verifier.verify_code(completion(source), tests, timeout_s=2.0), programs)
+            rounds.append(list(verdicts))
+    assert [verdicts for verdicts in rounds if verdicts != [True] + [False] * len(FAIR_ADVERSARIES)] == []

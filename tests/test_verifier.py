@@ -6,16 +6,21 @@ worker pool's behaviour in test_mathpool.py.
 """
 
 import doctest
+import random
+import re
+import sys
 import textwrap
 import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 
 import pytest
 from sandbox_cases import CORRECT, STDIO, TESTS, completion
 
 import verifier
-from grading import judge, mathpool
+from dataprep import convert, data
+from grading import judge, mathjudge, mathpool
 
 pytestmark = pytest.mark.usefixtures("no_leftovers", "close_math_pool")
 
@@ -59,9 +64,9 @@ def test_extract_program_takes_last_tagged_block():
 
 
 def test_module_docstring_examples():
-    for module in (verifier, judge):
+    for module, examples in ((verifier, 13), (judge, 13), (mathjudge, 5)):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-        assert result.failed == 0 and result.attempted >= 13, module.__name__
+        assert result.failed == 0 and result.attempted >= examples, module.__name__
 
 
 # ---------------------------------------------------------------------------
@@ -86,7 +91,12 @@ def test_module_docstring_examples():
     ],
 )
 def test_stdio_comparison(expected, actual, match):
-    assert judge._stdio_output_matches(expected, actual) is match
+    assert stdout_matches(expected, actual.encode()) is match
+
+
+def stdout_matches(expected: str, actual: bytes) -> bool:
+    """The stdio judge's verdict on ``actual`` bytes for the expected output."""
+    return judge._stdout_matches(judge._expect_stdout(0, expected), actual)
 
 
 @pytest.mark.parametrize(
@@ -338,6 +348,7 @@ def test_empty_tests_and_missing_program_fail():
         ({"kind": "stdio", "inputs": ["1"]}, "missing the key 'outputs'"),
         ({"kind": "stdio", "inputs": ["1", "2"], "outputs": ["1"]}, "2 inputs but 1 outputs"),
         ({"kind": "stdio", "inputs": [1], "outputs": ["1"]}, "must all be str"),
+        ({"kind": "stdio", "inputs": ["", ""], "outputs": ["1", "\ud800"]}, r"stdio outputs\[1\] is not valid text"),
         ({"kind": "call", "inputs": [[1]], "outputs": [1]}, "missing the key 'fn_name'"),
         ({"kind": "call", "fn_name": "f", "inputs": [1], "outputs": [1]}, "lists of positional"),
         ({"kind": "call", "fn_name": "f x", "inputs": [[1]], "outputs": [1]}, "not an identifier"),
@@ -403,7 +414,7 @@ def test_bad_arguments_raise_value_error():
     ],
 )
 def test_call_integers_are_exact(expected, payload, match):
-    assert judge._returned_value_matches(judge.json_normalize(expected), payload) is match
+    assert judge._returned_value_matches(judge._ExpectedValue.of(expected), payload) is match
 
 
 LONG_NUMBERS = [
@@ -416,36 +427,43 @@ LONG_NUMBERS = [
 ]
 
 
+# An expectation long enough (1 MiB) that 4 MB of output are within its bound, and judged.
+LONG_EXPECTED = judge._expect_stdout(0, "1\n" + "2 " * (1 << 19))
+
+
 @pytest.mark.parametrize("token", LONG_NUMBERS, ids=range(len(LONG_NUMBERS)))
 def test_stdio_comparison_is_linear_in_long_tokens(token):
     for size in (1, 100):  # 40 kB, then 4 MB of the same shape
-        text = token[:1] + token[1:-1] * size + token[-1] if size > 1 else token
+        text = (token[:1] + token[1:-1] * size + token[-1] if size > 1 else token).encode()
         start = time.process_time()  # CPU seconds of this process: other jobs on the machine do not count
-        assert judge._stdio_output_matches("1", text) is False
-        assert judge._stdio_output_matches("1", text[:-1]) is False  # a long valid number
+        assert judge._stdout_matches(LONG_EXPECTED, text) is False
+        assert judge._stdout_matches(LONG_EXPECTED, text[:-1]) is False  # a long valid number
         assert time.process_time() - start < 2.0
+
+
+FLOOD_EXPECTED = "3\n" + "4 " * (1 << 19)  # 1 MiB: its bound admits the 15 MB floods below
 
 
 @pytest.mark.parametrize(
     "actual",
-    ["\n".join(["1"] * 8_000_000), "1 " * 8_000_000, " \n" * 8_000_000 + "3", "3" + " \n" * 8_000_000],
+    [
+        b"\n".join([b"1"] * 7_500_000),
+        b"1 " * 7_500_000,
+        b" \n" * 7_500_000 + FLOOD_EXPECTED.encode(),
+        FLOOD_EXPECTED.encode() + b" \n" * 7_500_000,
+    ],
     ids=["lines", "tokens", "leading_blank_lines", "trailing_blank_lines"],
 )
 def test_stdio_floods_are_linear(actual):
-    """A flood of short lines or tokens costs one scan, not an object per line."""
-    import tracemalloc
-
+    """A flood of short lines, tokens or blank lines costs one scan, not an object per line, and
+    no copy of the output (before issue 48: a decoded copy, then a stripped one)."""
+    want = judge._expect_stdout(0, FLOOD_EXPECTED)
     start = time.process_time()
-    verdict = judge._stdio_output_matches("3\n", actual)
+    verdict = judge._stdout_matches(want, actual)
     assert time.process_time() - start < 1.0
-    assert verdict is (actual.strip() == "3")
-    tracemalloc.start()
-    try:
-        judge._stdio_output_matches("3\n", actual)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 3 * len(actual) + (1 << 20)  # a few copies of the text at most
+    assert verdict is (actual.strip() == FLOOD_EXPECTED.strip().encode())
+    verdict, peak = _peak_bytes(judge._stdout_matches, want, actual)
+    assert peak < 2 << 20  # a 256 KiB step of a long whitespace skip, decoded
 
 
 def _colliding_ints(count):
@@ -473,7 +491,7 @@ def json_text(value):
 def test_forged_return_frames_are_bounded(name, size):
     """Whatever value the parent expects (a few items, or a million: then most
     forged frames fit under the size cap), decoding a forged value is fast."""
-    expected = judge.json_normalize(list(range(size)))
+    expected = judge._ExpectedValue.of(list(range(size)))
     payload = FORGED_VALUES[name]().encode()
     start = time.process_time()  # the decoding's CPU work, whatever else the machine runs
     assert judge._returned_value_matches(expected, payload) is False
@@ -523,4 +541,291 @@ def test_every_warm_up_item_of_a_math_worker_grades_correct():
     every worker fail its start (mathpool.serve raises), so each must grade correct here."""
     assert len(mathpool.WARM_UP_ITEMS) == 5
     for text, gold in mathpool.WARM_UP_ITEMS:
-        assert verifier._verify_math_inprocess(text, gold, 5.0) == "correct", (text, gold)
+        # with the timeout the worker gives them (a loaded machine once took over the 1-s alarm of 5.0)
+        timeout_s = mathpool.MATH_WORKER_STARTUP_TIMEOUT_S
+        assert verifier._verify_math_inprocess(text, gold, timeout_s) == "correct", (text, gold)
+
+
+# ---------------------------------------------------------------------------
+# Fourth round (issue 48): the gold is never widened
+# ---------------------------------------------------------------------------
+
+PIECEWISE = r"x+1 \text{ if } x>0 \text{ and } 0 \text{ otherwise}"
+# (answer, gold, verdict). Each family of the issue, with the answer it must keep accepting.
+NEVER_WIDENED = [
+    # letters of the gold are kept (math-verify's unit list has t, h, c, ab, ...)
+    ("4", "4t", False),
+    ("4t", "4t", True),
+    ("2", "2ab", False),
+    ("2ab", "2ab", True),
+    ("5", "5c", False),
+    ("5c", "5c", True),
+    (r"\sqrt{2}", r"\sqrt{2}s", False),
+    (r"\sqrt{2}s", r"\sqrt{2}s", True),
+    (r"2\pi r", r"2\pi r h", False),
+    (r"2\pi rh", r"2\pi r h", True),
+    (r"\frac{1}{3}\pi r^2", r"\frac{1}{3}\pi r^2 h", False),
+    (r"\frac{\pi r^2 h}{3}", r"\frac{1}{3}\pi r^2 h", True),
+    ("a^2 + c", "a^2 + ab", False),
+    ("a(a+b)", "a^2 + ab", True),
+    # a gold's \text{...} tail is kept; a unit in the gold must be in the answer
+    ("x+1", PIECEWISE, False),
+    (PIECEWISE, PIECEWISE, True),
+    ("9", r"9 \text{ inches}", False),
+    (r"9 \text{ inches}", r"9 \text{ inches}", True),
+    (r"864 \mbox{ inches}^2", r"864 \mbox{ inches}^2", True),
+    # primes are kept
+    ("f(x)", "f'(x)", False),
+    ("f'(x)", "f'(x)", True),
+    ("16", "16''", False),
+    ("16''", "16''", True),
+    ("f'(x)", "f(x)", False),
+    # a tiny gold is not zero
+    ("0.0", r"\frac{1}{2^{30}}", False),
+    ("0", r"\frac{1}{2^{30}}", False),
+    (r"2^{-30}", r"\frac{1}{2^{30}}", True),
+    ("0.0", r"\frac{1}{10!}", False),
+    (r"\frac{1}{3628800}", r"\frac{1}{10!}", True),
+    ("0.0", r"3\times10^{-7}", False),
+    ("0.0000003", r"3\times10^{-7}", True),
+    (r"3.0\times 10^{-7}", r"3\times10^{-7}", True),
+    ("0.0000003000001", r"3\times10^{-7}", False),
+    (r"\{0.0, 1\}", r"\{10^{-9}, 1\}", False),
+    ("(0.0, 1]", r"(10^{-9}, 1]", False),
+    (r"\begin{pmatrix} 0.0 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 10^{-9} \\ 2 \end{pmatrix}", False),
+    (r"\begin{pmatrix} 1.0 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", True),
+    # a huge gold keeps its last digits; integer and finite-decimal golds compare exactly
+    (r"1.0\times10^{20}", r"10^{20}+1", False),
+    ("100000000000000000001", r"10^{20}+1", True),
+    (r"1.0\times10^{20}+1", r"10^{20}+1", True),
+    (r"1.0\times10^{20}", r"10^{20}", True),
+    (r"1.0\times10^{20}+1", r"10^{20}", False),
+    ("2.0", "2", True),
+    ("0.9999999", "1", False),
+    ("2.0000001", "2", False),
+    ("4.5", r"\frac{9}{2}", True),
+    ("4.50000001", r"\frac92", False),
+    ("18.9", r"\$18.90", True),
+    ("18.9000001", "18.90", False),
+    # exact answers are exactly equal; only a decimal answer approximates a gold without a finite decimal
+    (r"\pi + 10^{-20}", r"\pi", False),
+    (r"\sqrt{3+2\sqrt{2}}", r"1+\sqrt{2}", True),
+    ("3.14159265", r"\pi", True),
+    ("3.1416", r"\pi", False),
+    ("0.3333333", r"\frac{1}{3}", True),
+    ("0.333333", r"\frac13", True),
+    ("0.33333", r"\frac{1}{3}", False),
+    ("333.333", r"\frac{1000}{3}", True),
+    ("1.41421356", r"\sqrt2", True),
+    ("0.5x", r"\frac{x}{2}", True),
+    ("0.333333x", r"\frac{x}{3}", False),
+    # the answer's leniencies (docs/verifier.md)
+    (r"50\%", "50", True),
+    ("0.5", r"50\%", True),
+    (r"5\text{ cm}", "5", True),
+    ("10 feet", "10", True),
+    (r"18\text{ m}^2", "18", True),
+    ("x=5", "5", True),
+]
+
+
+def test_the_gold_is_never_widened():
+    """The attack families of issue 48, each with exact verdicts on both sides: on the code before,
+    24 of these wrong answers were graded True, and 4 right answers (stating the gold's letters)
+    False."""
+    pairs = [(rf"\boxed{{{answer}}}", gold) for answer, gold, _ in NEVER_WIDENED]
+    verdicts = verifier.verify_math_batch(pairs, workers=2, timeout_s=10 * verifier.DEFAULT_MATH_TIMEOUT_S)
+    wrong = [case for case, verdict in zip(NEVER_WIDENED, verdicts) if verdict is not case[2]]
+    assert wrong == []
+
+
+def test_the_numeric_comparisons_are_the_ones_installed():
+    """math-verify's own rounding (6 decimals) would grade these True; the replacements it calls
+    by name grade them False, and are refused on another math-verify version."""
+    from sympy import Float, Integer, Rational, pi
+
+    mathjudge.install()
+    from math_verify import grader
+
+    assert grader.sympy_numeric_eq is mathjudge.numeric_eq and grader.sympy_symbolic_eq is mathjudge.symbolic_eq
+    assert mathjudge.numeric_eq(Rational(1, 2**30), Float(0.0)) is False
+    assert mathjudge.numeric_eq(Integer(10**20 + 1), Float("1.0e20")) is False
+    assert mathjudge.symbolic_eq(Integer(10**20 + 1), Float("1.0e20")) is False
+    assert mathjudge.numeric_eq(pi, pi + Rational(1, 10**20)) is False
+    assert mathjudge.numeric_eq(Rational(1, 3), Float("0.3333333")) is True
+
+
+def test_another_math_verify_version_is_refused(monkeypatch):
+    monkeypatch.setattr(mathjudge, "version", lambda name: "0.9.1")
+    with pytest.raises(RuntimeError, match=r"math-verify 0\.9\.0, but 0\.9\.1 is installed"):
+        mathjudge.install()
+
+
+REAL_MATH_SOURCES = ("math500", "aime24", "aime25", "amc", "deepscaler")
+# The real golds that math-verify's default normalization (what the verifier applied to golds before
+# issue 48) changes in substance: units and a trailing \text dropped, primes deleted. Graded against
+# what that normalization made of them, these are False now; 11^{\text{th}} became "11^{", which
+# never parsed. The other golds it changes only in form (".35625" as "0.35625") grade as before.
+WIDENED_REAL_GOLDS = {
+    "test/prealgebra/1003.json": r"\frac{270}7\text{ degrees}",
+    "test/geometry/473.json": r"864 \mbox{ inches}^2",
+    "test/prealgebra/1044.json": r"5.4 \text{ cents}",
+    "test/prealgebra/1114.json": r"15\mbox{ cm}^2",
+    "deepscaler-00136": r"9 \text{ inches}",
+    "deepscaler-00239": r"11^{\text{th}}",
+    "deepscaler-00300": r"$\frac{b'}{a'}<\frac{b}{a}$",
+    "deepscaler-00575": "16''",
+    "deepscaler-00581": "7 minutes and 5 seconds",
+    "deepscaler-00776": r"8\text{ months}",
+}
+
+
+@pytest.mark.slow
+def test_real_golds_grade_themselves_and_only_the_widened_ones_change(real_part):
+    """Every gold of MATH-500, AIME 2024/2025, AMC and DeepScaleR (1,403, as dataprep converts them)
+    grades True against itself; against what math-verify's default normalization made of it, every
+    gold grades True except the ten above, whose reference that normalization widened."""
+    from latex2sympy2_extended.math_normalization import normalize_latex
+    from math_verify import LatexExtractionConfig
+
+    default = LatexExtractionConfig().normalization_config
+    golds = []
+    for name in REAL_MATH_SOURCES:
+        source = data.SOURCES[name]
+        rows, excluded = convert.convert_snapshot(real_part(name), source.patterns, source.convert)
+        assert not excluded
+        golds += [(row["id"], row["answer"]) for row in rows]
+    assert len(golds) == 1403
+    normalized = {rid: normalize_latex(gold, default) for rid, gold in golds}
+    changed = [(rid, gold) for rid, gold in golds if normalized[rid] != gold.strip()]
+    pairs = [(rf"\boxed{{{gold}}}", gold) for _, gold in golds]
+    pairs += [(rf"\boxed{{{normalized[rid]}}}", gold) for rid, gold in changed]
+    verdicts = verifier.verify_math_batch(pairs, workers=2, timeout_s=10 * verifier.DEFAULT_MATH_TIMEOUT_S)
+    assert [rid for (rid, _), verdict in zip(golds, verdicts) if not verdict] == []
+    against_normalized = zip(changed, verdicts[len(golds) :])
+    assert {rid: gold for (rid, gold), verdict in against_normalized if not verdict} == WIDENED_REAL_GOLDS
+    assert len(changed) > len(WIDENED_REAL_GOLDS)  # forms only: ".35625", "\frac{1}{2}" for "0.5", ...
+
+
+# ---------------------------------------------------------------------------
+# Fourth round (issue 48): what a program's output may cost the grader is set by the expectation
+# ---------------------------------------------------------------------------
+
+
+def decoded_stdout_matches(expected: str, actual: bytes) -> bool:
+    """The stdio comparison as it was before issue 48, on decoded text: the reference the judge,
+    which never decodes, must agree with (within its size bounds)."""
+    try:
+        text = actual.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return False
+    lines = [line.strip() for line in expected.strip().split("\n")]
+    if text.count("\n") + 1 != len(lines):
+        return False
+    number = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+    def same(want, got):
+        return want == got or (bool(number.fullmatch(want) and number.fullmatch(got)) and Decimal(want) == Decimal(got))
+
+    for want, got in zip(lines, (line.strip() for line in text.split("\n"))):
+        wants, gots = want.split(), got.split()
+        if want != got and not (len(wants) == len(gots) and all(map(same, wants, gots))):
+            return False
+    return True
+
+
+def test_the_whitespace_is_pythons():
+    assert set(judge.WHITESPACE) == {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()}
+
+
+def test_the_stdout_judge_agrees_with_the_decoded_comparison():
+    """20,000 outputs built from the pieces that matter (every kind of whitespace, numbers in
+    several spellings, non-ASCII and invalid bytes) get the verdict of the comparison on decoded
+    text, on bytes the judge never decodes."""
+    rng = random.Random(48)
+    spaces = [c.encode() for c in judge.WHITESPACE] + [b"  ", b"\r\n", b"\n\n"]
+    words = [b"1", b"1.0", b"01", b"1e0", b"+1", b"-0", b"0", b".5", b"0.50", b"5e-1", b"x", b"1_0", b"nan"]
+    words += [b"Yes", b"yes", b"1e", b"\xc3\xa9", b"\xf0\x9f\x98\x80", b"\xff", b"\xe2\x80", b"\xc2", b"\xe3\x80"]
+    disagreements = []
+    for _ in range(20_000):
+        pieces = [rng.choice(spaces) if rng.random() < 0.5 else rng.choice(words) for _ in range(rng.randrange(8))]
+        actual = b"".join(pieces)
+        cut = b"".join(rng.choice(pieces) for _ in range(rng.randrange(4))) if pieces else b""
+        for expected_bytes in (actual, cut, actual.replace(b"1", b"1.00")):
+            try:
+                expected = expected_bytes.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if stdout_matches(expected, actual) is not decoded_stdout_matches(expected, actual):
+                disagreements.append((expected, actual))
+    assert disagreements == []
+
+
+def test_a_long_canonical_expectation_is_read_without_a_piece_per_token():
+    """Reading a 4 MiB expectation of 2M tokens and lines, already one space and one newline
+    apart, costs the grader a few copies of it, not re.sub's list of every piece (30 MB before)."""
+    expected = "3\n" + "4 " * (1 << 20) + "\n5" * (1 << 20)  # 4 MiB, 2M separators
+    spec = {"kind": "stdio", "inputs": [""], "outputs": [expected]}
+    _, peak = _peak_bytes(judge.parse_tests, spec)
+    assert peak <= 3 * len(expected), f"{peak / 2**20:.1f} MiB to read a 4 MiB expectation"
+
+
+def test_stdout_bounds_follow_the_expectation():
+    """A stdout longer than 16 times its expectation plus 64 KiB is refused by the sandbox unread
+    (the bound its spec gives) and by the judge; a numeric token at most 100 bytes longer than the
+    expected one is parsed, a longer one is unequal."""
+    spec = judge.parse_tests({"kind": "stdio", "inputs": ["", ""], "outputs": ["1\n", "é" * 1000]})
+    assert [spec.payload_bound(0), spec.payload_bound(1)] == [16 * 2 + 65536, 16 * 2000 + 65536]
+    assert spec.judge(0, b"O", b"1" + b" " * (16 * 2 + 65535)) is True
+    assert spec.judge(0, b"O", b"1" + b" " * (16 * 2 + 65536)) is False
+    assert spec.judge(0, b"O", b"1." + b"0" * 99) is True
+    assert spec.judge(0, b"O", b"1." + b"0" * 100) is False
+
+
+def test_call_and_assert_bounds_follow_the_expectation():
+    call = judge.parse_tests({"kind": "call", "fn_name": "f", "inputs": [[1]], "outputs": [[1, 2]]})
+    assert [call.payload_bound(0), call.payload_bound(1)] == [0, 8 * len(b"[1, 2]") + 4096]
+    assert call.judge(1, b"V", b"[1, 2]") is True
+    assert call.judge(1, b"V", b'[1, 2, "\xc3\xa9"]') is False  # the child's typed JSON is ASCII
+    prop = judge.parse_tests(
+        {"kind": "call", "fn_name": "f", "inputs": [[[1, 2]]], "property": {"name": "polynomial_root", "atol": 1e-4}}
+    )
+    assert prop.payload_bound(1) == 64
+    check = judge.parse_tests({"kind": "assert", "entry_point": "f", "test": "def check(c):\n    pass\n"})
+    assert check.payload_bound(0) == 0
+    assert (check.judge(0, b"P", b""), check.judge(0, b"P", b"x")) == (True, False)
+
+
+def test_a_valid_utf8_flood_is_judged_without_being_decoded():
+    """One character outside the Basic Multilingual Plane made the decoded text 4 bytes a
+    character, and the judge then copied it twice: 64 MiB of output grew the grader by 839 MB.
+    Now it is never decoded or copied as a whole: the judge's own peak stays under 2 MiB, whether
+    the output matches (whitespace around the expected text) or not."""
+    expected = "3\n" + "4 " * (2 << 20)  # 4 MiB: its bound admits the 60 MiB below
+    spec = judge.parse_tests({"kind": "stdio", "inputs": [""], "outputs": [expected]})
+    smiles = "\U0001f600".encode() * (15 << 20)
+    for payload, verdict in [
+        (b"3 " + smiles, False),
+        (b"3\n" + smiles, False),
+        ("\u3000".encode() * (20 << 20) + expected.encode(), True),
+    ]:
+        assert len(payload) <= spec.payload_bound(0)
+        judged, peak = _peak_bytes(spec.judge, 0, b"O", payload)
+        assert (judged, peak < 2 << 20) == (verdict, True)
+
+
+def test_long_whitespace_runs_are_skipped_as_str_lstrip_would():
+    """Runs longer than one regex match are decoded a step at a time: wherever a step cuts a
+    character, and whatever follows the run (a token, a newline, an invalid byte, the end), the
+    judge stops where str.lstrip of the decoded text does."""
+    rng = random.Random(48)
+    chunk = judge._SKIP_CHUNK
+    for size in (63, 64, 65, chunk - 1, chunk, chunk + 1, 2 * chunk + 2):
+        for _ in range(3):
+            run = "".join(rng.choices(judge.WHITESPACE, k=size)).encode()
+            for tail in (b"x", b"\n7", b"\xff", b"\xe3\x80", b""):
+                out = run + tail
+                for spaces, strip in ((judge._SPACES, None), (judge._LINE_SPACES, judge._LINE_WHITESPACE)):
+                    text = out.decode("utf-8", "replace")
+                    expected = len(text[: len(text) - len(text.lstrip(strip))].encode())
+                    assert judge._skip(spaces, out, 0, len(out)) == expected, (size, tail, strip is None)
