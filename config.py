@@ -35,7 +35,7 @@ from typing import Literal
 import yaml
 
 from methods import CALIBRATION_LOSSES, METHODS, TARGETS, method_of
-from rollout import DOMAINS
+from rollout import DOMAINS, NumeralRule
 from schema import BY_DOMAIN, Config, hints
 
 ROOT = Path(__file__).resolve().parent
@@ -338,6 +338,7 @@ def validate_config(cfg: Config) -> None:
             "conf_train=head (GRPO + auxiliary head) needs a baseline method on a readout channel: "
             "CREDO's readout drives its own rewards and is regressed directly"
         )
+    _validate_open_choices(cfg, reads)
     unknown = [name for name in reporters(cfg) if name not in REPORTERS]
     if unknown:
         raise ValueError(f"report_to={cfg.report_to!r}: unknown {unknown}; choose from {REPORTERS} (comma-separated)")
@@ -363,6 +364,44 @@ def validate_config(cfg: Config) -> None:
             f"per_device_batch_size x grad_accum = {rollouts} rollouts per step is not a multiple of "
             f"group_size = {cfg.group_size}: groups must not be split across optimizer steps"
         )
+
+
+def _validate_open_choices(cfg: Config, reads: str) -> None:
+    """The choices the paper leaves open (docs/choices.md): values that mean nothing, and a
+    reading set where this run has nothing it applies to (it would be ignored)."""
+    if cfg.max_grad_norm is not None and not cfg.max_grad_norm > 0:
+        raise ValueError(f"max_grad_norm={cfg.max_grad_norm!r} must be positive, or null for no clipping")
+    for key in ("adv_eps", "adv_min_std"):
+        if not getattr(cfg, key) >= 0:
+            raise ValueError(f"{key}={getattr(cfg, key)!r} must be >= 0")
+    if cfg.adv_std != "none" and cfg.adv_eps == 0 and cfg.adv_min_std == 0:
+        raise ValueError(
+            "adv_eps=0 with adv_min_std=0 divides a group of equal rewards by a std of 0: raise one of them"
+        )
+    if cfg.adv_std == "none" and cfg.adv_eps != 0:
+        raise ValueError(
+            f"adv_eps={cfg.adv_eps!r} is added to the std that adv_std divides by; adv_std=none divides by none"
+        )
+    if cfg.adv_std == "sample" and cfg.group_size < 2:
+        raise ValueError(f"adv_std=sample divides by G - 1: group_size={cfg.group_size} needs adv_std=population")
+    if cfg.dcpo_conf_reward != "absolute" and cfg.method != "dcpo":
+        raise ValueError(
+            f"dcpo_conf_reward={cfg.dcpo_conf_reward} is DCPO's reward; method={cfg.method} does not read it"
+        )
+    if cfg.missing_confidence != "worst" and reads != "report":
+        raise ValueError(
+            f"missing_confidence={cfg.missing_confidence} is how a verbalized baseline's reward reads a missing "
+            f"report; method={cfg.method}'s rewards read no report"
+        )
+    if cfg.missing_confidence == "gate" and cfg.method != "rlcr":
+        raise ValueError(
+            f"missing_confidence=gate is RLCR's code's format gate (method=rlcr); method={cfg.method} has none "
+            f"(DCPO's code reads a missing report as -1: missing_confidence=minus_one)"
+        )
+    parse = {"conf_tag": "first", "conf_number": "decimal", "conf_out_of_range": "reject"}
+    changed = [f"{key}={getattr(cfg, key)}" for key, default in parse.items() if getattr(cfg, key) != default]
+    if changed and cfg.channel != "verbalized":
+        raise ValueError(f"{', '.join(changed)} reads a verbalized report; channel={cfg.channel} has none")
 
 
 def confidence_source(cfg: Config) -> str:
@@ -453,6 +492,15 @@ def confidence_plan(cfg: Config) -> ConfidencePlan:
         cuts_at_slot=stops and bool(cfg.enable_thinking),
         samples_slot_token=sampled,
     )
+
+
+def numeral_rule(cfg: Config) -> NumeralRule:
+    """How a verbalized report is read (eq:verb's parse): conf_tag, conf_number, conf_out_of_range.
+
+    >>> numeral_rule(Config(conf_tag="last", conf_number="float"))
+    NumeralRule(tag='last', number='float', out_of_range='reject')
+    """
+    return NumeralRule(tag=cfg.conf_tag, number=cfg.conf_number, out_of_range=cfg.conf_out_of_range)
 
 
 def questions_per_step(cfg: Config) -> int:

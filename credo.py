@@ -83,12 +83,22 @@ from schema import Config
 # ============================================================================================
 
 
-def warmup(value: float, step: int, warmup_steps: int) -> float:
-    """Linear warm-up: value * (step + 1) / warmup_steps for the first warmup_steps steps.
+def warmup(value: float, step: int, warmup_steps: int, shape: str) -> float:
+    """alpha or kappa at `step` (from 0) of its warm-up over W = warmup_steps steps (W = 0: none).
 
-    The paper gives "warmup for alpha and kappa: 30 steps" without a shape; this reads it as
-    linear from 1/warmup_steps of the value at step 0 to the whole value at step warmup_steps - 1."""
-    return value * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else value
+    tab:hyper gives "Warmup for alpha and kappa: 30 steps" without a shape (warmup_shape):
+    "linear" is value * min(1, (step + 1) / W), 1/W of the value at step 0 and all of it from
+    step W - 1; "linear_from_zero" is value * min(1, step / W), 0 at step 0 and all of it from
+    step W (transformers' and verl's learning-rate warm-up).
+
+    >>> [warmup(1.0, s, 4, "linear") for s in range(5)], [warmup(1.0, s, 4, "linear_from_zero") for s in range(5)]
+    ([0.25, 0.5, 0.75, 1.0, 1.0], [0.0, 0.25, 0.5, 0.75, 1.0])
+    """
+    if shape not in ("linear", "linear_from_zero"):
+        raise ValueError(f"unknown warm-up shape {shape!r}; expected linear or linear_from_zero")
+    if warmup_steps <= 0:
+        return value
+    return value * min(1.0, (step + (shape == "linear")) / warmup_steps)
 
 
 def detached_confidences(
@@ -229,8 +239,8 @@ def train_step(
     # 4. what credit reads, detached
     conf, c_model = detached_confidences(policy, batch, rollouts, out, micro, cfg, plan)
     # 5. credit, once, for the whole batch
-    alpha, kappa = (warmup(value, step, cfg.warmup_steps) for value in (cfg.alpha, cfg.kappa))
-    step_credit = methods.credit(out.correct, out.fmt, conf, cfg, kappa)
+    alpha, kappa = (warmup(value, step, cfg.warmup_steps, cfg.warmup_shape) for value in (cfg.alpha, cfg.kappa))
+    step_credit = methods.credit(out.correct, out.fmt, conf, cfg, kappa, truncated=out.truncated)
     # 6. the update
     n_total = float(len(batch)) if n_total is None else n_total
     n_valid_total = float(out.valid.sum()) if n_valid_total is None else n_valid_total

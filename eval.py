@@ -171,7 +171,9 @@ def evaluate(
                         s.token_ids,
                         ro.decode(tokenizer, s.token_ids),
                         s.finish_reason,
-                        ro.parse_segments(tokenizer, s.token_ids, cfg.channel, ro.ANSWER_MARKERS[domain]),
+                        ro.parse_segments(
+                            tokenizer, s.token_ids, cfg.channel, ro.ANSWER_MARKERS[domain], config.numeral_rule(cfg)
+                        ),
                         s.logprobs,
                         s.slot_repaired,
                     )
@@ -199,10 +201,7 @@ def evaluate(
                     at_slot = pol.at_slot(tokenizer, rollouts)
                     sources = {
                         "verbalized": (
-                            [
-                                None if math.isnan(v := ro.parse_verbalized_confidence(r.segments.conf_text)) else v
-                                for r in rollouts
-                            ],
+                            [None if math.isnan(r.segments.report) else r.segments.report for r in rollouts],
                             [False] * len(rollouts),
                         ),
                         "digit": (

@@ -57,22 +57,39 @@ def readout(z_high: torch.Tensor, z_low: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(z_high - z_low)
 
 
-def group_standardize(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Group-relative advantage (r - mean_group) / std_group (`eq:grpo`).
+def group_standardize(
+    rewards: torch.Tensor, group_size: int, std: str, eps: float = 0.0, min_std: float = ZERO_STD
+) -> torch.Tensor:
+    """Group-relative advantage (r - mean_group) / (std_group + eps) (`eq:grpo`).
 
-    `std` is the *population* standard deviation of the group (divide by G, not
-    G - 1): the group is the whole set of rollouts being compared, and this
-    makes a two-rollout group with one success give advantages of exactly +1/-1.
-    A group whose std is <= ZERO_STD (all rewards equal) gets advantage 0.
+    The paper writes std(r), "the standard deviation of the group's rewards", and no epsilon.
+    `std` (no default: the run's adv_std) reads it as the population std ("population": divide
+    by G, so a two-rollout group with one success gets exactly +1/-1), the sample std
+    ("sample": divide by G - 1, torch.std's default, as TRL and verl compute it: advantages
+    sqrt((G-1)/G) times the population's), or not at all ("none": r - mean, Dr. GRPO's and
+    RLCR's configs'). `eps` is added to the std (TRL 1e-4, verl 1e-6). A group whose std is
+    <= `min_std` (the population std for "none") gets advantage 0: its rewards are equal to
+    float rounding.
 
-    >>> group_standardize(torch.tensor([1., 0., 0., 2., 2., 2.]), group_size=3)
+    >>> r = torch.tensor([1., 0., 0., 2., 2., 2.])
+    >>> group_standardize(r, 3, std="population")
     tensor([ 1.4142, -0.7071, -0.7071,  0.0000,  0.0000,  0.0000])
+    >>> group_standardize(r, 3, std="sample")
+    tensor([ 1.1547, -0.5774, -0.5774,  0.0000,  0.0000,  0.0000])
+    >>> group_standardize(r, 3, std="none")
+    tensor([ 0.6667, -0.3333, -0.3333,  0.0000,  0.0000,  0.0000])
+    >>> near = torch.tensor([0., 3e-5])          # std 1.5e-5: unit-size by eq:grpo, 0.13 with TRL's epsilon
+    >>> group_standardize(near, 2, "population"), group_standardize(near, 2, "population", eps=1e-4)
+    (tensor([-1.,  1.]), tensor([-0.1304,  0.1304]))
     """
+    if std not in ("population", "sample", "none"):
+        raise ValueError(f"unknown std {std!r}; expected population, sample or none")
     r = _grouped(rewards.float(), group_size)  # [B, G]
     mean = r.mean(dim=1, keepdim=True)  # [B, 1]
-    std = r.std(dim=1, unbiased=False, keepdim=True)  # [B, 1]
-    informative = std > ZERO_STD
-    adv = torch.where(informative, (r - mean) / torch.where(informative, std, 1.0), 0.0)
+    spread = r.std(dim=1, unbiased=std == "sample", keepdim=True)  # [B, 1]
+    informative = spread > min_std
+    scale = torch.ones_like(spread) if std == "none" else torch.where(informative, spread + eps, 1.0)
+    adv = torch.where(informative, (r - mean) / scale, 0.0)
     return adv.reshape(-1)
 
 
@@ -231,20 +248,42 @@ def rlcr_reward(correct: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return a - brier
 
 
+def rlcr_gated_reward(correct: torch.Tensor, q: torch.Tensor, fmt: torch.Tensor) -> torch.Tensor:
+    """RLCR's reward as RLCR's released code gates it on the format, in `eq:rewards`'s units.
+
+    Its code sums 0.5 F + 0.5 F a + 0.5 F (1 - (q - a)^2): that is 1 + r/2 with r = a - (q - a)^2
+    where F = 1, and 0 where F = 0, which is r = -2 (below every report's reward, -1 at worst):
+    a format failure loses the correctness term too.
+
+    >>> a, q, f = torch.tensor([1., 1., 0.]), torch.tensor([0.9, 0.9, float("nan")]), torch.tensor([1., 0., 0.])
+    >>> rlcr_gated_reward(a, q, f)
+    tensor([ 0.9900, -2.0000, -2.0000])
+    """
+    return torch.where(fmt.bool(), rlcr_reward(correct, q), -2.0)
+
+
 def dcpo_rewards(
-    correct: torch.Tensor, q: torch.Tensor, lam: float, group_size: int
+    correct: torch.Tensor, q: torch.Tensor, lam: float, group_size: int, form: str = "absolute"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """DCPO's segment rewards (`eq:rewards`, second line).
 
-    r_reason = a;  r_conf = -|q - R_IG|,  R_IG = lam * mean_group(a) + (1 - lam) * a.
-    An unparseable report (NaN) gets the worst confidence reward, -1.
+    r_reason = a;  R_IG = lam * mean_group(a) + (1 - lam) * a;
+    r_conf = -|q - R_IG|           ("absolute", as the paper writes it: optimal at a median of R_IG)
+           = -0.5 (R_IG - q)^2     ("squared", DCPO's released code: optimal at R_IG's mean).
+    An unparseable report (NaN) gets the worst a report in [0, 1] can: -1, or -0.5 squared.
 
-    >>> dcpo_rewards(torch.tensor([1., 0.]), torch.tensor([0.5, float("nan")]), lam=0.5, group_size=2)
-    (tensor([1., 0.]), tensor([-0.2500, -1.0000]))
+    >>> a, q = torch.tensor([1., 0.]), torch.tensor([0.5, float("nan")])
+    >>> dcpo_rewards(a, q, lam=0.5, group_size=2), dcpo_rewards(a, q, lam=0.5, group_size=2, form="squared")
+    ((tensor([1., 0.]), tensor([-0.2500, -1.0000])), (tensor([1., 0.]), tensor([-0.0312, -0.5000])))
     """
     a = correct.float()
     r_ig = lam * _grouped(a, group_size).mean(dim=1, keepdim=True).expand(-1, group_size).reshape(-1) + (1 - lam) * a
-    r_conf = torch.where(torch.isnan(q), -1.0, -(q.float() - r_ig).abs())
+    if form == "absolute":
+        r_conf = torch.where(torch.isnan(q), -1.0, -(q.float() - r_ig).abs())
+    elif form == "squared":
+        r_conf = torch.where(torch.isnan(q), -0.5, -0.5 * (r_ig - q.float()) ** 2)
+    else:
+        raise ValueError(f"unknown DCPO confidence reward {form!r}; expected absolute or squared")
     return a, r_conf
 
 

@@ -18,9 +18,10 @@ derives from it what a run must produce:
   nothing  no confidence: the rewards score the answer only
 
 Everything else about credit is shared by every method and lives in `credit` below: the
-target t, the group standardisation of both rewards (eq:grpo), eq:sw's discrepancy weights on
-the answer advantage, and the A^conf ablation. docs/forking.md adds one entry to each of the
-first three registries, with a test that follows it literally.
+target t, the group standardisation of both rewards (eq:grpo, read as adv_std, adv_eps and
+adv_min_std say), eq:sw's discrepancy weights on the answer advantage, the A^conf ablation, and
+truncated_completions=mask. docs/forking.md adds one entry to each of the first three
+registries, with a test that follows it literally.
 
 Does not hold: the equations themselves (losses.py), which confidence is read where
 (config.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
@@ -112,17 +113,28 @@ def grpo(g: GroupOutcomes, cfg: Config) -> Rewards:
     return Rewards(r, r)
 
 
+def report_read(conf: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """A baseline's report q as its rewards read it: NaN where there is none, or -1 there with
+    missing_confidence=minus_one (DCPO's code)."""
+    return missing_as(conf, -1.0) if cfg.missing_confidence == "minus_one" else conf
+
+
 @register_method("rlcr", reads="report")
 def rlcr(g: GroupOutcomes, cfg: Config) -> Rewards:
     """RLCR: r = a - (q - a)^2 on every token, q the sampled numeral (eq:rewards)."""
-    r = losses.rlcr_reward(g.correct, g.conf)
+    q = report_read(g.conf, cfg)
+    if cfg.missing_confidence == "gate":  # RLCR's code: the whole reward gated on the format F
+        r = losses.rlcr_gated_reward(g.correct, q, g.fmt)
+    else:
+        r = losses.rlcr_reward(g.correct, q)
     return Rewards(r, r)
 
 
 @register_method("dcpo", reads="report")
 def dcpo(g: GroupOutcomes, cfg: Config) -> Rewards:
-    """DCPO: r_reason = a on the answer, r_conf = -|q - R_IG| on the analysis (eq:rewards)."""
-    r_ans, r_conf = losses.dcpo_rewards(g.correct, g.conf, cfg.dcpo_lambda, g.group_size)
+    """DCPO: r_reason = a on the answer, r_conf = -|q - R_IG| on the analysis (eq:rewards; dcpo_conf_reward)."""
+    q = report_read(g.conf, cfg)
+    r_ans, r_conf = losses.dcpo_rewards(g.correct, q, cfg.dcpo_lambda, g.group_size, cfg.dcpo_conf_reward)
     return Rewards(r_ans, r_conf)
 
 
@@ -220,25 +232,45 @@ class Confidences(NamedTuple):
     weights: torch.Tensor  # what eq:sw's discrepancy weights read
 
 
-def credit(correct: torch.Tensor, fmt: torch.Tensor, conf: Confidences, cfg: Config, kappa: float) -> Credit:
+def credit(
+    correct: torch.Tensor,
+    fmt: torch.Tensor,
+    conf: Confidences,
+    cfg: Config,
+    kappa: float,
+    truncated: torch.Tensor | None = None,
+) -> Credit:
     """Target, rewards, discrepancy weights and group-standardised advantages, for whole groups.
 
     correct, fmt: [N] a_i and F_i (rollout i of question q is row q*G + i). The target and the
     rewards come from their registries (cfg.target, cfg.method); the rest is every method's:
-    eq:sw's weights on the answer advantage (w = 1 where there is no confidence, and when
-    kappa = 0), and conf_advantage=false zeroing A^conf (the ablation).
+    eq:grpo's standardisation as adv_std, adv_eps and adv_min_std read it, eq:sw's weights on
+    the answer advantage (w = 1 where there is no confidence, and when kappa = 0),
+    conf_advantage=false zeroing A^conf (the ablation), and truncated_completions=mask zeroing
+    both advantages of the rollouts `truncated` [N] marks (after the group statistics, which
+    count them; it needs `truncated`).
     """
     group = cfg.group_size
     target = entry_of(TARGETS, "target", cfg.target)(correct, cfg)
     outcomes_in = GroupOutcomes(correct=correct, fmt=fmt, conf=conf.rewards.float(), target=target, group_size=group)
     r_ans, r_conf = method_of(cfg.method).rewards(outcomes_in, cfg)
     weights_valid = ~torch.isnan(conf.weights)
-    adv_conf = losses.group_standardize(r_conf, group)
+
+    def standardize(rewards: torch.Tensor) -> torch.Tensor:
+        return losses.group_standardize(rewards, group, cfg.adv_std, cfg.adv_eps, cfg.adv_min_std)
+
+    adv_ans, adv_conf = standardize(r_ans), standardize(r_conf)
+    if not cfg.conf_advantage:
+        adv_conf = torch.zeros_like(adv_conf)
+    if cfg.truncated_completions == "mask":
+        if truncated is None:
+            raise ValueError("truncated_completions=mask needs which rollouts were truncated: pass truncated=")
+        adv_ans, adv_conf = (torch.where(truncated.bool(), 0.0, adv) for adv in (adv_ans, adv_conf))
     return Credit(
         target=target,
         r_ans=r_ans,
         r_conf=r_conf,
         w=losses.discrepancy_weights(correct, conf.weights, weights_valid, kappa, group, cfg.w_min, cfg.w_max),
-        adv_ans=losses.group_standardize(r_ans, group),
-        adv_conf=adv_conf if cfg.conf_advantage else torch.zeros_like(adv_conf),
+        adv_ans=adv_ans,
+        adv_conf=adv_conf,
     )

@@ -262,7 +262,8 @@ class Segments:
     slot:     completion index k such that the readout is the next-token
               distribution after token k-1 (the slot token, if generated, is
               token k); None when the rollout has no readout.
-    conf_text: the text between <confidence> and </confidence> (verbalized).
+    conf_text: the text between <confidence> and </confidence> (verbalized; which pair:
+              NumeralRule.tag), and `report` the number it reads as (NaN if none).
     fmt:      F_i - every segment the channel requires is present and parseable.
     """
 
@@ -276,13 +277,17 @@ class Segments:
     has_analysis: bool
     slot_misaligned: bool = False  # <confidence> ends inside a token (one the text goes on past)
     tag_token: int | None = None  # that token's index, when slot_misaligned
+    report: float = math.nan  # conf_text as NumeralRule reads it (verbalized); NaN: no report
 
 
-def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_marker: str) -> Segments:
+def parse_segments(
+    tokenizer, completion_ids: list[int], channel: str, answer_marker: str, numeral: NumeralRule | None = None
+) -> Segments:
     """Split a completion into answer / analysis / slot on token ids.
 
     answer_marker: the substring that makes an answer parseable ("\\boxed{" for
-    math, "```python" for code); it must occur in the answer segment.
+    math, "```python" for code); it must occur in the answer segment. numeral: how a
+    verbalized report is read (None: NumeralRule(), this project's reading).
 
     Rules (after a leading `<think> ... </think>` block, if any: first `<analysis>`, then
     the first `</analysis>` after it, then the first `<confidence>` after that):
@@ -295,7 +300,9 @@ def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_ma
     * readout channels: the slot is where `<confidence>` ends, if that is a
       token boundary; the analysis runs up to the slot (closing tag included);
     * verbalized: the analysis runs to the end of the completion (the numeral
-      and its tags are part of the confidence segment, as DCPO scores them).
+      and its tags are part of the confidence segment, as DCPO scores them); the report is
+      the first (or, NumeralRule.tag, the last) `<confidence>...</confidence>` after it, and
+      F = 1 needs it to read as a number (NumeralRule).
     """
     if channel not in CHANNELS:
         raise ValueError(f"unknown channel {channel!r}; expected one of {CHANNELS}")
@@ -366,18 +373,19 @@ def parse_segments(tokenizer, completion_ids: list[int], channel: str, answer_ma
     conf_end_char = conf_open + len(CONF_OPEN)
 
     if channel == "verbalized":
-        conf_close = text.find(CONF_CLOSE, conf_end_char)
-        conf_text = text[conf_end_char:conf_close] if conf_close >= 0 else None
-        ok = has_answer and conf_text is not None and not math.isnan(parse_verbalized_confidence(conf_text))
+        numeral = numeral or NumeralRule()
+        conf_text = confidence_text(text, conf_open, numeral.tag)
+        report = parse_verbalized_confidence(conf_text, numeral)
         return Segments(
             answer_end=answer_end,
             analysis_start=answer_end,
             analysis_end=n,
             slot=None,
             conf_text=conf_text,
-            fmt=ok,
+            fmt=has_answer and not math.isnan(report),
             has_answer=has_answer,
             has_analysis=True,
+            report=report,
         )
 
     slot, exact = tokens_before(prefix, conf_end_char)
@@ -423,26 +431,86 @@ def through_slot(tokenizer, completion_ids: list[int]) -> tuple[list[int], int]:
     return list(completion_ids), 0
 
 
+# --- The verbalized report (eq:verb's parse) --------------------------------------------------
+# The paper writes q = parse(s) and leaves the parse open; each reading below is named after the
+# code that reads it so (docs/choices.md). Config keys conf_tag, conf_number, conf_out_of_range.
+
+CONF_TAGS = ("first", "last")
+NUMBER_FORMS = ("decimal", "float")
+OUT_OF_RANGE = ("reject", "clip", "keep")
 _NUMERAL = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*")
+_CONF_PAIR = re.compile(re.escape(CONF_OPEN) + "(.*?)" + re.escape(CONF_CLOSE), re.DOTALL)
 
 
-def parse_verbalized_confidence(conf_text: str | None) -> float:
-    """Parse a verbalized confidence ("0.9", ".9", "1", "0.95") into [0, 1]; NaN if it is not one.
+@dataclass(frozen=True)
+class NumeralRule:
+    """How a verbalized report is read: which tag pair (first | last), what reads as a number
+    (decimal: digits with at most one point | float: Python's float()), and a number outside
+    [0, 1] (reject: no report | clip | keep). The defaults are this project's reading."""
 
-    A missing or malformed report is NaN (a format failure), never 0.
+    tag: str = "first"
+    number: str = "decimal"
+    out_of_range: str = "reject"
+
+    def __post_init__(self):
+        for name, value, choices in (
+            ("tag", self.tag, CONF_TAGS),
+            ("number", self.number, NUMBER_FORMS),
+            ("out_of_range", self.out_of_range, OUT_OF_RANGE),
+        ):
+            if value not in choices:
+                raise ValueError(f"NumeralRule {name}={value!r}; choose one of {choices}")
+
+
+def confidence_text(text: str, start: int, tag: str = "first") -> str | None:
+    """The text inside the first (tag="first") or last ("last") `<confidence>...</confidence>`
+    pair at or after `start`; None when no pair closes there.
+
+    >>> t = "<analysis>a</analysis><confidence>0.3</confidence> then <confidence>0.8</confidence>"
+    >>> confidence_text(t, 22), confidence_text(t, 22, "last"), confidence_text("<confidence>0.3", 0)
+    ('0.3', '0.8', None)
+    """
+    pairs = _CONF_PAIR.findall(text, start)
+    if not pairs:
+        return None
+    return pairs[0] if tag == "first" else pairs[-1]
+
+
+def parse_verbalized_confidence(conf_text: str | None, rule: NumeralRule | None = None) -> float:
+    """Parse a verbalized confidence ("0.9", ".9", "1", "0.95") into a report q; NaN if it is not one.
+
+    A missing or malformed report is NaN (a format failure), never 0; so is a number that is not
+    finite (nan, inf), whatever the rule. `rule` (None: NumeralRule()) says what reads as a number
+    and what becomes of one outside [0, 1].
 
     >>> [parse_verbalized_confidence(s) for s in ["0.9", " .9 ", "1", "0.95"]]
     [0.9, 0.9, 1.0, 0.95]
-    >>> [parse_verbalized_confidence(s) for s in ["high", "1.5", "", None]]
-    [nan, nan, nan, nan]
+    >>> [parse_verbalized_confidence(s) for s in ["high", "1.5", "", "1e-1", None]]
+    [nan, nan, nan, nan, nan]
+    >>> lenient = NumeralRule(number="float", out_of_range="clip")           # RLCR's float(), clipped
+    >>> [parse_verbalized_confidence(s, lenient) for s in ["1e-1", "+0.5", "1.5", "-2", "nan", "0.9 x"]]
+    [0.1, 0.5, 1.0, 0.0, nan, nan]
+    >>> parse_verbalized_confidence("85", NumeralRule(out_of_range="keep"))  # DCPO's code: 85 is 85
+    85.0
     """
+    rule = rule or NumeralRule()
     if conf_text is None:
         return float("nan")
-    m = _NUMERAL.fullmatch(conf_text)
-    if m is None:
+    if rule.number == "decimal":
+        m = _NUMERAL.fullmatch(conf_text)
+        if m is None:
+            return float("nan")
+        value = float(m.group(1))
+    else:
+        try:
+            value = float(conf_text)
+        except ValueError:
+            return float("nan")
+    if not math.isfinite(value):
         return float("nan")
-    value = float(m.group(1))
-    return value if 0.0 <= value <= 1.0 else float("nan")
+    if 0.0 <= value <= 1.0 or rule.out_of_range == "keep":
+        return value
+    return min(max(value, 0.0), 1.0) if rule.out_of_range == "clip" else float("nan")
 
 
 @dataclass

@@ -27,7 +27,7 @@ import torch
 import policy as pol
 import rollout as ro
 import verifier
-from config import ConfidencePlan
+from config import ConfidencePlan, numeral_rule
 from methods import registrar
 from schema import Config
 
@@ -79,6 +79,7 @@ class Outcomes:
     valid: torch.Tensor  # [N] bool: the slot was reached, so the model's c exists (V)
     # [N] a confidence sampled as text (plan.rewards_read), NaN where none; None when the rewards read the model's c
     reported: torch.Tensor | None
+    truncated: torch.Tensor  # [N] bool: the completion hit max_completion_tokens (truncated_completions)
 
 
 def make_rollouts(
@@ -101,7 +102,9 @@ def make_rollouts(
     rollouts = []
     for row, sample in enumerate(samples):
         q = row // cfg.group_size
-        segments = ro.parse_segments(tokenizer, sample.token_ids, plan.segments, ro.ANSWER_MARKERS[cfg.domain])
+        segments = ro.parse_segments(
+            tokenizer, sample.token_ids, plan.segments, ro.ANSWER_MARKERS[cfg.domain], numeral_rule(cfg)
+        )
         if plan.samples_slot_token:
             slot_token = (
                 sample.token_ids[segments.slot]
@@ -142,6 +145,7 @@ def outcomes(
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),  # [N]
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),  # [N]
         reported=reported_confidence(rollouts, plan.rewards_read, tokenizer),  # [N] or None
+        truncated=torch.tensor([r.truncated for r in rollouts], dtype=torch.bool),  # [N]
     )
 
 
@@ -161,8 +165,9 @@ def register_text_read(name: str) -> Callable:
 
 @register_text_read("numeral")
 def read_numeral(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
-    """The parsed numeral after <confidence> (the verbalized baselines, eq:verb)."""
-    return torch.tensor([ro.parse_verbalized_confidence(r.segments.conf_text) for r in rollouts])
+    """The parsed numeral after <confidence> (the verbalized baselines, eq:verb), as parse_segments
+    read it with the run's NumeralRule (config.numeral_rule)."""
+    return torch.tensor([r.segments.report for r in rollouts])
 
 
 @register_text_read("slot_token")

@@ -104,7 +104,9 @@ class Config:
     adam_fused: AUTO | bool = _field(
         "auto", "torch's fused AdamW kernel (one pass over weights, gradients, moments); auto: on CUDA only"
     )
-    weight_decay: float = _field(0.0, "AdamW weight decay (none)")
+    weight_decay: float = _field(
+        0.0, "AdamW weight decay: none (tab:hyper names AdamW only; TRL and RLCR's code 0, verl and DCPO's code 0.01)"
+    )
     per_device_batch_size: int = _field(
         2,
         "rollouts per micro-batch; x grad_accum = rollouts per device and step (2 x 64 = 128 = 16 questions x G)",
@@ -125,7 +127,77 @@ class Config:
     max_completion_tokens: int = _field(BY_DOMAIN, "8,192 math / 6,144 code", "tab:hyper")
     clip_eps: float = _field(0.2, "epsilon of the clipped ratio", "eq:grpo, tab:hyper")
     kl_coef: float = _field(0.0, "the paper trains without a KL term; only 0 is supported", "tab:hyper")
-    max_grad_norm: float | None = _field(None, "null: no clipping, as in the paper (the norm is still logged)")
+    max_grad_norm: float | None = _field(
+        1.0,
+        "clip the global gradient norm at this value; null: no clipping (the norm is logged before clipping either "
+        "way). The paper gives none; TRL (the HF Trainer's max_grad_norm), verl (actor grad_clip), RLCR's code "
+        "(DeepSpeed gradient_clipping) and DCPO's code (verl) all clip at 1.0, so 1.0 here (docs/choices.md)",
+    )
+    # --- choices the paper leaves open (docs/choices.md): each reading named, with whose code reads it so
+    adv_std: Literal["sample", "population", "none"] = _field(
+        "sample",
+        "eq:grpo's std(r), 'the standard deviation of the group's rewards': sample (divide by G - 1: torch.std, "
+        "as TRL, verl, DCPO's code and RLCR's code compute it; the paper is silent, so every code's reading) | "
+        "population (divide by G: sqrt(G/(G-1)) times larger advantages, 1.07x at G = 8; this project before "
+        "issue 49, and the toy) | none (r - mean, no division: RLCR's configs, scale_rewards: false; Dr. GRPO)",
+        "eq:grpo",
+    )
+    adv_eps: float = _field(
+        0.0,
+        "epsilon added to std(r) before dividing: 0, as eq:grpo writes it; TRL and RLCR's code add 1e-4, verl and "
+        "DCPO's code 1e-6",
+        "eq:grpo",
+    )
+    adv_min_std: float = _field(
+        1.0e-6,
+        "a group whose std(r) (population's with adv_std=none) is at most this gets advantage 0: its rewards are "
+        "equal to float rounding and rank nothing. TRL and verl zero no group (their epsilon keeps 0/0 away). A "
+        "continuous reward that barely varies (r^conf of a group whose readouts all sit near 0.99: std ~3e-5) is "
+        "still scaled to unit advantages, as eq:grpo says, unless this or adv_eps is raised (TRL's 1e-4: 0.23 of that)",
+        "eq:grpo",
+    )
+    truncated_completions: Literal["train", "mask"] = _field(
+        "train",
+        "rollouts that hit max_completion_tokens: train (scored like any other: TRL's and verl's default, DCPO's "
+        "code; the paper is silent, so today's and the common default) | mask (no policy-gradient term: A^ans = "
+        "A^conf = 0, TRL's mask_truncated_completions, which RLCR's configs set). Masked rollouts still count in "
+        "their group's mean and std and in the batch mean's N; L_cal still reads a readout they have",
+    )
+    dcpo_conf_reward: Literal["absolute", "squared"] = _field(
+        "absolute",
+        "DCPO's r_conf: absolute (-|q - R_IG|, as eq:rewards writes it: its optimum is a median of R_IG, not its "
+        "mean, so it is not a proper scoring rule) | squared (-0.5 (R_IG - q)^2, DCPO's released code, the "
+        "'hybrid' reward manager: optimum at R_IG's mean)",
+        "eq:rewards",
+    )
+    missing_confidence: Literal["worst", "gate", "minus_one"] = _field(
+        "worst",
+        "a verbalized baseline's rollout without a parseable report: worst (the answer keeps a, the calibration "
+        "term is charged its worst for a report in [0, 1]: RLCR's Brier 1, DCPO's r_conf -1, or -0.5 squared; the "
+        "paper is silent, and app:rewardshape argues against losing the correctness signal) | gate (RLCR's code: "
+        "its reward 0.5 F + 0.5 F a + 0.5 F (1 - (q - a)^2) is 1 + r/2 where F = 1 and 0 where F = 0, so r = -2 "
+        "wherever F_i = 0, correctness lost; method=rlcr) | minus_one (DCPO's code: the report reads as q = -1)",
+        "eq:rewards",
+    )
+    conf_tag: Literal["first", "last"] = _field(
+        "first",
+        "which <confidence>...</confidence> after </analysis> a verbalized report is read from: first (this "
+        "project, the slot eq:digitexp reads; DCPO's code reads its first 'CONFIDENCE:') | last (RLCR's code)",
+        "eq:verb",
+    )
+    conf_number: Literal["decimal", "float"] = _field(
+        "decimal",
+        "what reads as a number: decimal (digits with at most one point, spaces around: 0.9, .9, 1; what the "
+        "prompt asks for, and what DCPO's code's regex reads) | float (RLCR's code: Python's float(), so 1e-1, "
+        "+0.5 and 5e-1 too); nan, inf and anything else read as no report",
+        "eq:verb",
+    )
+    conf_out_of_range: Literal["reject", "clip", "keep"] = _field(
+        "reject",
+        "a number outside [0, 1]: reject (no report, F = 0: this project, and RLCR's code's format check) | clip "
+        "(to [0, 1], as RLCR's code's 1e-5-weighted confidence rewards read it) | keep (DCPO's code: 85 is q = 85)",
+        "eq:verb",
+    )
     # --- CREDO
     gamma: float = _field(0.5, "target mixture", "eq:calloss, tab:hyper")
     alpha: float = _field(0.03, "calibration weight", "eq:total, tab:hyper")
@@ -133,7 +205,15 @@ class Config:
     kappa: float = _field(BY_DOMAIN, "discrepancy-weighting strength (0.25 math / 0.50 code)", "eq:sw, tab:hyper")
     w_min: float = _field(0.5, "lower weight clip w-", "eq:sw, tab:hyper")
     w_max: float = _field(2.0, "upper weight clip w+", "eq:sw, tab:hyper")
-    warmup_steps: int = _field(30, "linear warm-up of alpha and kappa", "tab:hyper")
+    warmup_steps: int = _field(30, "warm-up of alpha and kappa, in steps (its shape: warmup_shape)", "tab:hyper")
+    warmup_shape: Literal["linear", "linear_from_zero"] = _field(
+        "linear",
+        "tab:hyper gives 'Warmup for alpha and kappa: 30 steps' and no shape. linear: value x min(1, (step + 1) / W), "
+        "1/W of it at the first step and all of it from step W - 1 (this project: every step regresses c) | "
+        "linear_from_zero: value x min(1, step / W), 0 at the first step, all from step W (the shape of "
+        "transformers' and verl's learning-rate warm-up; no baseline warms up an alpha or a kappa)",
+        "tab:hyper",
+    )
     # --- rollout engine
     engine: Literal["vllm", "hf"] = _field("vllm", "vllm | hf (transformers generate; same interface)")
     vllm_gpu_memory_utilization: float = _field(0.35, "vLLM's share of the GPU's memory")

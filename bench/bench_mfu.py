@@ -197,6 +197,7 @@ def main() -> None:
         "tiny",
         [
             f"group_size={args.rows}",
+            "adv_std=population",  # a group of one (--rows 1) has no sample std; the cost is the same
             f"per_device_batch_size={args.rows}",
             "grad_accum=1",
             f"precision={'bf16' if cuda else 'fp32'}",
@@ -221,7 +222,9 @@ def main() -> None:
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # random weights: no tokenizer
     if compiled:
         pol.compile_update(policy)
-    out = sampling.Outcomes(correct=correct, fmt=valid.float(), valid=valid, reported=None)
+    out = sampling.Outcomes(
+        correct=correct, fmt=valid.float(), valid=valid, reported=None, truncated=torch.zeros_like(valid)
+    )
     plan = config.confidence_plan(cfg)
 
     def step():

@@ -125,7 +125,7 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
     """The same update written plainly: consecutive micro-batches at the full batch width,
     full fp32 logits, log_softmax + gather."""
     n, micro = len(batch), cfg.per_device_batch_size
-    alpha, kappa = credo.warmup(cfg.alpha, STEP, cfg.warmup_steps), credo.warmup(cfg.kappa, STEP, cfg.warmup_steps)
+    alpha, kappa = (credo.warmup(v, STEP, cfg.warmup_steps, cfg.warmup_shape) for v in (cfg.alpha, cfg.kappa))
     n_valid = max(float(valid.sum()), 1.0)
     loss_pg = loss_cal = 0.0
     model.train()
@@ -147,7 +147,8 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
         (pg * len(rows) / n + alpha * cal * n_valid_mb / n_valid).backward()
         loss_pg += pg.item() * len(rows) / n
         loss_cal += cal.item() * n_valid_mb / n_valid
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return ReferenceStats(loss_pg=loss_pg, loss_cal=loss_cal, grad_norm=grad_norm)
@@ -157,7 +158,7 @@ def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_i
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
-    out = sampling.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None)
+    out = sampling.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None, truncated=torch.zeros_like(valid))
     return credo.train_step(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
 
 

@@ -104,6 +104,7 @@ def main() -> int:
         "tiny",
         [
             "group_size=1",
+            "adv_std=population",  # a group of one has no sample std
             f"per_device_batch_size={args.rows}",
             "grad_accum=1",
             f"precision={'bf16' if cuda else 'fp32'}",
@@ -130,7 +131,11 @@ def main() -> int:
     batch = pol.collate(rollouts, 0)
     valid = batch.slot_pos >= 0
     out = sampling.Outcomes(
-        correct=torch.tensor([float(i % 2) for i in range(args.rows)]), fmt=valid.float(), valid=valid, reported=None
+        correct=torch.tensor([float(i % 2) for i in range(args.rows)]),
+        fmt=valid.float(),
+        valid=valid,
+        reported=None,
+        truncated=torch.zeros_like(valid),
     )
     policy = pol.Policy(model, None, shape["vocab_size"] - 2, shape["vocab_size"] - 1, pol.compute_dtype(cfg))
     if compiled:

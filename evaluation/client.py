@@ -360,13 +360,13 @@ class Client:
         ids, finish = closed.token_ids, closed.finish_reason
         text = ro.decode(self.tokenizer, ids)
         channel = self.cfg.channel if self.source != "digit_exp" else "readout"  # digit_exp stops at the slot
-        seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain])
+        rule = config.numeral_rule(self.cfg)  # how a verbalized report is read (conf_tag, conf_number, ...)
+        seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain], rule)
         answer = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
         max_tokens = self.settings["max_tokens"]
         c = c_digit = numeral = reason = None
         if self.source == "numeral":
-            value = ro.parse_verbalized_confidence(seg.conf_text)
-            numeral = None if math.isnan(value) else value
+            numeral = None if math.isnan(seg.report) else seg.report
             at_slot, _ = ro.through_slot(self.tokenizer, ids)
             slot = ro.parse_segments(self.tokenizer, at_slot, "readout", "").slot
             c_digit = None if slot is None else self.digit_expectation(prompt + at_slot[:slot])

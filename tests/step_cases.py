@@ -53,12 +53,14 @@ def outcomes_of(rollouts, correct) -> sampling.Outcomes:
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,
+        truncated=torch.tensor([r.truncated for r in rollouts]),
     )
 
 
 def standardized(values):
+    """eq:grpo's (r - mean) / std with the sample std (adv_std=sample, the default: divide by G - 1)."""
     mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
     return [(v - mean) / std for v in values]
 
 

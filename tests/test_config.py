@@ -3,6 +3,7 @@ configs/, and the confidence plan of each method."""
 
 import dataclasses
 import doctest
+import re
 
 import pytest
 import yaml
@@ -164,6 +165,86 @@ def test_micro_batch_budget():
     assert load_config("math", ["micro_batch_tokens=20000"]).micro_batch_tokens == 20000
     with pytest.raises(ValueError, match=r"micro_batch_tokens=9000 must be auto or an integer of at least .* = 9218"):
         load_config("math", ["micro_batch_tokens=9000"])
+
+
+# --- the choices the paper leaves open (docs/choices.md) -------------------------------------------
+
+OPEN_CHOICES = {  # key: (default, every choice); the defaults' reasons are in each field's help
+    "max_grad_norm": 1.0,
+    "adv_std": ("sample", ("sample", "population", "none")),
+    "adv_eps": 0.0,
+    "adv_min_std": 1e-6,
+    "truncated_completions": ("train", ("train", "mask")),
+    "dcpo_conf_reward": ("absolute", ("absolute", "squared")),
+    "missing_confidence": ("worst", ("worst", "gate", "minus_one")),
+    "conf_tag": ("first", ("first", "last")),
+    "conf_number": ("decimal", ("decimal", "float")),
+    "conf_out_of_range": ("reject", ("reject", "clip", "keep")),
+    "warmup_shape": ("linear", ("linear", "linear_from_zero")),
+}
+
+
+def test_the_open_choices_defaults_and_their_named_readings():
+    cfg = Config()
+    for key, spec in OPEN_CHOICES.items():
+        default, choices = spec if isinstance(spec, tuple) else (spec, None)
+        assert getattr(cfg, key) == default, key
+        if choices:  # each choice is named in the help line, with the paper's and the codes' readings
+            assert config.hints()[key].__args__ == choices, key
+            assert all(choice in config.FIELDS[key].metadata["help"] for choice in choices), key
+    helps = " ".join(config.FIELDS[key].metadata["help"] for key in OPEN_CHOICES)
+    for who in ("RLCR's code", "DCPO's code", "TRL", "verl", "the paper"):
+        assert who in helps, who
+
+
+def test_the_toy_keeps_the_readings_it_was_tuned_with():
+    toy = load_config("toy")
+    assert (toy.max_grad_norm, toy.adv_std) == (None, "population")  # as before issue 49
+    assert all(
+        getattr(toy, key) == getattr(Config(), key) for key in OPEN_CHOICES if key not in ("max_grad_norm", "adv_std")
+    )
+
+
+def test_each_baseline_s_code_readings_load():
+    rlcr = load_config(
+        "rlcr",
+        ["adv_std=none", "truncated_completions=mask", "missing_confidence=gate"]
+        + ["conf_tag=last", "conf_number=float", "max_grad_norm=1.0"],
+    )
+    assert (rlcr.adv_std, rlcr.missing_confidence, rlcr.conf_tag, rlcr.conf_number) == ("none", "gate", "last", "float")
+    dcpo = load_config(
+        "dcpo", ["adv_eps=1e-6", "dcpo_conf_reward=squared", "missing_confidence=minus_one", "conf_out_of_range=keep"]
+    )
+    assert (dcpo.dcpo_conf_reward, dcpo.missing_confidence, dcpo.conf_out_of_range) == ("squared", "minus_one", "keep")
+    assert config.numeral_rule(rlcr) == config.NumeralRule("last", "float", "reject")
+
+
+@pytest.mark.parametrize(
+    "name,overrides,message",
+    [
+        ("tiny", ["max_grad_norm=0"], "max_grad_norm=0.0 must be positive, or null for no clipping"),
+        ("tiny", ["adv_eps=-1e-4"], "adv_eps=-0.0001 must be >= 0"),
+        ("tiny", ["adv_min_std=-1"], "adv_min_std=-1.0 must be >= 0"),
+        ("tiny", ["adv_eps=0", "adv_min_std=0"], "divides a group of equal rewards by a std of 0"),
+        ("tiny", ["group_size=1", "per_device_batch_size=1", "grad_accum=1"], "adv_std=sample divides by G - 1"),
+        ("tiny", ["adv_std=none", "adv_eps=1e-4"], "adv_eps=0.0001 is added to the std that adv_std divides by"),
+        ("tiny", ["adv_std=median"], "adv_std='median' is not supported"),
+        ("rlcr", ["dcpo_conf_reward=squared"], "dcpo_conf_reward=squared is DCPO's reward; method=rlcr"),
+        ("credo", ["missing_confidence=minus_one"], "method=credo's rewards read no report"),
+        ("dcpo", ["missing_confidence=gate"], "missing_confidence=gate is RLCR's code's format gate"),
+        ("credo", ["conf_tag=last", "conf_number=float"], "conf_tag=last, conf_number=float reads a verbalized"),
+        ("tiny", ["truncated_completions=drop"], "truncated_completions='drop' is not supported"),
+        ("tiny", ["warmup_shape=cosine"], "warmup_shape='cosine' is not supported"),
+    ],
+)
+def test_an_open_choice_that_means_nothing_is_refused(name, overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_config(name, overrides)
+
+
+def test_group_size_one_loads_with_the_population_std():
+    cfg = load_config("tiny", ["group_size=1", "per_device_batch_size=1", "grad_accum=1", "adv_std=population"])
+    assert cfg.group_size == 1
 
 
 # --- every config resolves, and method and channel agree ----------------------------------------

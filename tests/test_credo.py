@@ -5,6 +5,7 @@ and tab:sw_baseline), outcomes, and end-to-end runs with resume."""
 import copy
 import dataclasses
 import json
+import math
 import sys
 
 import pytest
@@ -31,6 +32,7 @@ import methods
 import policy as pol
 import rollout as ro
 import sampling
+from infra import parallel, runlog
 from rollout import Rollout, Segments
 
 # --- the command line ------------------------------------------------------------------------
@@ -65,7 +67,7 @@ def read(conf, valid):
 
 def test_answer_and_analysis_tokens_get_their_advantages():
     """A hand-built group: answer tokens get w * A_ans, analysis tokens A_conf, the slot nothing."""
-    cfg = config.load_config("tiny", ["group_size=2"])
+    cfg = config.load_config("tiny", ["group_size=2", "adv_std=population"])  # +-1 for a group of two
     rollouts = [fake_rollout(2, 4, 2, 4, 4), fake_rollout(2, 4, 1, 4, 4)]
     batch = pol.collate(rollouts, pad_id=0)
     correct, fmt, valid = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0]), torch.tensor([True, True])
@@ -162,6 +164,110 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     for key in ("loss_pg", "loss_cal"):
         assert getattr(stats[0], key) == pytest.approx(getattr(stats[1], key), abs=1e-6)
     assert stats[0].loss_cal > 0
+
+
+def test_a_masked_truncated_rollout_gets_no_policy_gradient_term(tiny_dir):
+    """truncated_completions=mask: a rollout that hit the budget keeps its place in its group's
+    statistics and in N, and its per-sequence term of J is 0 (TRL's mask_truncated_completions)."""
+    policy = tiny_policy(tiny_dir)
+    tok = policy.tokenizer
+    prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    texts = [
+        "2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
+        "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
+        "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
+        "2 + 2 is 2 + 2 is 2 + 2",  # cut by the budget: no answer, no slot
+    ]
+    rollouts = []
+    for text, finish in zip(texts, ["stop", "stop", "stop", "length"]):
+        ids = tok.encode(text, add_special_tokens=False)
+        rollouts.append(Rollout("q", prompt, ids, text, finish, ro.parse_segments(tok, ids, "readout", "\\boxed")))
+    batch = pol.collate(rollouts, tok.pad_token_id)
+    out = outcomes_of(rollouts, [1.0, 0.0, 1.0, 0.0])
+    assert out.truncated.tolist() == [False, False, False, True]
+    stats = {}
+    for how in ("train", "mask"):
+        cfg = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
+        cfg = dataclasses.replace(cfg, truncated_completions=how)
+        copied = copy_policy(policy)
+        stats[how] = credo.train_step(
+            copied,
+            GradientRecorder(copied.model.named_parameters()),
+            batch,
+            out,
+            cfg,
+            config.confidence_plan(cfg),
+            step=100,
+        )
+    trained, masked = stats["train"].credit, stats["mask"].credit
+    assert masked.adv_ans[3] == masked.adv_conf[3] == 0.0 and trained.adv_ans[3] < 0
+    assert masked.adv_ans[:3].tolist() == trained.adv_ans[:3].tolist()  # the group's statistics still count it
+    # rho = 1: row 3's term of J is the mean of its token advantages, w A^ans over its answer tokens (w = 1: no
+    # readout); J is a mean over N = 4 rows, and -J is the loss
+    assert stats["mask"].loss_pg == pytest.approx(stats["train"].loss_pg + float(trained.adv_ans[3]) / 4, abs=1e-6)
+
+
+def test_warmup_shapes_of_alpha_and_kappa():
+    """tab:hyper's 30 steps: linear from 1/30 (this project) or from 0 (transformers', verl's lr shape)."""
+    alpha = 0.03
+    assert [credo.warmup(alpha, s, 30, "linear") for s in (0, 14, 29, 30)] == pytest.approx([0.001, 0.015, 0.03, 0.03])
+    assert [credo.warmup(alpha, s, 30, "linear_from_zero") for s in (0, 15, 29, 30)] == pytest.approx(
+        [0.0, 0.015, 0.029, 0.03]
+    )
+    assert credo.warmup(alpha, 0, 0, "linear_from_zero") == alpha  # W = 0: no warm-up
+    with pytest.raises(ValueError, match="unknown warm-up shape 'cosine'; expected linear or linear_from_zero"):
+        credo.warmup(alpha, 0, 30, "cosine")
+
+
+def test_gradient_clipping_at_max_grad_norm():
+    """max_grad_norm (1.0, as TRL, verl and both baselines' codes clip): the norm before clipping is
+    returned and logged, the gradient is scaled to the bound; null leaves it."""
+
+    class Layer(torch.nn.Linear):  # a one-process model: its decoder is itself (no FSDP root to release)
+        def get_decoder(self):
+            return self
+
+    for max_norm, want in ((1.0, [[0.6, 0.8]]), (None, [[3.0, 4.0]]), (10.0, [[3.0, 4.0]])):
+        layer = Layer(2, 1, bias=False)
+        layer.weight.grad = torch.tensor([[3.0, 4.0]])
+        assert parallel.clip_gradients(layer, max_norm) == pytest.approx(5.0)
+        torch.testing.assert_close(layer.weight.grad, torch.tensor(want))
+
+
+def test_the_rollout_records_carry_the_target_and_both_rewards(tmp_path):
+    """rollouts/step_*.jsonl: t, r_ans, r_conf, w and both advantages of every rollout, so that a
+    change of target, reward or standardisation shows in a run's outputs."""
+    rollouts = [fake_rollout(2, 4, 2, 4, 4), fake_rollout(2, 4, 2, 4, None)]
+    credit = methods.Credit(
+        target=torch.tensor([0.75, 0.25]),
+        r_ans=torch.tensor([1.5, 0.0]),
+        r_conf=torch.tensor([0.9375, 0.0]),
+        w=torch.tensor([1.125, 1.0]),
+        adv_ans=torch.tensor([0.5, -0.5]),
+        adv_conf=torch.tensor([0.25, -0.25]),
+    )
+    stats = runlog.StepStats(
+        loss_pg=0.0,
+        loss_cal=0.0,
+        alpha=0.0,
+        kappa=0.0,
+        grad_norm=0.0,
+        pad_fraction=0.0,
+        micro_batches=1,
+        readout_pass_rows=2,
+        credit=credit,
+        conf=torch.tensor([0.5, float("nan")]),
+        conf_valid=torch.tensor([True, False]),
+        completion_logp=[None, None],
+    )
+    path = tmp_path / "step_000000.jsonl"
+    runlog.write_rollouts(path, rollouts, torch.tensor([1.0, 0.0]), stats)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    keys = ("a", "c", "t", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")
+    assert [tuple(row[k] for k in keys) for row in rows] == [
+        (1.0, 0.5, 0.75, 1.5, 0.9375, 1.125, 0.5, 0.25),
+        (0.0, None, 0.25, 0.0, 0.0, 1.0, -0.5, -0.25),
+    ]
 
 
 # --- end to end: the real engine, verifier and loop -------------------------------------------
@@ -267,7 +373,10 @@ def test_one_real_training_step_per_method(name, tiny_dir):
     reported = out.reported
     if cfg.channel == "verbalized" and cfg.method != "credo":
         assert reported[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(reported[2])
-    assert stats.loss_pg != 0 and all(torch.isfinite(g).all() for g in grads.values())
+    # At the first step the ratio is 1, so eq:grpo's value is -mean(A): exactly 0 in exact arithmetic
+    # wherever one advantage covers every token (GRPO, RLCR), float noise otherwise. The gradient is not.
+    assert math.isfinite(stats.loss_pg) and stats.grad_norm > 0
+    assert all(torch.isfinite(g).all() for g in grads.values())
     has_c = any(r.segments.slot is not None for r in rollouts)
     assert (stats.loss_cal > 0) == has_c  # L_cal (or the head's BCE) only where the model's c exists
 

@@ -17,6 +17,7 @@ from losses import (
     hybrid_target,
     readout,
     readout_logits,
+    rlcr_gated_reward,
     rlcr_reward,
     token_advantages,
 )
@@ -47,14 +48,41 @@ def test_readout_is_sigmoid_of_logit_difference():
 
 def test_group_standardize_uses_population_std_per_group():
     # group 1: [1, 0] mean .5, std .5 -> [1, -1]; group 2: [3, 1] -> [1, -1]
-    close(group_standardize(T([1.0, 0.0, 3.0, 1.0]), group_size=2), [1.0, -1.0, 1.0, -1.0])
+    close(group_standardize(T([1.0, 0.0, 3.0, 1.0]), 2, std="population"), [1.0, -1.0, 1.0, -1.0])
     # [2, 0, 0, 0]: mean .5, std sqrt((2.25 + 3 * .25) / 4) = sqrt(.75)
     s = math.sqrt(0.75)
-    close(group_standardize(T([2.0, 0.0, 0.0, 0.0]), group_size=4), [1.5 / s, -0.5 / s, -0.5 / s, -0.5 / s])
+    close(group_standardize(T([2.0, 0.0, 0.0, 0.0]), 4, std="population"), [1.5 / s, -0.5 / s, -0.5 / s, -0.5 / s])
+
+
+def test_group_standardize_reads_std_as_each_code_does():
+    r = T([3.0, 0.0, 0.0, 1.0])  # mean 1, deviations 2, -1, -1, 0: sum of squares 6
+    population, sample = math.sqrt(6 / 4), math.sqrt(6 / 3)  # divide by G (this project's) or G - 1 (TRL, verl)
+    close(group_standardize(r, 4, std="population"), [2 / population, -1 / population, -1 / population, 0.0])
+    close(group_standardize(r, 4, std="sample"), [2 / sample, -1 / sample, -1 / sample, 0.0])
+    close(group_standardize(r, 4, std="none"), [2.0, -1.0, -1.0, 0.0])  # r - mean (RLCR's configs, Dr. GRPO)
+    close(group_standardize(T([1.0, 0.0]), 2, std="none"), [0.5, -0.5])
+    # the ratio of the two readings is sqrt(G / (G - 1)): 1.069 at G = 8
+    r8 = T([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+    ratio = group_standardize(r8, 8, std="population") / group_standardize(r8, 8, std="sample")
+    close(ratio, [math.sqrt(8 / 7)] * 8, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown std 'unbiased'; expected population, sample or none"):
+        group_standardize(r, 4, std="unbiased")
+
+
+def test_an_epsilon_and_a_std_floor_temper_a_near_constant_group():
+    near = T([0.0, 3e-5, 0.0, 3e-5])  # std 1.5e-5 (population), sqrt(3e-10 / 3) = 1.7321e-5 (sample)
+    close(
+        group_standardize(near, 4, std="population"), [-1.0, 1.0, -1.0, 1.0], atol=1e-5
+    )  # eq:grpo: unit-size, from noise
+    close(group_standardize(near, 4, std="sample", eps=1e-4), [-1.5e-5 / 1.17321e-4, 1.5e-5 / 1.17321e-4] * 2)  # TRL
+    close(group_standardize(near, 4, std="sample", eps=1e-6), [-1.5e-5 / 1.8321e-5, 1.5e-5 / 1.8321e-5] * 2, atol=1e-4)
+    close(group_standardize(near, 4, std="population", min_std=1e-4), [0.0] * 4)  # a floor above its std: no signal
+    # a floor at 0 with an epsilon: a constant group still gets 0 (its numerator is 0)
+    close(group_standardize(T([0.5, 0.5]), 2, std="sample", eps=1e-4, min_std=0.0), [0.0, 0.0])
 
 
 def test_zero_variance_group_gets_zero_advantage():
-    adv = group_standardize(T([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.5]), group_size=3)
+    adv = group_standardize(T([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.5]), 3, std="sample")
     close(adv[:6], [0.0] * 6)
     assert torch.isfinite(adv).all()
     assert adv[8] > 0 > adv[6]
@@ -62,7 +90,7 @@ def test_zero_variance_group_gets_zero_advantage():
 
 def test_group_size_must_divide_batch():
     with pytest.raises(ValueError, match="groups of 3"):
-        group_standardize(T([1.0, 0.0, 1.0, 0.0]), group_size=3)
+        group_standardize(T([1.0, 0.0, 1.0, 0.0]), 3, std="sample")
 
 
 # eq:calloss -------------------------------------------------------------------------------
@@ -149,11 +177,37 @@ def test_rlcr_reward_and_missing_report():
     close(rlcr_reward(T([1.0, 0.0, 0.0, 1.0]), T([0.6, 0.6, NAN, 1.0])), [1 - 0.16, -0.36, -1.0, 1.0])
 
 
+def test_rlcr_gated_reward_is_rlcr_s_code_in_the_paper_s_units():
+    a, q, f = T([1.0, 0.0, 1.0, 0.0]), T([0.6, 0.6, 0.6, NAN]), T([1.0, 1.0, 0.0, 0.0])
+    close(rlcr_gated_reward(a, q, f), [1 - 0.16, -0.36, -2.0, -2.0])
+    # RLCR's code: 0.5 F + 0.5 F a + 0.5 F (1 - (q - a)^2), which is 1 + r / 2
+    code = 0.5 * f + 0.5 * f * a + 0.5 * f * (1 - (torch.nan_to_num(q) - a) ** 2)
+    close(code, 1 + rlcr_gated_reward(a, q, f) / 2)
+
+
 def test_dcpo_rewards_mix_group_accuracy():
     # group mean 0.25; lam = 0.4 -> R_IG = 0.1 + 0.6 a = [0.7, 0.1, 0.1, 0.1]
     r_reason, r_conf = dcpo_rewards(T([1.0, 0.0, 0.0, 0.0]), T([0.9, 0.0, 0.1, NAN]), lam=0.4, group_size=4)
     close(r_reason, [1.0, 0.0, 0.0, 0.0])
     close(r_conf, [-0.2, -0.1, 0.0, -1.0])
+    r_reason, r_conf = dcpo_rewards(T([1.0, 0.0, 0.0, 0.0]), T([0.9, 0.0, 0.1, NAN]), 0.4, 4, form="squared")
+    close(r_reason, [1.0, 0.0, 0.0, 0.0])
+    close(r_conf, [-0.5 * 0.04, -0.5 * 0.01, 0.0, -0.5])  # DCPO's code: -0.5 (R_IG - q)^2; no report: -0.5
+    with pytest.raises(ValueError, match="unknown DCPO confidence reward 'huber'; expected absolute or squared"):
+        dcpo_rewards(T([1.0, 0.0]), T([0.5, 0.5]), 0.5, 2, form="huber")
+
+
+def test_dcpo_s_absolute_reward_is_optimal_at_a_median_its_code_s_at_the_mean():
+    # a group of four, three right, lam = 0.5: R_IG = 0.375 + 0.5 a is 0.875 three times and 0.375 once
+    # (mean 0.75). The report q that every member would best give, on a grid of 0.001:
+    a, grid = T([1.0, 1.0, 1.0, 0.0]), [i / 1000 for i in range(1001)]
+
+    def best(form):
+        mean_reward = [float(dcpo_rewards(a, T([q] * 4), 0.5, 4, form=form)[1].mean()) for q in grid]
+        return grid[max(range(len(grid)), key=mean_reward.__getitem__)]
+
+    assert best("absolute") == 0.875  # the paper's -|q - R_IG|: a median of R_IG, not a proper scoring rule
+    assert best("squared") == 0.75  # DCPO's code's -0.5 (R_IG - q)^2: its mean, the group's accuracy
 
 
 # eq:total ----------------------------------------------------------------------------------------

@@ -148,6 +148,7 @@ def one_update(
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,
+        truncated=torch.tensor([r.truncated for r in rollouts]),
     )
     counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
     n_total = counts["n"] / world.world_size if world.distributed else None

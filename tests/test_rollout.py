@@ -13,7 +13,7 @@ import engine as eng
 import problems
 import rollout as ro
 import sampling
-from rollout import Rollout, parse_segments, parse_verbalized_confidence, system_prompt
+from rollout import NumeralRule, Rollout, confidence_text, parse_segments, parse_verbalized_confidence, system_prompt
 
 
 def enc(tok, text):
@@ -186,6 +186,74 @@ def test_verbalized_rollouts(tiny_tokenizer):
     assert not parse_segments(tok, junk, "verbalized", "\\boxed").fmt
     unclosed = answer + enc(tok, ANALYSIS + " <confidence>0.7")
     assert not parse_segments(tok, unclosed, "verbalized", "\\boxed").fmt
+
+
+def test_verbalized_report_first_or_last_tag_and_number_rule(tiny_tokenizer):
+    tok = tiny_tokenizer
+    answer = enc(tok, ANSWER)
+    twice = answer + enc(tok, ANALYSIS + " <confidence>0.3</confidence> <confidence>0.8</confidence>")
+    first, last = (
+        parse_segments(tok, twice, "verbalized", "\\boxed", NumeralRule(tag=tag)) for tag in ("first", "last")
+    )
+    assert (first.conf_text, first.report, first.fmt) == ("0.3", 0.3, True)  # this project (the slot digit_exp reads)
+    assert (last.conf_text, last.report, last.fmt) == ("0.8", 0.8, True)  # RLCR's code
+    assert parse_segments(tok, twice, "verbalized", "\\boxed").report == 0.3  # no rule: this project's reading
+    sci = answer + enc(tok, ANALYSIS + " <confidence>1e-1</confidence>")
+    decimal = parse_segments(tok, sci, "verbalized", "\\boxed")
+    lenient = parse_segments(tok, sci, "verbalized", "\\boxed", NumeralRule(number="float"))
+    assert not decimal.fmt and math.isnan(decimal.report) and (lenient.fmt, lenient.report) == (True, 0.1)
+    big = answer + enc(tok, ANALYSIS + " <confidence>85</confidence>")
+    kept = parse_segments(tok, big, "verbalized", "\\boxed", NumeralRule(out_of_range="keep"))
+    assert not parse_segments(tok, big, "verbalized", "\\boxed").fmt and (kept.fmt, kept.report) == (True, 85.0)
+
+
+def test_confidence_text_reads_the_first_or_the_last_closed_pair():
+    text = "x <confidence>0.2</confidence> y <confidence>0.6</confidence> <confidence>0.9"
+    assert confidence_text(text, 0) == "0.2" and confidence_text(text, 0, "last") == "0.6"  # 0.9 never closes
+    assert confidence_text(text, 3) == "0.6"  # from `start` on
+    assert confidence_text("<confidence>0.9", 0) is None and confidence_text("none", 0, "last") is None
+
+
+@pytest.mark.parametrize(
+    "text,rule,value",
+    [
+        ("1e-1", NumeralRule(number="float"), 0.1),  # RLCR's code: Python's float()
+        ("+0.5", NumeralRule(number="float"), 0.5),
+        (" 0.25\n", NumeralRule(number="float"), 0.25),
+        ("1_0", NumeralRule(number="float", out_of_range="keep"), 10.0),
+        ("85", NumeralRule(out_of_range="keep"), 85.0),  # DCPO's code: 85 is 85
+        ("85", NumeralRule(out_of_range="clip"), 1.0),
+        ("-0.5", NumeralRule(number="float", out_of_range="clip"), 0.0),
+        ("-0.5", NumeralRule(number="float", out_of_range="keep"), -0.5),
+        ("0.75", NumeralRule(number="float", out_of_range="keep"), 0.75),
+    ],
+)
+def test_verbalized_numerals_under_each_rule(text, rule, value):
+    assert parse_verbalized_confidence(text, rule) == value
+
+
+@pytest.mark.parametrize(
+    "text,rule",
+    [
+        ("1e-1", NumeralRule()),  # a plain decimal only (this project)
+        ("+0.5", NumeralRule()),
+        ("85", NumeralRule()),  # reject: outside [0, 1] is no report
+        ("nan", NumeralRule(number="float", out_of_range="keep")),  # never a report, whatever the rule
+        ("inf", NumeralRule(number="float", out_of_range="keep")),
+        ("-inf", NumeralRule(number="float", out_of_range="clip")),
+        ("0.9 sure", NumeralRule(number="float")),
+        (None, NumeralRule(number="float", out_of_range="keep")),
+    ],
+)
+def test_verbalized_non_reports_under_each_rule(text, rule):
+    assert math.isnan(parse_verbalized_confidence(text, rule))
+
+
+def test_a_numeral_rule_names_its_choices():
+    with pytest.raises(ValueError, match=r"NumeralRule tag='middle'; choose one of \('first', 'last'\)"):
+        NumeralRule(tag="middle")
+    with pytest.raises(ValueError, match="NumeralRule out_of_range='wrap'"):
+        NumeralRule(out_of_range="wrap")
 
 
 @pytest.mark.parametrize(
@@ -588,6 +656,7 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,
+        truncated=torch.tensor([r.truncated for r in rollouts]),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     credo.train_step(
