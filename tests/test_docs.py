@@ -1,7 +1,9 @@
 """The docs name only what exists: every `bash run.sh X` is a target of run.sh or a config, every
 repository path a doc names in backticks exists in the checkout, and neither a doc nor a docstring
 points outside the clone (the project's own inputs from elsewhere, such as the paper, are cited by
-title and label; ../shared is named only as the fixture resolver's root, infra/realparts.py).
+title and label; ../shared is named only as the fixture resolver's root, infra/realparts.py). A table
+a command writes is included from its file (bench/includes.py), and every include holds the file's
+current content.
 
 The research journal (docs/journal/) is a dated record of what was true then, and is not checked."""
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import config
+from bench import includes
 
 ROOT = config.ROOT
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md"))]
@@ -92,3 +95,49 @@ def test_no_doc_or_docstring_points_outside_the_clone():
                 if OUTSIDE.search(doc):
                     pointing.append(f"{path.relative_to(ROOT)}:{getattr(node, 'name', 'module')}")
     assert pointing == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_include_holds_its_files_current_content(doc):
+    text, name = doc.read_text(), str(doc.relative_to(ROOT))
+    for block in includes.blocks(text, name):
+        assert (ROOT / block.path).is_file(), f"{name}:{block.line} includes {block.path}, which does not exist"
+    stale = includes.stale(text, name)
+    assert stale == [], f"{name} includes stale copies of {stale}: .venv/bin/python bench/includes.py {name}"
+
+
+def test_includes_by_hand(tmp_path):
+    (tmp_path / "t.md").write_text("| a |\n|---|\n")
+    doc = "x\n<!-- include: t.md -->\nold\n<!-- end include -->\ny\n<!-- include: t.md -->\n<!-- end include -->\n"
+    assert includes.stale(doc, "d.md", tmp_path) == ["t.md", "t.md"]
+    fresh = includes.refresh(doc, "d.md", tmp_path)
+    assert fresh == (
+        "x\n<!-- include: t.md -->\n| a |\n|---|\n<!-- end include -->\n"
+        "y\n<!-- include: t.md -->\n| a |\n|---|\n<!-- end include -->\n"
+    )
+    assert includes.stale(fresh, "d.md", tmp_path) == []
+    assert includes.refresh(fresh, "d.md", tmp_path) == fresh
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ("a\n<!-- include: t.md -->\nb\n", "d.md:2: <!-- include: t.md --> has no <!-- end include --> after it"),
+        ("a\n\n<!-- end include -->\n", "d.md:3: <!-- end include --> without an include before it"),
+        (
+            "<!-- include: t.md -->\n<!-- include: t.md -->\n<!-- end include -->\n",
+            "d.md:2: an include opens inside the one of line 1, never closed",
+        ),
+        (
+            "<!-- include:t.md -->\n",
+            "d.md:1: malformed include marker '<!-- include:t.md -->'; write <!-- include: <path> -->",
+        ),
+        ("<!-- end include-->\n", "d.md:1: malformed end marker '<!-- end include-->'; write <!-- end include -->"),
+        ("<!-- include: gone.md -->\n<!-- end include -->\n", "d.md:1: includes gone.md, which does not exist"),
+    ],
+)
+def test_a_malformed_include_names_the_doc_and_line(tmp_path, doc, message):
+    (tmp_path / "t.md").write_text("t\n")
+    with pytest.raises(includes.IncludeError) as error:
+        includes.refresh(doc, "d.md", tmp_path)
+    assert str(error.value) == message
