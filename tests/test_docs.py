@@ -106,6 +106,11 @@ def test_every_include_holds_its_files_current_content(doc):
     assert stale == [], f"{name} includes stale copies of {stale}: .venv/bin/python bench/includes.py {name}"
 
 
+def test_the_results_include_the_benchmark_summary():
+    paths = [block.path for block in includes.blocks((ROOT / "docs/results.md").read_text(), "results.md")]
+    assert "bench/results/summary.md" in paths
+
+
 def test_includes_by_hand(tmp_path):
     (tmp_path / "t.md").write_text("| a |\n|---|\n")
     doc = "x\n<!-- include: t.md -->\nold\n<!-- end include -->\ny\n<!-- include: t.md -->\n<!-- end include -->\n"
