@@ -134,8 +134,11 @@ def main() -> None:
         OUT.write_text(table())
         print(f"wrote {OUT.relative_to(ROOT)}")
         for doc in args.write_docs:
-            doc.write_text(includes.refresh(doc.read_text(), str(doc)))
-            print(f"refreshed {doc}")
+            text = doc.read_text()
+            refreshed = includes.refresh(text, str(doc))
+            if refreshed != text:
+                doc.write_text(refreshed)
+            print(f"{doc}: {'refreshed' if refreshed != text else 'current'}")
     except (OSError, ValueError) as error:
         sys.exit(f"summary: {error}")
 
