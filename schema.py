@@ -138,8 +138,8 @@ class Config:
         "sample",
         "eq:grpo's std(r), 'the standard deviation of the group's rewards': sample (divide by G - 1: torch.std, "
         "as TRL, verl, DCPO's code and RLCR's code compute it; the paper is silent, so every code's reading) | "
-        "population (divide by G: sqrt(G/(G-1)) times larger advantages, 1.07x at G = 8; this project before "
-        "issue 49, and the toy) | none (r - mean, no division: RLCR's configs, scale_rewards: false; Dr. GRPO)",
+        "population (divide by G: sqrt(G/(G-1)) times larger advantages, 1.07x at G = 8; this project's reading "
+        "before, and the toy's) | none (r - mean, no division: RLCR's configs, scale_rewards: false; Dr. GRPO)",
         "eq:grpo",
     )
     adv_eps: float = _field(

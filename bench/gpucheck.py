@@ -1,4 +1,4 @@
-"""One command for whoever has a GPU: does the CUDA path work, and how fast is it (issue 18).
+"""One command for whoever has a GPU: does the CUDA path work, and how fast is it.
 
     bash run.sh gpucheck [--only a,b] [--skip a,b] [--out FILE] [--quick] [--budget 600]
     python bench/gpucheck.py ...                       (the same)

@@ -1,8 +1,8 @@
 """Shared fixtures: the real third-party parts (`real_part`, `qwen3_tokenizer`: found through
 realparts.resolve, skipped with a reason naming `bash run.sh fixtures` where a checkout lacks them, a
 failure under CI=true; every test that uses them is marked `real_parts`), the tiny local world (built
-once by worlds/tiny.py, cached under .cache/tiny), the toy world (`toy_world`: built in the background
-from the start of a session that needs it), the Hugging Face hub faked (`hub`, from fixture
+once by worlds/tiny.py, cached under .cache/tiny), the toy world (`toy_world`: the shipped one,
+worlds/toy_world/, checked, never built), the Hugging Face hub faked (`hub`, from fixture
 records) or offline (`hub_offline`), the code sandbox's isolation modes and leftover checks
 (helpers in sandbox_cases.py), and the device of the tests that can run on a GPU (`device`: cpu
 unless CREDO_TEST_DEVICE=cuda)."""
@@ -23,6 +23,7 @@ from sandbox_cases import _mode_config, _sandbox_processes
 import verifier
 from grading import sandbox
 from infra import realparts
+from worlds import toy_build
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_DIR = ROOT / ".cache" / "tiny"
@@ -52,14 +53,6 @@ def tiny_dir() -> Path:
     return tiny.ensure(TINY_DIR)  # built when missing, or built from other worlds/tiny.py / rollout.py
 
 
-# The toy world's warm start is minutes of one core, and only the toy runs need it. A session
-# whose tests include them starts the build at once, in a background process; the fixture waits
-# for it. In one process the toy tests come last and the build is niced, taking the cycles the
-# other tests leave idle; under xdist they come first, on one worker, which waits for the build
-# while the other workers run the rest. The world is the same (toy_build.build_world, one thread, seeded).
-_BACKGROUND = {}
-
-
 def pytest_configure(config):
     # xdist marks a grouped test through its node id, which pytest 9.2 no longer lets a plugin
     # change: --dist loadgroup then groups nothing, silently (pytest-xdist#1386).
@@ -70,51 +63,16 @@ def pytest_configure(config):
         )
 
 
-def pytest_collection_finish(session):
-    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":  # under xdist, one worker starts it
-        return
-    if not any("toy_world" in getattr(item, "fixturenames", ()) for item in session.items):
-        return
-    from worlds import toy_build
-
-    if toy_build.world_is_current():
-        return
-    log = ROOT / ".cache" / "toy-build.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as out:
-        nice = [] if "PYTEST_XDIST_WORKER" in os.environ else ["nice", "-n", "10"]
-        _BACKGROUND["toy"] = (
-            subprocess.Popen(
-                [*nice, sys.executable, "-c", "from worlds import toy_build; toy_build.build_world()"],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            ),
-            log,
-        )
-
-
 def pytest_sessionfinish(session):
-    proc, _ = _BACKGROUND.pop("toy", (None, None))
-    if proc is not None and proc.poll() is None:  # the session ended before the toy run needed it
-        proc.kill()
-        proc.wait()
     if WORKER_TMP is not None:
         shutil.rmtree(WORKER_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def toy_world() -> Path:
-    """The toy world under .cache/toy (toy_build.build_world): the background build's (which another
-    worker's build_world waits for, under its lock), or built here."""
-    from worlds import toy_build
-
-    proc, log = _BACKGROUND.get("toy", (None, None))
-    if proc is not None and proc.wait() != 0:
-        raise RuntimeError(
-            f"building the toy world in the background failed (exit {proc.returncode}): {log.read_text()[-2000:]}"
-        )
-    return toy_build.build_world()
+    """The shipped toy world (worlds/toy_world/), checked against its SHA256SUMS (toy_build.load_world);
+    never built here."""
+    return toy_build.load_world()[1]
 
 
 @pytest.fixture(scope="session")
@@ -176,9 +134,8 @@ def qwen3_tokenizer():
     return AutoTokenizer.from_pretrained(find_real_part("qwen3-tokenizer"))
 
 
-# Under xdist the tests that need the toy world run first, on one worker (group "toy"): that
-# worker waits for the world's build while the others run the rest, instead of the suite ending
-# on minutes of toy runs with one worker busy.
+# Under xdist the tests that need the toy world run first, on one worker (group "toy"): they are
+# minutes of toy runs, which the other workers overlap with the rest instead of the suite ending on them.
 TOY_GROUP = "toy"
 # Modules whose module-scoped fixtures are expensive (a vLLM server, an engine, a trained random
 # Qwen3, the converted real snapshots): under xdist (`bash run.sh test` runs `--dist loadgroup`)

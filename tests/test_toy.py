@@ -14,6 +14,7 @@ import doctest
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -36,47 +37,94 @@ def test_splits_are_deterministic_disjoint_and_graded():
     assert not {r["id"] for r in a} & {r["id"] for r in test}
 
 
-def test_held_out_problems_that_are_training_problems_verbatim_are_told_apart(tmp_path):
-    """The held-out generator draws from the same sums as the training split and its ids differ, but
-    its problems can repeat training ones: unseen_problems keeps only those that do not, by text."""
-    train = ["What is 1 + 2?", "What is 3 + 4 + 5?"]
-    held_out = ["What is 1 + 2?", "What is 2 + 1?", "What is 3 + 4 + 5?", "What is 3 + 4 + 6?"]
-    (tmp_path / "train.jsonl").write_text(
-        "".join(json.dumps({"id": f"tr{i}", "problem": q}) + "\n" for i, q in enumerate(train))
-    )
-    (tmp_path / "test.jsonl").write_text(
-        "".join(json.dumps({"id": f"te{i}", "problem": q}) + "\n" for i, q in enumerate(held_out))
-    )
-    assert toy_build.unseen_problems(tmp_path, tmp_path / "test.jsonl") == {"te1", "te3"}
-    # The default world's splits (seeds 0 and 1): a level has 9^(L+1) problems and the training split
-    # 400 of each level, so every level-1 held-out problem is a training one and no level-5 one is.
+def test_held_out_problems_are_never_training_problems():
+    """Version 12: a fixed third of level 1's 81 problems is held out, and the held-out generator
+    skips every training problem, so the held-out and extra splits share no problem with training."""
     world = toy_build.WORLD
-    training = {
-        r["problem"] for r in toy_build.make_split(world["n_train"], world["seed"], "toy-train", world["levels"])
-    }
-    seen = collections.Counter(
-        r["level"]
-        for r in toy_build.make_split(world["n_test"], world["seed"] + 1, "toy-test", world["levels"])
-        if r["problem"] in training
-    )
-    assert seen[1] == world["n_test"] // 5 and seen[5] == 0 and 0 < seen[2] < world["n_test"] // 5
+    splits = toy_build.make_splits(world)
+    assert splits == toy_build.make_splits(world)  # seeded
+    assert [len(splits[name]) for name in toy_build.SPLITS] == [world["n_train"], world["n_test"], 250, 750]
+    held = toy_build.held_out_pairs(world)
+    assert len(held) == world["held_out_level1"] == 27 and held == toy_build.held_out_pairs(world)
+    training = {r["problem"] for r in splits["train"]}
+    for name in ("test", "extra"):
+        assert not training & {r["problem"] for r in splits[name]}
+        assert all(tuple(r["ops"]) in held for r in splits[name] if r["level"] == 1)
+        assert collections.Counter(r["level"] for r in splits[name]) == {
+            lv: len(splits[name]) // 5 for lv in range(1, 6)
+        }
+    train_level1 = {tuple(r["ops"]) for r in splits["train"] if r["level"] == 1}
+    assert not train_level1 & held and len(train_level1) == 81 - 27  # every other level-1 problem is trained on
+    assert splits["dev"] == splits["train"][: toy_build.DEV_SIZE]
+    assert not {r["id"] for r in splits["train"]} & {r["id"] for r in splits["test"] + splits["extra"]}
 
 
-def test_the_report_measures_the_same_samples_again_on_the_unseen_problems(tmp_path):
-    """CREDO before and after on problems x (a training problem) and y (not one): each "unseen"
-    entry is the same model's samples on y alone, exactly as measured on their own."""
-    cases = [("x", 1, 0.9), ("x", 1, 0.8), ("y", 1, 0.6), ("y", 0, 0.3)]
+def test_the_shipped_world_holds_the_splits_of_its_recipe(toy_world):
+    built, _ = toy_build.load_world(toy_world)
+    assert built == toy_build.WORLD
+    for name, rows in toy_build.make_splits(built).items():
+        assert [json.loads(line) for line in toy_build.split_file(toy_world, name).read_text().splitlines()] == rows
+    with pytest.raises(ValueError, match="split 'unseen': one of train, test, dev, extra"):
+        toy_build.split_file(toy_world, "unseen")
+
+
+def _copy_world(tmp_path, toy_world):
+    copy = tmp_path / "world"
+    shutil.copytree(toy_world, copy)
+    return copy
+
+
+def test_a_changed_or_missing_world_file_is_a_one_line_error_and_nothing_is_rebuilt(tmp_path, toy_world):
+    world = _copy_world(tmp_path, toy_world)
+    assert toy_build.load_world(world)[1] == world
+    (world / "test.jsonl").write_text((world / "test.jsonl").read_text().replace("What is 1", "What is 2", 1))
+    with pytest.raises(toy_build.WorldError) as failed:
+        toy_build.load_world(world)
+    assert "test.jsonl: its SHA-256 is not the one in" in str(failed.value) and "\n" not in str(failed.value)
+    (world / "test.jsonl").unlink()
+    with pytest.raises(toy_build.WorldError, match="test.jsonl: missing from the toy world"):
+        toy_build.load_world(world)
+    with pytest.raises(toy_build.WorldError, match="no SHA256SUMS there"):
+        toy_build.load_world(tmp_path / "nowhere")
+    assert not (tmp_path / "nowhere").exists() and not (world / "test.jsonl").exists()  # nothing was built
+
+
+def test_a_world_of_another_recipe_is_refused(tmp_path, toy_world, monkeypatch):
+    world = _copy_world(tmp_path, toy_world)
+    monkeypatch.setitem(toy_build.WORLD, "version", toy_build.WORLD["version"] + 1)
+    with pytest.raises(toy_build.WorldError, match=r"built from recipe version \d+, but .* WORLD is version"):
+        toy_build.load_world(world)
+
+
+def test_a_world_is_built_only_into_a_new_or_empty_folder_and_the_rebuild_command_says_it_differs(tmp_path, capsys):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(toy_build.WorldError, match="not empty"):
+        toy_build.build_world(tmp_path / "full")
+    with pytest.raises(SystemExit) as stop:
+        toy_build.main(["--rebuild", str(tmp_path / "full")])
+    assert "not empty" in str(stop.value) and "\n" not in str(stop.value)
+    assert "It will differ from the shipped worlds/toy_world/" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        toy_build.main(["--rebuild", str(tmp_path / "w"), "--world-seed", "-3"])
+    assert "non-negative" in str(stop.value)
+
+
+def test_the_report_holds_each_methods_rows_measured_as_the_tables_measure_them(tmp_path):
+    """CREDO before and after: `acc` counts every sample (one that never reached the slot too), as
+    worlds/toy_tables.py's rows do, and the calibration metrics only those with a confidence."""
+    cases = [("x", 1, 0.9), ("x", 1, 0.8), ("y", 1, 0.6), ("y", 0, None)]
     records = [
         {"run": f"credo/{when}", "source": "readout", "problem_id": p, "a": a, "c": c}
         for when in ("before", "after")
         for p, a, c in cases
     ]
-    report = toy.summarize(records, tmp_path, {"CREDO": ("credo/before", "credo/after", "readout")}, {"y"})
-    assert list(report["CREDO"]) == ["before", "before, unseen", "after", "after, unseen"]
-    assert report["CREDO"]["after"]["acc"] == 0.75 and report["CREDO"]["after, unseen"]["acc"] == 0.5
-    assert report["CREDO"]["after, unseen"] == toy.pool_report(records[6:8])
-    assert report["CREDO"]["after, unseen"]["mean_conf"] == pytest.approx(0.45)
-    assert "| CREDO (readout) | after, unseen | 0.500 | 1.000 |" in (tmp_path / "report.md").read_text()
+    report = toy.summarize(records, tmp_path, {"CREDO": ("credo/before", "credo/after", "readout")})
+    assert list(report["CREDO"]) == ["before", "after"]
+    assert report["CREDO"]["after"]["acc"] == 0.75 and report["CREDO"]["after"]["n"] == 3
+    assert report["CREDO"]["after"]["parse_fail"] == 0.25
+    assert report["CREDO"]["after"]["mean_conf"] == pytest.approx((0.9 + 0.8 + 0.6) / 3)
+    assert "| CREDO (readout) | after | 0.750 |" in (tmp_path / "report.md").read_text()
 
 
 def test_scripted_solver_is_right_on_easy_problems_and_often_wrong_on_hard_ones():
@@ -206,19 +254,72 @@ def test_the_last_checkpoint_is_the_last_finished_one(tmp_path):
 def test_bad_input_is_one_line(tmp_path, capsys):
     for argv, says in (
         (["--methods", "credo,ppo"], "unknown ppo"),
-        (["--world-seed", "-3"], "non-negative"),
+        (["--world", str(tmp_path / "nowhere")], "no SHA256SUMS there"),
         (["--jobs", "0"], "--jobs 0"),
     ):
         with pytest.raises(SystemExit) as stop:
             toy.main([*argv, "--out", str(tmp_path)])
         assert says in str(stop.value) and "\n" not in str(stop.value)
-    stale = tmp_path / "world"
-    (stale / "model").mkdir(parents=True)
-    (stale / "model" / "config.json").write_text("{}")
-    (stale / "world.json").write_text(json.dumps({"key": "old", "world": {"version": 3}}))
-    note = toy_build.stale_world_note(stale)
-    assert "version 3" in note and f"is {toy_build.WORLD['version']}" in note and "\n" not in note
-    assert toy_build.stale_world_note(tmp_path / "nothing") is None
+
+
+def test_an_option_of_the_tables_says_it_belongs_to_them(tmp_path):
+    for argv in (["--rows", "credo"], ["--rows=credo"], ["--seeds", "2"], ["--split", "dev"]):
+        with pytest.raises(SystemExit) as stop:
+            toy.main([*argv, "--out", str(tmp_path)])
+        option = argv[0].split("=")[0]
+        assert f"toy: {option} is an option of the tables" in str(stop.value)
+        assert f"bash run.sh toy --tables {option}" in str(stop.value) and "\n" not in str(stop.value)
+    assert toy.tables_option(["--quick", "seed=44"]) is None
+
+
+def test_the_run_says_which_earlier_runs_it_replaces(tmp_path):
+    assert toy.replacing(tmp_path, ["credo", "rlcr"]) is None
+    (tmp_path / "credo").mkdir()
+    note = toy.replacing(tmp_path, ["credo", "rlcr"])
+    assert note.startswith(f"[toy] replacing the earlier CREDO run under {tmp_path} (last written 20")
+    assert "--out DIR keeps them" in note
+    (tmp_path / "rlcr").mkdir()
+    assert "earlier CREDO, RLCR runs under" in toy.replacing(tmp_path, ["credo", "rlcr"])
+    assert toy.replacing(tmp_path, ["grpo"]) is None
+
+
+def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeypatch):
+    """The before rows must be the same to three decimals, each after figure inside its range."""
+    world = _copy_world(tmp_path, toy_world)
+    digest = toy.model_digest(world)
+    assert digest == toy_build.sha256(world / "model" / "model.safetensors")
+    path = tmp_path / "expected.json"
+    ranges = {"acc": {"mean": 0.8, "low": 0.75, "high": 0.85, "min": 0.78, "max": 0.82}}
+    toy.document(path, "after", {"seeds": [1, 2], "CREDO": ranges}, world, "tables")
+    toy.document(path, "before", {"CREDO": {"acc": 0.6, "ece": 0.1}}, world, "toy")
+    documented = json.loads(path.read_text())
+    assert documented["model_sha256"] == digest and documented["after"]["source"] == "tables"
+    assert documented["before"]["CREDO"]["acc"] == 0.6 and documented["after"]["CREDO"] == ranges
+    report = {"CREDO": {"before": {"acc": 0.6001, "ece": 0.1}, "after": {"acc": 0.83}}}
+    lines = toy.against_documented(report, documented, digest)
+    assert "CREDO before: Acc 0.600 (same), AUROC - (same), ECE 0.100 (same)" in lines[1]
+    assert "CREDO after: Acc 0.830 (0.750-0.850), AUROC - (-: OUTSIDE)" in lines[2]
+    assert "one more training seed, from the final's seeds 1, 2" in lines[3]
+    assert lines[-1].startswith("[toy] not as documented: CREDO after AUROC, CREDO after ECE")
+    monkeypatch.setattr(toy, "COMPARED", (("acc", "Acc"),))
+    assert toy.against_documented({"CREDO": {"after": {"acc": 0.80}}}, documented, digest)[-1] == (
+        "[toy] typical: every figure as documented"
+    )
+    outside = toy.against_documented({"CREDO": {"after": {"acc": 0.86}}, "RLCR": {"after": {}}}, documented, digest)
+    assert "Acc 0.860 (0.750-0.850: OUTSIDE)" in outside[1] and "RLCR after: not documented" in outside[2]
+    assert outside[-1] == (
+        "[toy] not as documented: CREDO after Acc (docs/toy.md says how much runs vary between machines)"
+    )
+    assert "nothing to compare" in toy.against_documented(report, documented, "another world")[0]
+    before_only = {key: value for key, value in documented.items() if key != "after"}
+    lines = toy.against_documented({"CREDO": {"before": {"acc": 0.6}, "after": {"acc": 0.7}}}, before_only, digest)
+    assert lines[-2] == "  CREDO after: not documented" and not any("final's seeds" in line for line in lines)
+    assert lines[-1] == "[toy] as documented where documented; nothing documented yet for CREDO after"
+    other = tmp_path / "other"  # another world's results replace these, both sections
+    other.mkdir()
+    (other / toy_build.CHECKSUMS).write_text("ab" * 32 + "  model/model.safetensors\n")
+    toy.document(path, "before", {"CREDO": {"acc": 0.5}}, other, "another")
+    assert set(json.loads(path.read_text())) == {"model_sha256", "before"}
 
 
 def test_trainings_run_at_once_and_a_failure_stops_the_others(tmp_path):
@@ -363,3 +464,12 @@ def test_quick_toy_run_without_the_calibration_loss_leaves_the_readout_behind_th
     report = toy.main(["--quick", "--out", str(tmp_path / "toy"), "alpha=0"])
     before, after = report["CREDO"]["before"], report["CREDO"]["after"]
     assert after["acc"] > before["acc"] and calibration_gap_rise(report) < 0, (before, after)
+
+
+def test_documented_results_name_no_path_of_the_machine(tmp_path, toy_world):
+    """worlds/toy_expected.json is committed: its source line names runs relative to the checkout."""
+    path = tmp_path / "expected.json"
+    toy.document(path, "before", {"CREDO": {"acc": 0.5}}, toy_world, f"python -m worlds.toy ({toy.ROOT}/runs/toy)")
+    written = json.loads(path.read_text())
+    assert written["before"]["source"] == "python -m worlds.toy (runs/toy)"
+    assert written["model_sha256"] == toy.model_digest(toy_world)

@@ -1,15 +1,19 @@
 """toy_claims.py: the t-interval over seeds, the "within noise" test, the AUROC's interval over
-problems, and issue 24's claims, on hand-computed rows."""
+problems, the prediction range, and the toy's claims, on hand-computed rows; and the claims on the
+shipped world's pre-registered final (docs/results/toy-final/, docs/journal/toy-protocol-final.md), as
+docs/toy.md states them."""
 
 import doctest
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from test_toy_tables import fake_result
 
 from evaluation.metrics import auroc
-from worlds import toy_claims
-from worlds.toy_tables import aggregate
+from worlds import toy, toy_build, toy_claims
+from worlds.toy_tables import aggregate, markdown_tables
 
 
 def test_doctests():
@@ -68,3 +72,83 @@ def test_the_problem_interval_counts_which_problems_were_drawn():
     assert 2.5 < wide / narrow < 6.5  # 16x the problems: about 4x narrower (sqrt 16)
     assert toy_claims.problem_interval([[{"problem_id": "q", "a": 1, "c": 0.5}]]) is None  # nothing to rank
     assert toy_claims.problem_interval([]) is None
+
+
+def test_the_prediction_range_is_wider_than_the_interval_of_the_mean():
+    values = [0.70, 0.74, 0.78, 0.72, 0.76]  # std 0.0316, t(4) = 2.776
+    mean, low, high = toy_claims.prediction_range(values)
+    assert mean == pytest.approx(0.74) and high - mean == pytest.approx(2.776 * 0.0316228 * (1.2**0.5), rel=1e-4)
+    assert (high - mean) / toy_claims.interval(values)[1] == pytest.approx(6**0.5)  # sqrt(1 + 1/n) / sqrt(1/n)
+    with pytest.raises(ValueError, match="at least two values"):
+        toy_claims.prediction_range([0.7])
+
+
+def _verdicts(rows: dict) -> dict[str, bool]:
+    return {claim.split(" (")[0].split(":")[0]: holds for claim, holds in toy_claims.claims(rows)}
+
+
+def test_the_claims_on_rl_the_ceiling_and_whether_credo_learns_the_readout():
+    rows = {
+        "base": {"acc": (0.60, 0.01)},
+        "base_readout": {"acc": (0.60, 0.01), "ece": (0.10, 0.01), "auroc": (0.82, 0.01)},
+        "grpo": {"acc": (0.75, 0.02), "seeds": [1, 2, 3]},
+        "credo": {
+            "acc": (0.74, 0.02),
+            "ece": (0.04, 0.01),
+            "auroc": (0.83, 0.02),
+            "auroc_ceiling": (0.82, 0.01),
+            "seeds": [1, 2, 3],
+        },
+        "credo_alpha0": {"ece": (0.14, 0.02)},
+    }
+    verdicts = _verdicts(rows)
+    assert verdicts["RL raises accuracy"] and verdicts["CREDO learns the readout's calibration"]
+    assert verdicts["CREDO's readout ranks at least as well as its level-and-style ceiling"]
+    assert not verdicts["CREDO learns the readout's ranking"]  # 0.81-0.85 overlaps 0.81-0.83
+    assert verdicts["The calibration loss is what calibrates"]
+    rows["credo"]["auroc"] = (0.86, 0.02)  # 0.84-0.88, above 0.81-0.83: learned
+    rows["credo_alpha0"]["ece"] = (0.06, 0.015)  # 0.045-0.075 reaches 0.03-0.05: not shown
+    rows["grpo"]["acc"] = (0.62, 0.02)  # 0.60-0.64 reaches the warm start's 0.59-0.61
+    verdicts = _verdicts(rows)
+    assert verdicts["CREDO learns the readout's ranking"] and not verdicts["The calibration loss is what calibrates"]
+    assert [holds for claim, holds in toy_claims.claims(rows) if claim.startswith("RL raises")] == [False, True]
+    rows["credo"]["auroc"] = (0.81, 0.02)
+    assert not _verdicts(rows)["CREDO's readout ranks at least as well as its level-and-style ceiling"]
+
+
+FINAL = Path(__file__).resolve().parent.parent / "docs" / "results" / "toy-final"
+NO_FINAL = pytest.mark.skipif(
+    not (FINAL / "tables.json").exists(),
+    reason="the shipped world's final has not been copied into docs/results/toy-final/ yet "
+    '(docs/journal/toy-protocol-final.md; docs/toy.md, "Current results (shipped world)", says how to finish it)',
+)
+
+
+def final_rows() -> dict:
+    saved = json.loads((FINAL / "tables.json").read_text())
+    return {
+        row: {k: tuple(v) if isinstance(v, list) and k != "seeds" else v for k, v in values.items()}
+        for row, values in saved["rows"].items()
+    }
+
+
+@NO_FINAL
+def test_the_final_is_of_the_shipped_world_on_fresh_seeds(toy_world):
+    plan = json.loads((FINAL / "plan.json").read_text())
+    assert plan["world"] == toy.model_digest(toy_world) and plan["overrides"] == [] and "split" not in plan
+    rows = final_rows()
+    for row in ("base", "base_readout", "grpo", "rlcr", "credo"):
+        assert rows[row]["seeds"] == [62, 63, 64, 65, 66], row  # docs/journal/toy-protocol-final.md's
+    documented = json.loads(toy.EXPECTED.read_text())
+    assert documented["model_sha256"] == plan["world"] and documented["after"]["seeds"] == rows["credo"]["seeds"]
+    assert toy_build.load_world(toy_world)[0]["version"] == 12
+
+
+@NO_FINAL
+def test_the_claims_on_the_shipped_worlds_final_are_those_its_tables_state():
+    """Recomputed from the final's rows, each claim and its verdict as tables.md states it."""
+    rows = final_rows()
+    verdict = ("- holds", "- FAILS")
+    stated = [line for line in (FINAL / "tables.md").read_text().splitlines() if line.startswith(verdict)]
+    assert len(stated) >= 9
+    assert stated == [line for line in markdown_tables(rows, "h").splitlines() if line.startswith(verdict)]

@@ -1,16 +1,17 @@
 """toy_tables.py: the rows, bad input, the 95% intervals and the tables made from finished jobs,
 resuming an interrupted run, and (slow) one real job end to end. The whole tables run (about an
-hour on 2 cores) is not part of the suite: `CREDO_TOY_TABLES=<out>` checks issue 24's claims on
-the tables.json of a finished run (docs/toy.md)."""
+hour on 2 cores) is not part of the suite: `CREDO_TOY_TABLES=<out>` checks the toy's claims on
+the tables.json of a finished run of the shipped world (docs/journal/toy-protocol-final.md)."""
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 import config
-from worlds import toy_build, toy_claims, toy_tables
+from worlds import toy, toy_claims, toy_tables
 
 
 def test_every_row_is_a_valid_configuration():
@@ -33,7 +34,7 @@ def test_every_row_is_a_valid_configuration():
         (["--seed-list", "44,x"], "distinct"),
         (["--jobs", "0"], "each at least 1"),
         (["--eval-n", "0"], "each at least 1"),
-        (["--world-seed", "-1"], "non-negative"),
+        (["--world", "/nonexistent"], "no SHA256SUMS there"),
         (["--split", "train"], "one of test, dev, extra"),
         (["--checkpoints-from", "/nonexistent"], "no plan.json there"),
     ],
@@ -109,22 +110,6 @@ def test_the_ceiling_is_added_to_a_job_finished_before_its_column(tmp_path):
         toy_tables.with_ceiling(tmp_path / "out", world, result)
 
 
-def test_a_job_restricted_to_some_problems_is_measured_again_on_their_samples_only():
-    """Problem x (level 1) is answered right twice at c 0.9 / 0.7; y (level 2) right at 0.6 and
-    wrong at 0.2 and 0.4. On y alone: accuracy 1/3, AUROC 1 (0.6 above both), Brier
-    (0.16 + 0.04 + 0.16) / 3 = 0.12, ECE (0.4 + 0.2 + 0.4) / 3 (three bins of one sample), AUROC
-    ceiling 0.5 (one level and style: one cell, every pair a tie)."""
-    cases = [("x", 1, 0.9), ("x", 1, 0.7), ("y", 1, 0.6), ("y", 0, 0.2), ("y", 0, 0.4)]
-    pool = [{"problem_id": p, "a": a, "c": c, "text": "1 + 2 = 3. The answer is"} for p, a, c in cases]
-    result = fake_result("credo", 44, 0.6)
-    mine, samples = toy_tables.restricted(result, pool, {"y"}, {"x": 1, "y": 2})
-    assert samples == pool[2:] and mine["seed"] == 44 and mine["row"] == "credo"
-    assert mine["metrics"]["acc"] == pytest.approx(1 / 3) and mine["metrics"]["auroc"] == 1.0
-    assert mine["metrics"]["brier"] == pytest.approx(0.12) and mine["metrics"]["n_samples"] == 3
-    assert mine["metrics"]["ece"] == pytest.approx(1 / 3) and mine["metrics"]["auroc_ceiling"] == 0.5
-    assert result["metrics"]["acc"] == 0.6  # the full job's result is left as it was
-
-
 def test_an_interrupted_run_redoes_only_the_unfinished_jobs(tmp_path):
     out = tmp_path / "tables"
     done = toy_tables.job_dir(out, "credo", 44)
@@ -138,22 +123,14 @@ def test_an_interrupted_run_redoes_only_the_unfinished_jobs(tmp_path):
 
 
 def test_a_resumed_run_with_another_configuration_says_so(tmp_path):
-    toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": []})
-    toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": []})  # the same: fine
+    toy_tables.check_plan(tmp_path, {"world": "a", "overrides": []})
+    toy_tables.check_plan(tmp_path, {"world": "a", "overrides": []})  # the same: fine
     with pytest.raises(ValueError, match="another configuration"):
-        toy_tables.check_plan(tmp_path, {"world": "a", "world_seed": 0, "overrides": ["lr=1e-4"]})
+        toy_tables.check_plan(tmp_path, {"world": "a", "overrides": ["lr=1e-4"]})
     assert json.loads((tmp_path / "plan.json").read_text())["overrides"] == []  # nothing lost
 
 
-def test_the_dev_split_is_the_first_training_problems_and_the_tables_say_so(tmp_path):
-    rows = [{"id": f"toy-train-{i:05d}", "level": 1 + i % 5} for i in range(300)]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "test.jsonl").write_text("held out\n")
-    world = {"seed": 0, "levels": 5, "n_test": 250}
-    assert toy_build.split_file(tmp_path, "test", world) == tmp_path / "test.jsonl"
-    dev = toy_build.split_file(tmp_path, "dev", world)
-    assert [json.loads(line) for line in dev.read_text().splitlines()] == rows[: toy_build.DEV_SIZE]
-    assert toy_build.levels_of(dev) == {r["id"]: r["level"] for r in rows[:250]}
+def test_the_tables_name_the_split_they_were_measured_on():
     credo = {"seeds": [101], **{key: (0.5, None) for key, _ in toy_tables.COLUMNS}}
     assert "development split (the first 250 training problems)" in toy_tables.markdown_tables(
         {"credo": credo}, "h", "dev"
@@ -161,31 +138,33 @@ def test_the_dev_split_is_the_first_training_problems_and_the_tables_say_so(tmp_
     assert "held-out split" in toy_tables.markdown_tables({"credo": credo}, "h")
 
 
-def test_the_extra_split_carries_on_the_held_out_generator_and_refuses_another(tmp_path):
-    world = {"seed": 3, "levels": 5, "n_test": 250}
-    held_out = toy_build.make_split(250, 4, "toy-test", 5)  # the world's own: seed + 1
-    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
-    extra = [json.loads(line) for line in toy_build.split_file(tmp_path, "extra", world).read_text().splitlines()]
-    assert len(extra) == 750 and extra[0]["id"] == "toy-test-00250" and extra[-1]["id"] == "toy-test-00999"
-    assert [r["level"] for r in extra[:5]] == [1, 2, 3, 4, 5] and not {r["id"] for r in extra} & {
-        r["id"] for r in held_out
-    }
-    assert extra == toy_build.make_split(1000, 4, "toy-test", 5)[250:]
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "test.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in toy_build.make_split(250, 9, "toy-test", 5))
-    )
-    with pytest.raises(RuntimeError, match="not the held-out generator's first 250 problems"):
-        toy_build.split_file(other, "extra", world)
-    assert not (other / "extra.jsonl").exists()
+def test_the_toy_refuses_exactly_the_options_that_belong_to_the_tables(capsys):
+    """worlds/toy.py's TABLES_ONLY: the options worlds/toy_tables.py has and worlds/toy.py has not."""
+
+    def options(main) -> set[str]:
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        return set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", capsys.readouterr().out))
+
+    assert set(toy.TABLES_ONLY) == options(toy_tables.main) - options(toy.main)
+
+
+def test_the_documented_ranges_are_the_prediction_ranges_of_the_methods_rows():
+    results = [fake_result("credo", 44 + i, acc) for i, acc in enumerate((0.5, 0.6, 0.7))]
+    results += [fake_result("credo_alpha0", 44, 0.5), fake_result("rlcr", 44, 0.5)]  # not a method; one seed
+    ranges = toy_tables.documented_ranges(results)
+    assert list(ranges) == ["CREDO"] and list(ranges["CREDO"]) == [key for key, _ in toy.COMPARED]
+    acc = ranges["CREDO"]["acc"]
+    assert (acc["min"], acc["max"]) == (0.5, 0.7) and acc["mean"] == pytest.approx(0.6)
+    assert (acc["low"], acc["high"]) == pytest.approx((0.6 - 0.4969, 0.6 + 0.4969), abs=1e-4)
+    assert ranges["CREDO"]["ece"]["low"] == pytest.approx(0.1) == ranges["CREDO"]["ece"]["high"]  # no spread
 
 
 def test_checkpoints_are_taken_only_from_a_run_of_the_same_world_and_overrides(tmp_path):
-    plan = {"world": "k", "world_seed": 3, "overrides": [], "eval_n": 4}
+    plan = {"world": "k", "overrides": [], "eval_n": 4}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     toy_tables.check_source(tmp_path, {**plan, "split": "extra"})  # the split and eval_n may differ
-    for key, value in (("world", "j"), ("world_seed", 0), ("overrides", ["alpha=3"])):
+    for key, value in (("world", "j"), ("overrides", ["alpha=3"])):
         with pytest.raises(ValueError, match=f"its {key} is"):
             toy_tables.check_source(tmp_path, {**plan, key: value})
     with pytest.raises(FileNotFoundError, match="no finished job"):
@@ -210,48 +189,57 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
         "save_every=2",
     ]
     rows = toy_tables.main(argv)
-    assert set(rows) == {"base", "credo"} and rows["credo"]["seeds"] == [44]
+    assert set(rows) == {"base", "base_readout", "credo"} and rows["credo"]["seeds"] == [44]
     for row in rows.values():
         assert 0 <= row["acc"][0] <= 1 and row["acc"][1] is None
     first = json.loads((tmp_path / "tables.json").read_text())
-    assert [j["metrics"]["n_samples"] for j in first["jobs"]] == [250, 250]
+    assert [j["metrics"]["n_samples"] for j in first["jobs"]] == [250, 250, 250]
+    assert {j["row"]: j["channel"] for j in first["jobs"]} == {
+        "base": "verbalized",
+        "base_readout": "readout",
+        "credo": "readout",
+    }
     assert (tmp_path / "tables.png").exists() and "tab:main in miniature" in (tmp_path / "tables.md").read_text()
-    # the same samples on the held-out problems that are not training problems: fewer, none of level 1
-    unseen = toy_build.unseen_problems(toy_world, toy_world / "test.jsonl")
-    assert first["unseen"]["problems"] == sorted(unseen) and 0 < len(unseen) < 250
-    assert first["unseen"]["rows"]["credo"]["seeds"] == [44]
-    assert f"its {len(unseen)} problems that are not training problems" in (tmp_path / "tables.md").read_text()
     capsys.readouterr()
     assert toy_tables.main(argv) == rows
-    assert "resuming: 2 of 2 jobs already finished" in capsys.readouterr().out
+    assert "resuming: 3 of 3 jobs already finished" in capsys.readouterr().out
     # the same checkpoints evaluated on the development split, nothing trained again
     again = toy_tables.main(
         [*argv[:6], "--split", "dev", "--checkpoints-from", str(tmp_path), "--out", str(tmp_path / "dev"), *argv[8:]]
     )
     dev_jobs = json.loads((tmp_path / "dev" / "tables.json").read_text())["jobs"]
-    assert set(again) == {"base", "credo"} and [j["train_s"] for j in dev_jobs] == [0.0, 0.0]
+    assert set(again) == {"base", "base_readout", "credo"} and [j["train_s"] for j in dev_jobs] == [0.0] * 3
     assert not (tmp_path / "dev" / "credo" / "s44" / "run").exists()
     assert json.loads((tmp_path / "dev" / "credo" / "s44" / "eval_plan.json").read_text())[0]["path"].startswith(
         str(tmp_path / "credo" / "s44" / "run")
     )
     assert "development split" in (tmp_path / "dev" / "tables.md").read_text()
-    assert json.loads((tmp_path / "dev" / "tables.json").read_text())["unseen"] == {"problems": [], "rows": {}}
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(
     "CREDO_TOY_TABLES" not in os.environ,
-    reason="set CREDO_TOY_TABLES=<out of a finished `bash run.sh toy --tables`> to check issue 24's claims",
+    reason="set CREDO_TOY_TABLES=<out of a finished `bash run.sh toy --tables`> to check the toy's claims on it",
 )
-def test_the_claims_hold_on_a_finished_tables_run():
-    saved = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "tables.json").read_text())
+def test_the_claims_hold_on_a_finished_tables_run(toy_world):
+    """On a tables run of the shipped world (every row, three seeds by default): every claim that
+    docs/journal/toy-protocol-final.md predicts to hold, holds (the ranking one is predicted to fail)."""
+    out = Path(os.environ["CREDO_TOY_TABLES"])
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["world"] == toy.model_digest(toy_world), "the tables are of another world than the shipped one"
+    saved = json.loads((out / "tables.json").read_text())
     rows = {
         row: {k: tuple(v) if isinstance(v, list) and k != "seeds" else v for k, v in values.items()}
         for row, values in saved["rows"].items()
     }
     found = toy_claims.claims(rows)
-    assert len(found) == 5 and all(holds for _, holds in found), found
-    plan = json.loads((Path(os.environ["CREDO_TOY_TABLES"]) / "plan.json").read_text())
-    assert plan["world"] == toy_build.world_key(toy_build.world_of(plan["world_seed"])[0]), (
-        "the tables are of another world recipe"
-    )
+    assert len(found) >= 10, found
+    predicted_to_fail = "CREDO learns the readout's ranking"
+    failing = [claim for claim, holds in found if not holds and not claim.startswith(predicted_to_fail)]
+    assert failing == [], failing
+
+
+def test_committed_tables_name_no_path_of_the_machine(tmp_path):
+    """What --document and the tables' header write names paths inside the checkout relative to it."""
+    assert toy_tables.shown(toy_tables.ROOT / "runs" / "toy-final") == "runs/toy-final"
+    assert toy_tables.shown(tmp_path) == str(tmp_path.resolve())

@@ -1,17 +1,18 @@
 """The toy demonstration: CREDO's readout learns a calibrated confidence on an ordinary machine.
 
     python -m worlds.toy            # or: bash run.sh toy   (CREDO and RLCR; 2 CPU cores: see docs/toy.md for times)
-    python -m worlds.toy --methods grpo,credo,rlcr --world-seed 1 seed=44   # GRPO too, another world, another seed
+    python -m worlds.toy --methods grpo,credo,rlcr seed=44   # GRPO too, another training seed
+    python -m worlds.toy --world runs/w1        # a world built with `python -m worlds.toy_build --rebuild runs/w1`
     python -m worlds.toy --quick    # the shortened run of tests/test_toy.py (CREDO only, 40 steps)
     python -m worlds.toy_tables     # tab:main and tab:ablation in miniature (bash run.sh toy --tables)
 
 What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
 `eval.py` as the paper's runs, on a world small enough for a CPU:
 
-1. *World* (worlds/toy_build.py; built once, cached under `.cache/toy/` or `.cache/toy-w<seed>/`, rebuilt
-   only when its recipe changes): chained sums of one-digit numbers, difficulty
-   level L = 1..5 with L + 1 operands (L additions), deterministic train / held-out
-   splits; a byte-level BPE tokenizer trained here (no hub); a tiny
+1. *World* (worlds/toy_build.py; shipped, built once, in worlds/toy_world/ and checked against its
+   SHA256SUMS before every run; never rebuilt here): chained sums of one-digit numbers, difficulty
+   level L = 1..5 with L + 1 operands (L additions), train / held-out splits that share no
+   problem; a byte-level BPE tokenizer (no hub); a tiny
    Qwen3-architecture model (3 layers, hidden 96, head_dim 32); a supervised warm
    start on the completions of a *scripted solver* that writes one of two styles,
    half and half: every partial sum ("steps": reliable on easy problems, often
@@ -22,7 +23,7 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
    numeral: the style's accuracy at the level, rounded to one of five values). In the warm start
    only, the readout format goes on past the slot with `high</confidence>` or `low</confidence>`
    ("high" with the style's rate), so the rows the reserved tokens copy carry a confidence
-   before RL, as on a real model (world version 11). The build
+   before RL, as on a real model (world version 11 on). The build
    ends with an addition check (level-1 sums, and level-2 sums written in steps, sampled at
    T = 0.7): a warm start that cannot add gets more steps, and fails the build, in one
    line, if it still cannot.
@@ -33,14 +34,15 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
    problem) of the warm-started model read through each channel ("before") and
    of each trained checkpoint ("after").
 
-Outputs in `runs/toy/` (or `--out`): `report.json`
-(`{"CREDO": {"before": {...}, "after": {...}, "before, unseen": {...}, "after, unseen": {...}},
-"RLCR": {...}}`, the keys of `eval.calibration_metrics` plus `mean_conf` and `parse_fail`; "unseen":
-the same samples on the held-out problems that are not training problems verbatim, about 70% of
-them), `report.md` (the table printed at the end), `reliability_<method>.png` (before and after panels) and
-`collapse.png` (the reported values, `fig:collapse`).
+Outputs in `runs/toy/` (or `--out`; the methods' earlier runs there are replaced, and it says so):
+`report.json` (`{"CREDO": {"before": {...}, "after": {...}}, "RLCR": {...}}`, the keys of
+`evaluation.report.pool_metrics` plus `mean_conf`), `report.md` (the table printed at the end),
+`reliability_<method>.png` (before and after panels) and `collapse.png` (the reported values,
+`fig:collapse`). On the shipped world the run ends by setting its figures beside the documented
+ones (worlds/toy_expected.json: the before rows exactly, the after rows' 95% prediction range over
+the pre-registered final's training seeds), so a user sees whether the run is typical.
 
-What to expect (docs/toy.md has the measured numbers, over world and training seeds):
+What to expect (docs/toy.md, "Current results (shipped world)"):
 RL raises accuracy (the direct style is learned away, GRPO and CREDO alike); CREDO's
 readout becomes calibrated with a continuum of values, while the verbalized reports
 stay on a handful of values. The toy trains at the evaluation temperature 0.7 (the
@@ -57,13 +59,13 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from evaluation.figures import plot_collapse, plot_reliability
-from evaluation.metrics import calibration_metrics
-from evaluation.report import read_samples
+from evaluation.report import pool_metrics, read_samples
 from infra.checkpoint import latest_checkpoint
 from worlds import toy_build
 
@@ -123,20 +125,15 @@ def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, fl
 
 
 def pool_report(mine: list[dict]) -> dict:
-    """The metrics of one model's records: calibration_metrics of those that reported a confidence,
-    with their mean confidence, the share that did not, and the accuracy of all."""
+    """The metrics of one model's records as worlds/toy_tables.py measures a row (pool_metrics: `acc`
+    over every sample, the calibration metrics over those that reported a confidence), with their
+    mean confidence."""
     parsed = [r for r in mine if r["c"] is not None]
-    metrics = calibration_metrics([r["c"] for r in parsed], [r["a"] for r in parsed]) if parsed else {}
-    metrics["mean_conf"] = float(np.mean([r["c"] for r in parsed])) if parsed else None
-    metrics["parse_fail"] = 1 - len(parsed) / len(mine)
-    metrics["acc_all"] = float(np.mean([r["a"] for r in mine]))
-    return metrics
+    return pool_metrics(mine) | {"mean_conf": float(np.mean([r["c"] for r in parsed])) if parsed else None}
 
 
-def summarize(records: list[dict], out: Path, labels: dict, unseen: set[str] = frozenset()) -> dict:
-    """report.json / report.md / figures from the eval records (each method's own channel); with
-    `unseen` (problem ids), also "before, unseen" and "after, unseen": the same records on those
-    problems only (the held-out problems that are not training problems: toy_build.unseen_problems)."""
+def summarize(records: list[dict], out: Path, labels: dict) -> dict:
+    """report.json / report.md / figures from the eval records (each method's own channel)."""
     report, pools = {}, {}
     for method, (before, after, source) in labels.items():
         report[method] = {}
@@ -145,8 +142,6 @@ def summarize(records: list[dict], out: Path, labels: dict, unseen: set[str] = f
             if not mine:
                 continue
             report[method][when] = pool_report(mine)
-            if unseen:
-                report[method][f"{when}, unseen"] = pool_report([r for r in mine if r["problem_id"] in unseen])
             parsed = [r for r in mine if r["c"] is not None]
             if parsed:
                 pools.setdefault(method, {})[f"{method} {when}"] = (
@@ -213,7 +208,112 @@ def parse_names(text: str, option: str, known) -> list[str]:
     return names
 
 
+# The options of worlds/toy_tables.py that this run does not have: given here, they are refused
+# with a line that says where they belong (tests/test_toy_tables.py checks the list)
+TABLES_ONLY = ("--rows", "--seeds", "--seed-list", "--split", "--eval-n", "--checkpoints-from")
+
+
+def tables_option(argv: list[str]) -> str | None:
+    """The first option of `argv` that belongs to `--tables` (TABLES_ONLY), with or without `=value`."""
+    return next((arg.split("=")[0] for arg in argv if arg.split("=")[0] in TABLES_ONLY), None)
+
+
+def replacing(out: Path, methods: list[str]) -> str | None:
+    """The line that says which earlier runs under `out` this run deletes, and from when; None
+    where there are none."""
+    earlier = [m for m in methods if (out / m).exists()]
+    if not earlier:
+        return None
+    stamp = max((out / m).stat().st_mtime for m in earlier)
+    when = datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"[toy] replacing the earlier {', '.join(m.upper() for m in earlier)} run{'s' if len(earlier) > 1 else ''} "
+        f"under {out} (last written {when}); --out DIR keeps them"
+    )
+
+
+# --- the documented results (worlds/toy_expected.json) and a run set beside them ---------------
+EXPECTED = ROOT / "worlds" / "toy_expected.json"
+COMPARED = (("acc", "Acc"), ("auroc", "AUROC"), ("ece", "ECE"), ("brier", "Brier"), ("effective_levels", "Eff. levels"))
+
+
+def model_digest(world_dir: Path) -> str:
+    """The SHA-256 of a world's weights, as its SHA256SUMS lists it: which world a result is of."""
+    for line in (world_dir / toy_build.CHECKSUMS).read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        if name.lstrip("*") == "model/model.safetensors":
+            return digest
+    raise toy_build.WorldError(f"{world_dir / toy_build.CHECKSUMS}: lists no model/model.safetensors")
+
+
+def document(path: Path, section: str, entries: dict, world_dir: Path, source: str) -> None:
+    """Write `entries` ({method: {metric: value}} for "before"; {method: {metric: {mean, low, high,
+    min, max}}} for "after") as `section` of the documented results at `path`, with where they
+    come from; the other section is kept if it is of the same world, dropped otherwise."""
+    digest = model_digest(world_dir)
+    old = json.loads(path.read_text()) if path.exists() else {}
+    kept = old if old.get("model_sha256") == digest else {}
+    source = source.replace(f"{ROOT}/", "")  # committed: no path of the machine it was run on
+    kept.update({"model_sha256": digest, section: {"source": source, **entries}})
+    path.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+
+
+def _figure(value) -> str:
+    return "-" if value is None else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def against_documented(report: dict, documented: dict, digest: str) -> list[str]:
+    """Lines that set each row of `report` beside the documented results: a "before" figure is the
+    same or differs (three decimals), an "after" figure is inside or outside its documented 95%
+    prediction range for one more training seed. The last line says whether the run is typical."""
+    if documented.get("model_sha256") != digest:
+        return [f"[toy] this world is not the one {EXPECTED.name}'s results are of: nothing to compare"]
+    lines = ['[toy] this run beside the documented results (docs/toy.md, "Current results (shipped world)"):']
+    odd, missing = [], []
+    for method, whens in report.items():
+        for when, metrics in whens.items():
+            doc = documented.get(when, {}).get(method)
+            if doc is None:
+                lines.append(f"  {method} {when}: not documented")
+                missing.append(f"{method} {when}")
+                continue
+            cells = []
+            for key, name in COMPARED:
+                mine, theirs = metrics.get(key), doc.get(key)
+                if when == "before":
+                    same = (mine is None and theirs is None) or (
+                        mine is not None and theirs is not None and round(mine, 3) == round(theirs, 3)
+                    )
+                    cells.append(f"{name} {_figure(mine)} ({'same' if same else 'documented ' + _figure(theirs)})")
+                else:
+                    same = mine is not None and theirs is not None and theirs["low"] <= mine <= theirs["high"]
+                    span = "-" if theirs is None else f"{_figure(theirs['low'])}-{_figure(theirs['high'])}"
+                    cells.append(f"{name} {_figure(mine)} ({span}{'' if same else ': OUTSIDE'})")
+                if not same:
+                    odd.append(f"{method} {when} {name}")
+            lines.append(f"  {method} {when}: " + ", ".join(cells))
+    seeds = documented.get("after", {}).get("seeds")
+    if seeds:
+        seed_list = ", ".join(map(str, seeds))
+        lines.append(f"  after: the 95% prediction range of one more training seed, from the final's seeds {seed_list}")
+    if odd:
+        why = "docs/toy.md says how much runs vary between machines"
+        lines.append(f"[toy] not as documented: {', '.join(odd)} ({why})")
+    elif missing:
+        lines.append(f"[toy] as documented where documented; nothing documented yet for {', '.join(missing)}")
+    else:
+        lines.append("[toy] typical: every figure as documented")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> dict | None:
+    argv = sys.argv[1:] if argv is None else argv
+    misplaced = tables_option(argv)
+    if misplaced:
+        sys.exit(
+            f"toy: {misplaced} is an option of the tables, not of this run: bash run.sh toy --tables {misplaced} ... "
+            f"(python -m worlds.toy_tables)"
+        )
     parser = argparse.ArgumentParser(description="CREDO's toy demonstration (see the module docstring).")
     parser.add_argument(
         "--quick", action="store_true", help="the shortened run of the test: CREDO only, fewer steps, smaller eval"
@@ -223,11 +323,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         "--methods", default=None, help="comma-separated: credo,rlcr,grpo (default: credo,rlcr; --quick: credo)"
     )
     parser.add_argument(
-        "--world-seed",
-        type=int,
-        default=toy_build.WORLD["seed"],
-        help=f"the world's seed (data, initialisation, warm start; default {toy_build.WORLD['seed']}): another "
-        f"independently built world, cached in .cache/toy-w<seed>",
+        "--world",
+        default=str(toy_build.SHIPPED),
+        help="a built world's folder (default: the shipped worlds/toy_world/; another one: "
+        "python -m worlds.toy_build --rebuild OUT)",
     )
     parser.add_argument(
         "--jobs",
@@ -236,27 +335,34 @@ def main(argv: list[str] | None = None) -> dict | None:
         help="trainings run at a time (default 2: each takes one core; the toy's machine has two)",
     )
     parser.add_argument(
+        "--document",
+        action="store_true",
+        help="write this run's before rows into worlds/toy_expected.json (for whoever updates the documented "
+        "results; the after ranges come from worlds/toy_tables.py --document)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="key=value overrides for every training (e.g. alpha=0 for the ablation)"
     )
     args = parser.parse_args(argv)
-    try:  # bad input: one line, before the world is built
+    try:  # bad input: one line, before anything runs
         methods = parse_names(args.methods or ("credo" if args.quick else "credo,rlcr"), "--methods", METHODS)
-        world, cache = toy_build.world_of(args.world_seed)
         if args.jobs < 1:
             raise ValueError(f"--jobs {args.jobs}: at least one training runs at a time")
-    except ValueError as error:
+        _, world_dir = toy_build.load_world(Path(args.world))
+    except (ValueError, toy_build.WorldError) as error:
         sys.exit(f"toy: {error}")
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    toy_build.build_world(cache, world)
-    t_world = time.perf_counter() - t_start
+    note = replacing(out, methods)
+    if note:
+        print(note, flush=True)
     quick = ["max_steps=40", "save_every=40"] if args.quick else []
-    n_eval, test = (2, cache / "test_quick.jsonl") if args.quick else (4, cache / "test.jsonl")
+    n_eval, test = (2, out / "test_quick.jsonl") if args.quick else (4, toy_build.split_file(world_dir, "test"))
     if args.quick:  # the first 100 held-out problems (20 per level)
-        test.write_text("".join(cache.joinpath("test.jsonl").read_text().splitlines(keepends=True)[:100]))
-    model_dir = str(cache / "model")
-    spec_ckpts, labels, timings = [], {}, {"world_s": round(t_world, 1)}
+        test.write_text("".join((world_dir / "test.jsonl").read_text().splitlines(keepends=True)[:100]))
+    model_dir = str(world_dir / "model")
+    spec_ckpts, labels, timings = [], {}, {}
     stages = []
     for method in methods:
         method_overrides, channel = METHODS[method]
@@ -267,7 +373,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             f"out_dir={out}",
             f"run_name={method}",
             f"model={model_dir}",
-            f"train_data={cache / 'train.jsonl'}",
+            f"train_data={world_dir / 'train.jsonl'}",
             *method_overrides,
             *quick,
             *args.overrides,
@@ -310,13 +416,19 @@ def main(argv: list[str] | None = None) -> dict | None:
         out / "eval.log",
     )
     timings["eval_s"] = round(time.perf_counter() - t0, 1)
-
-    unseen = toy_build.unseen_problems(cache, test)
-    report = summarize(read_samples(out / "eval" / "samples.jsonl"), out, labels, unseen)
+    report = summarize(read_samples(out / "eval" / "samples.jsonl"), out, labels)
     timings["total_s"] = round(time.perf_counter() - t_start, 1)
     (out / "timings.json").write_text(json.dumps(timings, indent=1))
     print(markdown_table(report))
     print(f"[toy] {json.dumps(timings)}; report, table and figures under {out}")
+    if args.document:
+        before = {name: rows["before"] for name, rows in report.items() if "before" in rows}
+        document(EXPECTED, "before", before, world_dir, f"python -m worlds.toy --document ({out})")
+        print(f"[toy] the before rows written into {EXPECTED}")
+    if args.quick or args.overrides or not EXPECTED.exists():
+        print("[toy] a quick run, overrides, or no worlds/toy_expected.json: nothing documented to compare with")
+    else:
+        print("\n".join(against_documented(report, json.loads(EXPECTED.read_text()), model_digest(world_dir))))
     return report
 
 

@@ -11,11 +11,15 @@ Not here: the demonstration that trains and evaluates on it (worlds/toy.py), the
 
 from __future__ import annotations
 
+import argparse
 import copy
 import hashlib
 import json
+import os
+import platform
 import random
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -27,9 +31,9 @@ from rollout import build_prompt_ids, system_prompt
 from worlds import tiny
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / ".cache" / "toy"
+SHIPPED = ROOT / "worlds" / "toy_world"  # the world every run uses unless told (load_world checks it)
 
-# --- the world's recipe (any change rebuilds the cache) -----------------------------------
+# --- the world's recipe (a change needs a new build: load_world refuses a world of another) ----
 WORLD = {
     # 3: prompts end with Qwen3's empty thinking block; 4: two solution styles; 5: the addition
     # check below (the warm start itself is version 4's, step for step); 6: the steps style's
@@ -40,12 +44,16 @@ WORLD = {
     # (8-10 were tried and not adopted: docs/toy.md) 11: in the readout format the warm start
     # goes on past the slot with "high" or "low", "high" with the solver's rate, so that the
     # slot's hidden state carries a confidence and the rows that <CONF_HIGH>/<CONF_LOW> copy
-    # (policy.RESERVED_INIT_WORDS) mean something, as on a real model (the loop stops at the slot)
-    "version": 11,
+    # (policy.RESERVED_INIT_WORDS) mean something, as on a real model (the loop stops at the slot);
+    # 12: held-out means unseen. A fixed part of level 1's 81 problems (`held_out_level1` of them,
+    # a seeded choice) is never trained on, and the held-out generator skips every training
+    # problem (before, every level-1 problem and about 45% of level 2 were training problems)
+    "version": 12,
     "seed": 0,
     "levels": 5,  # level L: L + 1 one-digit operands, L additions
     "n_train": 2000,
     "n_test": 250,
+    "held_out_level1": 27,  # of level 1's 81 problems (a third), only ever evaluated on
     # The scripted solver writes one of two styles, each half of the time (the first token
     # after the prompt tells them apart): "steps" writes every partial sum, "direct" writes the
     # whole sum at once. Per style and level: the probability that it is right (a partial sum
@@ -101,46 +109,68 @@ def problem_text(ops: list[int]) -> str:
     return "What is " + " + ".join(map(str, ops)) + "?"
 
 
-# The splits a model is evaluated on besides the held-out `test.jsonl` (worlds/toy_tables.py --split)
+# The splits besides training (`train.jsonl`) and the held-out `test.jsonl`, all shipped with the world
 DEV_SIZE = 250  # "dev": the first DEV_SIZE training problems, as many as the held-out split's
 EXTRA_END = 1000  # "extra": the held-out generator's problems n_test .. EXTRA_END - 1
+SPLITS = ("train", "test", "dev", "extra")
 
 
-def make_split(n: int, seed: int, prefix: str, levels: int) -> list[dict]:
-    """`n` problems, levels cycled, in the math JSONL schema (plus `level` and `ops`)."""
+def held_out_pairs(world: dict) -> set[tuple[int, int]]:
+    """The level-1 problems (operand pairs) that no training split holds: `held_out_level1` of
+    the 81, a choice seeded by the world's seed."""
+    pairs = [(a, b) for a in range(1, 10) for b in range(1, 10)]
+    return set(random.Random(world["seed"] + 2).sample(pairs, world["held_out_level1"]))
+
+
+def make_split(n: int, seed: int, prefix: str, levels: int, accept=lambda ops: True) -> list[dict]:
+    """`n` problems, levels cycled, in the math JSONL schema (plus `level` and `ops`); a problem
+    that `accept(ops)` refuses is drawn again (at the same level)."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         level = 1 + i % levels
         ops, answer = make_problem(rng, level)
+        while not accept(ops):
+            ops, answer = make_problem(rng, level)
         rows.append(
             {"id": f"{prefix}-{i:05d}", "problem": problem_text(ops), "answer": str(answer), "level": level, "ops": ops}
         )
     return rows
 
 
-def split_file(world_cache: Path, split: str, world: dict) -> Path:
-    """The JSONL a split is evaluated on, written once into the world's cache:
-    "test": the world's held-out `test.jsonl`;
-    "dev": the first DEV_SIZE problems of its `train.jsonl` (levels cycle, so 50 a level);
-    "extra": the held-out generator carried on past the world's `n_test` problems, to EXTRA_END
-    (levels still cycle). Its first `n_test` must be `test.jsonl` line for line, or the generator is
-    not the one that wrote the held-out split: RuntimeError then, rather than a split that may overlap."""
-    held_out = world_cache / "test.jsonl"
-    if split == "test":
-        return held_out
-    path = world_cache / f"{split}.jsonl"
-    if path.exists():
-        return path
-    if split == "dev":
-        rows = [json.loads(line) for line in (world_cache / "train.jsonl").read_text().splitlines()[:DEV_SIZE]]
-    else:
-        generated = make_split(EXTRA_END, world["seed"] + 1, "toy-test", world["levels"])
-        if generated[: world["n_test"]] != [json.loads(line) for line in held_out.read_text().splitlines()]:
-            raise RuntimeError(f"{held_out} is not the held-out generator's first {world['n_test']} problems")
-        rows = generated[world["n_test"] :]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+def make_splits(world: dict) -> dict[str, list[dict]]:
+    """The world's splits: "train" (no level-1 problem of held_out_pairs); "test" and "extra", the
+    held-out generator's first n_test and next EXTRA_END - n_test problems, none of them a
+    training problem (level 1: only held_out_pairs); "dev", the first DEV_SIZE training problems
+    (for tuning: training problems by design)."""
+    held = held_out_pairs(world)
+    train = make_split(
+        world["n_train"],
+        world["seed"],
+        "toy-train",
+        world["levels"],
+        lambda ops: len(ops) > 2 or tuple(ops) not in held,
+    )
+    seen = {row["problem"] for row in train}
+    held_out = make_split(
+        EXTRA_END,
+        world["seed"] + 1,
+        "toy-test",
+        world["levels"],
+        lambda ops: problem_text(ops) not in seen and (len(ops) > 2 or tuple(ops) in held),
+    )
+    n_test = world["n_test"]
+    return {"train": train, "test": held_out[:n_test], "dev": train[:DEV_SIZE], "extra": held_out[n_test:]}
+
+
+def split_file(world_dir: Path, split: str) -> Path:
+    """The JSONL of one of the world's SPLITS (each shipped with it: load_world checks them):
+    "test", the held-out split; "dev", the first DEV_SIZE training problems (levels cycle, so 50 a
+    level); "extra", the held-out generator carried on past `n_test` problems, to EXTRA_END. ValueError
+    for another name."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: one of {', '.join(SPLITS)}")
+    return world_dir / f"{split}.jsonl"
 
 
 def slipped(value: int, rng: random.Random) -> int:
@@ -200,15 +230,6 @@ def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
 def levels_of(path: Path) -> dict[str, int]:
     """{problem id: level} of a toy split."""
     return {row["id"]: row["level"] for row in map(json.loads, path.read_text().splitlines())}
-
-
-def unseen_problems(world_cache: Path, split: Path) -> set[str]:
-    """The ids of the problems of `split` that are not training problems (`train.jsonl`) verbatim.
-    The held-out generator does not exclude the training problems, and a level has only 9^(L+1)
-    problems: every level-1 problem is a training problem, about 45% of level 2 (docs/toy.md)."""
-    training = {row["problem"] for row in map(json.loads, (world_cache / "train.jsonl").read_text().splitlines())}
-    rows = map(json.loads, split.read_text().splitlines())
-    return {row["id"] for row in rows if row["problem"] not in training}
 
 
 def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:
@@ -423,61 +444,57 @@ def checked_warm_start(
     return losses, checks
 
 
-def world_of(seed: int) -> tuple[dict, Path]:
-    """The recipe with world seed `seed` (data splits, model initialisation, warm start) and its
-    cache: .cache/toy for the default seed, .cache/toy-w<seed> for the others. ValueError for a
-    negative seed."""
-    if seed < 0:
-        raise ValueError(f"--world-seed {seed}: a seed is a non-negative integer")
-    if seed == WORLD["seed"]:
-        return WORLD, CACHE
-    return {**WORLD, "seed": seed}, CACHE.parent / f"toy-w{seed}"
+# --- the shipped world, and building another ----------------------------------------------
+CHECKSUMS = "SHA256SUMS"  # in the world's folder, in `sha256sum` format: `sha256sum -c SHA256SUMS` checks it too
+REBUILD = "python -m worlds.toy_build --rebuild OUT"
 
 
-def stale_world_note(cache: Path, world: dict = WORLD) -> str | None:
-    """One line when `cache` holds a world of another recipe (it is then rebuilt), else None."""
-    stamp = cache / "world.json"
-    if not stamp.exists() or world_is_current(cache, world):
-        return None
-    try:
-        old = json.loads(stamp.read_text()).get("world", {})
-    except json.JSONDecodeError:
-        old = {}
-    return (
-        f"[toy] {cache} holds a world of another recipe (version {old.get('version', '?')}, this one is "
-        f"{world['version']}): rebuilding it"
-    )
+class WorldError(RuntimeError):
+    """A world folder that is not a complete, intact world of this recipe (one line, says which file)."""
 
 
-def world_is_current(cache: Path = CACHE, world: dict = WORLD) -> bool:
-    """`cache` holds the world of this recipe (its stamp is written last, when the build is done)."""
-    stamp = cache / "world.json"
-    return (
-        stamp.exists()
-        and json.loads(stamp.read_text()).get("key") == world_key(world)
-        and (cache / "model" / "config.json").exists()
-    )
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_world(cache: Path = CACHE, world: dict = WORLD, log=print) -> Path:
-    """Data, tokenizer and warm-started model under `cache`; skipped when the cached recipe matches."""
-    if world_is_current(cache, world):
-        return cache
-    with tiny.build_lock(cache):  # another process building it: wait, then use its build
-        if world_is_current(cache, world):
-            return cache
-        return _build_world(cache, world, log)
+def load_world(world_dir: Path = SHIPPED) -> tuple[dict, Path]:
+    """The recipe and folder of a built world (by default the shipped one, worlds/toy_world/),
+    after checking every file against its SHA256SUMS and its recipe against this module's WORLD
+    (the world seed may differ). Nothing is rebuilt: WorldError, in one line, naming what is wrong."""
+    world_dir = Path(world_dir)
+    sums = world_dir / CHECKSUMS
+    if not sums.is_file():
+        raise WorldError(f"{world_dir}: no {CHECKSUMS} there, so not a built toy world (`{REBUILD}` builds one)")
+    for line in sums.read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        path = world_dir / name.lstrip("*")
+        if not path.is_file():
+            raise WorldError(f"{path}: missing from the toy world ({CHECKSUMS} lists it)")
+        if sha256(path) != digest:
+            raise WorldError(
+                f"{path}: its SHA-256 is not the one in {sums}: the world was changed or damaged "
+                f"(git checkout {world_dir} restores the shipped one)"
+            )
+    built = json.loads((world_dir / "world.json").read_text())["world"]
+    if {**built, "seed": WORLD["seed"]} != WORLD:
+        raise WorldError(
+            f"{world_dir}: built from recipe version {built.get('version')}, but worlds/toy_build.py's WORLD is "
+            f"version {WORLD['version']} (or differs from it): `{REBUILD}` builds this recipe's world"
+        )
+    return built, world_dir
 
 
-def _build_world(cache: Path, world: dict, log) -> Path:
-    stamp = cache / "world.json"
-    note = stale_world_note(cache, world)
-    if note:
-        log(note)
+def build_world(out: Path, world: dict = WORLD, log=print) -> Path:
+    """Splits, tokenizer and warm-started model under `out` (a new or empty folder), and last its
+    SHA256SUMS. Seeded, but floating point differs between machines and over 1,600 warm-start steps
+    the difference compounds: another machine's build is another world (docs/toy.md)."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise WorldError(f"{out}: not empty; a world is built into a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    cache.mkdir(parents=True, exist_ok=True)
-    train = make_split(world["n_train"], world["seed"], "toy-train", world["levels"])
-    test = make_split(world["n_test"], world["seed"] + 1, "toy-test", world["levels"])
+    splits = make_splits(world)
+    train = splits["train"]
     rng = random.Random(world["seed"])
     corpus = [
         system_prompt(ch, dom) for ch in ("readout", "verbalized", "readout_noanalysis") for dom in ("math", "code")
@@ -491,31 +508,63 @@ def _build_world(cache: Path, world: dict, log) -> Path:
     tokenizer = tiny.build_tokenizer(corpus, world["vocab_size"])
     model = build_model(tokenizer, world)
     log(
-        f"[toy] building the toy world under {cache} "
+        f"[toy] building a toy world (seed {world['seed']}) under {out} "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
         f"{world['sft_steps']} warm-start steps)"
     )
     losses, checks = checked_warm_start(model, tokenizer, train, world, log)
-    model.save_pretrained(cache / "model", safe_serialization=True)
-    tokenizer.save_pretrained(cache / "model")
-    for name, rows in (("train", train), ("test", test)):
-        (cache / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    stamp.write_text(
+    model.save_pretrained(out / "model", safe_serialization=True)
+    tokenizer.save_pretrained(out / "model")
+    for name in SPLITS:
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in splits[name]))
+    (out / "world.json").write_text(
         json.dumps(
             {
                 "key": world_key(world),
                 "world": world,
+                "built": {
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
+                    "seconds": round(time.perf_counter() - t0, 1),
+                },
                 "sft_first_loss": losses[0],
                 "sft_last_loss": sum(losses[-50:]) / 50,
                 "sft_steps_run": len(losses),
                 "addition_checks": checks,
-                "seconds": time.perf_counter() - t0,
             },
             indent=1,
         )
+        + "\n"
     )
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    (out / CHECKSUMS).write_text("".join(f"{sha256(out / name)}  {name}\n" for name in files))
     log(f"[toy] world built in {time.perf_counter() - t0:.0f} s")
-    return cache
+    return out
 
 
-# --- stages run as subprocesses (one vLLM engine per process) --------------------------------
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Build a toy world (research on the toy itself; `bash run.sh toy` uses the shipped "
+        "worlds/toy_world/ and never builds one). Another machine's build differs from the shipped world."
+    )
+    parser.add_argument("--rebuild", metavar="OUT", required=True, help="a new or empty folder to build into")
+    parser.add_argument(
+        "--world-seed", type=int, default=WORLD["seed"], help=f"the world's seed (default {WORLD['seed']})"
+    )
+    args = parser.parse_args(argv)
+    if args.world_seed < 0:
+        sys.exit(f"toy_build: --world-seed {args.world_seed}: a seed is a non-negative integer")
+    print(
+        f"[toy] building a toy world into {args.rebuild}. It will differ from the shipped worlds/toy_world/ "
+        f"(floating point differs between machines and compounds over the warm start): its results are "
+        f"not the documented ones. Use it with `python -m worlds.toy --world {args.rebuild}`.",
+        flush=True,
+    )
+    try:
+        build_world(Path(args.rebuild), {**WORLD, "seed": args.world_seed})
+    except (WorldError, RuntimeError) as error:
+        sys.exit(f"toy_build: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,9 @@
-"""Issue 24's claims and the statistics they are read with, on the toy's tables (worlds/toy_tables.py).
+"""The toy's claims and the statistics they are read with, on the toy's tables (worlds/toy_tables.py).
 
 Holds: the 95% t-interval over training seeds (`interval`), the paper's "within noise" test of
 one row's accuracy against another's (`within_noise_of`), the bootstrap interval of the AUROC over
-problems (`problem_interval`), and the claims themselves (`claims`), as pure functions of the
+problems (`problem_interval`), the range where one more seed lands (`prediction_range`), and the
+claims themselves (`claims`), as pure functions of the
 aggregated rows `{row: {column: (mean, half-width), "seeds": [...]}}` that toy_tables.aggregate
 makes (rows named as toy_tables.ROWS, the warm start `BASE`). Does not hold: the rows, jobs or
 tables (worlds/toy_tables.py), nor the metrics of one pool (evaluation/metrics.py).
@@ -15,6 +16,7 @@ import numpy as np
 from evaluation.metrics import auroc
 
 BASE = "base"  # the warm start read through its verbalized numeral (tab:main's Base row)
+BASE_READOUT = "base_readout"  # the warm start read through the readout: CREDO's before
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (n seeds - 1).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -33,6 +35,23 @@ def interval(values: list[float]) -> tuple[float, float | None]:
         return mean, None
     std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
     return mean, T_975[n - 1] * std / n**0.5
+
+
+def prediction_range(values: list[float]) -> tuple[float, float, float]:
+    """Mean and the 95% prediction interval of one more draw, from `values` (at least two):
+    mean ± t * std * sqrt(1 + 1/n), t with n - 1 degrees of freedom. Where one more training seed's
+    result lands 95% of the time, if seeds differ as these did.
+
+    >>> [round(v, 4) for v in prediction_range([0.5, 0.6, 0.7])]  # 4.303 * 0.1 * sqrt(4/3) = 0.4969
+    [0.6, 0.1031, 1.0969]
+    """
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"a prediction range needs at least two values, not {n}")
+    mean = sum(values) / n
+    std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    half = T_975[n - 1] * std * (1 + 1 / n) ** 0.5
+    return mean, mean - half, mean + half
 
 
 RESAMPLES = 1000  # bootstrap draws of the problems for problem_interval
@@ -81,10 +100,22 @@ def problem_interval(pools: list[list[dict]], resamples: int = RESAMPLES, seed: 
     return float(low), float(high)
 
 
-# Issue 24's claims, read off the tables: CREDO's readout calibrated (AUROC, ECE), its accuracy
-# kept (its interval reaches the warm start's mean or above, and it is within noise of GRPO's), RLCR's
-# numerals on a handful of values.
+# The toy's claims, read off the tables (docs/journal/toy-protocol-final.md pre-registers them): RL raises
+# accuracy; CREDO's readout calibrated (ECE) and ranking (AUROC, and against the level-and-style
+# ceiling); its accuracy kept (its interval reaches the warm start's mean or above, and it is within
+# noise of GRPO's); RLCR's numerals on a handful of values; and whether CREDO learns the readout
+# (calibration and ranking beyond the warm start's readout, calibration beyond the alpha=0 row's).
 CLAIM_AUROC, CLAIM_ECE, CLAIM_LEVELS = 0.80, 0.08, 6.0
+
+
+def above(mine: tuple, other: tuple) -> bool:
+    """Whether the interval `mine` (mean, half-width) lies wholly above `other`: its low end above the
+    other's high end (a missing half-width counts as 0).
+
+    >>> above((0.80, 0.02), (0.70, 0.05)), above((0.80, 0.02), (0.76, 0.03)), above((0.8, None), (0.7, None))
+    (True, False, True)
+    """
+    return mine[0] - (mine[1] or 0.0) > other[0] + (other[1] or 0.0)
 
 
 def within_noise_of(mine: dict, other: dict) -> tuple[float, float] | None:
@@ -108,19 +139,41 @@ def claims(rows: dict) -> list[tuple[str, bool]]:
     """(claim with its measured value, whether it holds) for each claim the rows can decide.
 
     >>> rows = {"base": {"acc": (0.48, 0.01)}, "credo": {"acc": (0.47, 0.02), "auroc": (0.85, 0.01),
-    ...         "ece": (0.09, 0.02)}, "rlcr": {"effective_levels": (4.1, 0.3)}}
+    ...         "ece": (0.09, 0.02), "auroc_ceiling": (0.84, 0.01)}, "rlcr": {"effective_levels": (4.1, 0.3)}}
     >>> [holds for _, holds in claims(rows)]
-    [True, False, True, True]
+    [False, True, True, False, True, True]
     """
     found = []
+    if BASE in rows:
+        base = rows[BASE]["acc"]
+        for row, name in (("grpo", "GRPO"), ("credo", "CREDO")):
+            if row in rows:
+                acc = rows[row]["acc"]
+                found.append(
+                    (
+                        f"RL raises accuracy: {name}'s interval above the warm start's ({acc[0]:.3f} ± "
+                        f"{acc[1] or 0:.3f} vs {base[0]:.3f} ± {base[1] or 0:.3f})",
+                        above(acc, base),
+                    )
+                )
     if "credo" in rows:
-        auroc, ece = rows["credo"]["auroc"], rows["credo"]["ece"]
-        spread = rows["credo"].get("auroc_problems")
+        credo = rows["credo"]
+        auroc, ece = credo["auroc"], credo["ece"]
+        spread = credo.get("auroc_problems")
         over = f"; over problems {spread[0]:.3f}-{spread[1]:.3f}" if spread else ""
         found.append((f"CREDO's readout AUROC >= {CLAIM_AUROC} (mean {auroc[0]:.3f}{over})", auroc[0] >= CLAIM_AUROC))
+        if credo.get("auroc_ceiling"):
+            ceiling = credo["auroc_ceiling"][0]
+            found.append(
+                (
+                    f"CREDO's readout ranks at least as well as its level-and-style ceiling (AUROC {auroc[0]:.3f} "
+                    f"vs ceiling {ceiling:.3f})",
+                    auroc[0] >= ceiling,
+                )
+            )
         found.append((f"CREDO's readout ECE <= {CLAIM_ECE} (mean {ece[0]:.3f})", ece[0] <= CLAIM_ECE))
         if BASE in rows:
-            (acc, half), base = rows["credo"]["acc"], rows[BASE]["acc"][0]
+            (acc, half), base = credo["acc"], rows[BASE]["acc"][0]
             found.append(
                 (
                     f"CREDO's accuracy no lower than the warm start's within noise ({acc:.3f} ± {half or 0:.3f} "
@@ -128,14 +181,40 @@ def claims(rows: dict) -> list[tuple[str, bool]]:
                     acc + (half or 0.0) >= base,
                 )
             )
-        gap = within_noise_of(rows["credo"], rows["grpo"]) if "grpo" in rows else None
+        gap = within_noise_of(credo, rows["grpo"]) if "grpo" in rows else None
         if gap is not None:
             diff, joint = gap
             found.append(
                 (
-                    f"CREDO's accuracy within noise of GRPO's ({rows['credo']['acc'][0]:.3f} vs "
+                    f"CREDO's accuracy within noise of GRPO's ({credo['acc'][0]:.3f} vs "
                     f"{rows['grpo']['acc'][0]:.3f}: {diff:+.3f}, one joint standard error {joint:.3f})",
                     diff >= -joint,
+                )
+            )
+        if BASE_READOUT in rows:
+            before = rows[BASE_READOUT]
+            found.append(
+                (
+                    f"CREDO learns the readout's calibration: its ECE below the warm start's readout's "
+                    f"({ece[0]:.3f} ± {ece[1] or 0:.3f} vs {before['ece'][0]:.3f} ± {before['ece'][1] or 0:.3f})",
+                    above(before["ece"], ece),
+                )
+            )
+            found.append(
+                (
+                    f"CREDO learns the readout's ranking: its AUROC above the warm start's readout's "
+                    f"({auroc[0]:.3f} ± {auroc[1] or 0:.3f} vs {before['auroc'][0]:.3f} ± "
+                    f"{before['auroc'][1] or 0:.3f})",
+                    above(auroc, before["auroc"]),
+                )
+            )
+        if "credo_alpha0" in rows:
+            without = rows["credo_alpha0"]["ece"]
+            found.append(
+                (
+                    f"The calibration loss is what calibrates: CREDO's ECE below the alpha=0 row's "
+                    f"({ece[0]:.3f} ± {ece[1] or 0:.3f} vs {without[0]:.3f} ± {without[1] or 0:.3f})",
+                    above(without, ece),
                 )
             )
     if "rlcr" in rows:

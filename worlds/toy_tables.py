@@ -3,12 +3,14 @@
     python -m worlds.toy_tables                       # every row, 3 training seeds (44, 45, 46), 2 jobs at a time
     python -m worlds.toy_tables --rows credo,grpo --seeds 2 --out runs/toy-tables-small
     python -m worlds.toy_tables --seed-list 47,48     # more seeds into the same tables (resumes the rest)
+    python -m worlds.toy_tables --world runs/w1       # on a world built with `python -m worlds.toy_build --rebuild`
 
 Holds: the rows (each a `credo.py configs/toy.yaml` override set and the channel it is read
 through), one job per row and training seed (train, then evaluate the last checkpoint on the
 held-out split), and the tables and figure made from the jobs' results. It does not hold the
-world (worlds/toy.py builds it), the loop (credo.py), the metrics (evaluation/metrics.py, evaluation/report.py) or the
-claims and their statistics (worlds/toy_claims.py).
+world (worlds/toy_build.py; the shipped one is worlds/toy_world/), the loop (credo.py), the
+metrics (evaluation/metrics.py, evaluation/report.py) or the claims and their statistics
+(worlds/toy_claims.py).
 
 Each finished job leaves `<out>/<row>/s<seed>/result.json`, written last: an interrupted run
 started again with the same arguments skips the jobs that finished and redoes the others
@@ -16,19 +18,22 @@ from scratch. The configuration is configs/toy.yaml for every row, as `worlds/to
 training seeds are not the tuning seed (101) nor those of docs/toy.md's first measurements.
 
 `--split dev` evaluates on the development split instead: the first 250 *training* problems
-(`dev.jsonl` in the world's cache), where a configuration is tuned (with training seed 101) before
+(`dev.jsonl` in the world's folder), where a configuration is tuned (with training seed 101) before
 it is fixed and measured on the held-out split with fresh seeds. `--split extra` evaluates on 750
 more held-out problems (`extra.jsonl`: the held-out generator's problems 250-999, after the world's
-250), where a claim measured on the 250 can be measured again with 1/sqrt(3) of the problem-sampling
-SD. `--checkpoints-from DIR` evaluates the checkpoints that a finished run under DIR trained
-(same world and overrides) instead of training again: the same models on another split.
+250; like those, none of them a training problem), where a claim measured on the 250 can be
+measured again with 1/sqrt(3) of the problem-sampling SD. `--checkpoints-from DIR` evaluates
+the checkpoints that a finished run under DIR trained (same world and overrides) instead of
+training again: the same models on another split.
 
 Outputs under `--out` (default runs/toy-tables/): `tables.md` (both tables as the paper lays
 them out, mean and 95% t-interval over seeds, with the date, machine and wall time),
 `tables.json` (every job's metrics and the aggregates) and `tables.png`/`.pdf` (each row's
-Acc, ECE, AUROC and Brier with their intervals and the seeds as dots). About 30% of a held-out
-split's problems are training problems verbatim (toy_build.unseen_problems), so `tables.md` and
-`tables.json` (`unseen`) also hold both tables on the others only, from the same samples.
+Acc, ECE, AUROC and Brier with their intervals and the seeds as dots). tab:main's Base row is the
+warm start read through its verbalized numeral, as in the paper; "Base (readout)" is the same warm
+start read through the readout, CREDO's before (each with the training seeds as evaluation seeds).
+`--document` writes the 95% prediction range of each method's row for one more training seed into
+worlds/toy_expected.json, which `bash run.sh toy` sets its result beside.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from evaluation.figures import plot_row_intervals
 from evaluation.report import pool_metrics, read_samples
 from infra.checkpoint import latest_checkpoint
 from worlds import toy, toy_build
-from worlds.toy_claims import BASE, T_975, claims, interval, problem_interval
+from worlds.toy_claims import BASE, BASE_READOUT, T_975, claims, interval, prediction_range, problem_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (44, 45, 46)  # fresh training seeds: 43 is configs/toy.yaml's, 101 was the tuning seed
@@ -73,6 +78,8 @@ class Row(NamedTuple):
 
 
 VERBALIZED = ["channel=verbalized", "alpha=0", "kappa=0"]
+BASES = {BASE: "verbalized", BASE_READOUT: "readout"}  # the warm start, evaluated only, through each channel
+BASE_LABELS = {BASE: "Base (warm start)", BASE_READOUT: "Base (readout)"}
 ROWS = {
     "grpo": Row("main", "GRPO", "GRPO", ["method=grpo", *VERBALIZED], "verbalized"),
     "rlcr": Row("main", "RLCR", "RLCR", ["method=rlcr", *VERBALIZED], "verbalized"),
@@ -95,6 +102,13 @@ COLUMNS = (
     ("effective_levels", "Eff. levels"),
     ("auroc_ceiling", "AUROC ceiling"),  # toy_build.auroc_ceiling(): what a confidence of level and style alone reaches
 )
+
+
+def shown(path: Path) -> str:
+    """`path` as the tables print it: relative to the checkout when inside it, so that tables
+    committed under docs/ name no path of the machine they were run on."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def parse_seeds(count: str, listed: str | None) -> list[int]:
@@ -142,7 +156,7 @@ def split_done(out: Path, jobs: list[tuple[str, int]]) -> tuple[list[dict], list
     return results, todo
 
 
-def with_ceiling(out: Path, world_cache: Path, result: dict) -> dict:
+def with_ceiling(out: Path, world_dir: Path, result: dict) -> dict:
     """A finished job's result from before the AUROC ceiling column, with the ceiling computed from
     its samples and written into its result.json (nothing else changes)."""
     where = job_dir(out, result["row"], result["seed"])
@@ -150,7 +164,7 @@ def with_ceiling(out: Path, world_cache: Path, result: dict) -> dict:
     if not samples.exists():
         raise FileNotFoundError(f"{samples}: the samples of a finished job are gone; cannot add its AUROC ceiling")
     pool = [r for r in read_samples(samples) if r["source"] == result["channel"]]
-    result["metrics"]["auroc_ceiling"] = toy_build.auroc_ceiling(pool, toy_build.levels_of(world_cache / "test.jsonl"))
+    result["metrics"]["auroc_ceiling"] = toy_build.auroc_ceiling(pool, toy_build.levels_of(world_dir / "test.jsonl"))
     (where / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
@@ -168,14 +182,14 @@ def check_source(source: Path, plan: dict) -> None:
     if not path.exists():
         raise ValueError(f"--checkpoints-from {source}: no plan.json there (not a toy_tables run)")
     theirs = json.loads(path.read_text())
-    for key in ("world", "world_seed", "overrides"):
+    for key in ("world", "overrides"):
         if theirs.get(key) != plan[key]:
             raise ValueError(f"--checkpoints-from {source}: its {key} is {theirs.get(key)!r}, this run's {plan[key]!r}")
 
 
 def run_job(
     out: Path,
-    world_cache: Path,
+    world_dir: Path,
     row: str,
     seed: int,
     overrides: list[str],
@@ -189,11 +203,11 @@ def run_job(
     where = job_dir(out, row, seed)
     shutil.rmtree(where, ignore_errors=True)  # an unfinished job starts over
     where.mkdir(parents=True)
-    model_dir = world_cache / "model"
+    model_dir = world_dir / "model"
     t0 = time.perf_counter()
-    if row == BASE:
+    if row in BASES:
         entry, eval_seed = (
-            {"label": f"{row}/s{seed}", "path": str(model_dir), "channel": "verbalized", "method": "Base"},
+            {"label": f"{row}/s{seed}", "path": str(model_dir), "channel": BASES[row], "method": "Base"},
             seed,
         )
     elif source is not None:
@@ -206,7 +220,7 @@ def run_job(
                 f"out_dir={where}",
                 "run_name=run",
                 f"model={model_dir}",
-                f"train_data={world_cache / 'train.jsonl'}",
+                f"train_data={world_dir / 'train.jsonl'}",
                 f"seed={seed}",
                 *ROWS[row].overrides,
                 *overrides,
@@ -238,7 +252,7 @@ def run_job(
         where / "eval.log",
     )
     records = read_samples(where / "eval" / "samples.jsonl")
-    channel = "verbalized" if row == BASE else ROWS[row].channel
+    channel = BASES[row] if row in BASES else ROWS[row].channel
     pool = [r for r in records if r["source"] == channel]
     metrics = pool_metrics(pool) | {"auroc_ceiling": toy_build.auroc_ceiling(pool, toy_build.levels_of(eval_file))}
     result = {
@@ -256,7 +270,7 @@ def run_job(
 def aggregate(results: list[dict]) -> dict:
     """{row: {column: (mean, half-width), "seeds": [...]}} over each row's seeds."""
     rows = {}
-    for row in [BASE, *ROWS]:
+    for row in [*BASES, *ROWS]:
         mine = sorted((r for r in results if r["row"] == row), key=lambda r: r["seed"])
         if not mine:
             continue
@@ -278,12 +292,28 @@ def tabulate(jobs: list[tuple[dict, list[dict]]]) -> dict:
     return rows
 
 
-def restricted(result: dict, pool: list[dict], problems: set[str], levels: dict[str, int]) -> tuple[dict, list[dict]]:
-    """A finished job's result and samples on `problems` only, its metrics computed again from
-    those samples (`levels`: {problem id: level}, for the AUROC ceiling)."""
-    mine = [r for r in pool if r["problem_id"] in problems]
-    metrics = pool_metrics(mine) | {"auroc_ceiling": toy_build.auroc_ceiling(mine, levels)}
-    return {**result, "metrics": metrics}, mine
+def documented_ranges(results: list[dict]) -> dict:
+    """{METHOD: {metric: {mean, low, high, min, max}}} for each method row that worlds/toy.py also
+    trains (toy.METHODS), over its seeds: low-high is toy_claims.prediction_range, where one more
+    training seed lands 95% of the time."""
+    ranges = {}
+    for row in toy.METHODS:
+        mine = [r["metrics"] for r in results if r["row"] == row]
+        if len(mine) < 2:
+            continue
+        ranges[row.upper()] = {}
+        for key, _ in toy.COMPARED:
+            values = [m[key] for m in mine if m[key] is not None]
+            if len(values) == len(mine):
+                mean, low, high = prediction_range(values)
+                ranges[row.upper()][key] = {
+                    "mean": mean,
+                    "low": low,
+                    "high": high,
+                    "min": min(values),
+                    "max": max(values),
+                }
+    return ranges
 
 
 def job_pool(out: Path, result: dict) -> list[dict]:
@@ -302,16 +332,15 @@ def _cell(value, digits: int) -> str:
     return text.replace("0.", ".") if digits == 3 else text
 
 
-def markdown_tables(rows: dict, header: str, split: str = "test", only: str = "") -> str:
-    """tab:main (Base and the methods) and tab:ablation (CREDO and its leave-one-out rows); `only`
-    says which of the split's problems the rows were measured on, where not all of them."""
+def markdown_tables(rows: dict, header: str, split: str = "test") -> str:
+    """tab:main (Base and the methods) and tab:ablation (CREDO and its leave-one-out rows)."""
     cols = " | ".join(name for _, name in COLUMNS)
     out = [header, ""]
     for table, title, names in (
         (
             "main",
-            f"tab:main in miniature: the toy's {SPLITS[split]}{only}, each method through its own channel",
-            [BASE, "grpo", "rlcr", "dcpo", "credo"],
+            f"tab:main in miniature: the toy's {SPLITS[split]}, each method through its own channel",
+            [BASE, BASE_READOUT, "grpo", "rlcr", "dcpo", "credo"],
         ),
         (
             "ablation",
@@ -329,7 +358,7 @@ def markdown_tables(rows: dict, header: str, split: str = "test", only: str = ""
             "|---|" + "---|" * (len(COLUMNS) + 1),
         ]
         for name in present:
-            label = "Base (warm start)" if name == BASE else ROWS[name].label
+            label = BASE_LABELS.get(name) or ROWS[name].label
             seeds = ", ".join(map(str, rows[name]["seeds"]))
             cells = [_cell(rows[name][key], 1 if key == "effective_levels" else 3) for key, _ in COLUMNS]
             out.append(f"| {label} | " + " | ".join(cells) + f" | {seeds} |")
@@ -340,7 +369,7 @@ def markdown_tables(rows: dict, header: str, split: str = "test", only: str = ""
             "AUROC over problems (the 95% interval of the seeds' mean AUROC when the problems are drawn "
             "again, toy_claims.problem_interval): "
             + "; ".join(
-                f"{'Base' if name == BASE else ROWS[name].label} {low:.3f}-{high:.3f}" for name, (low, high) in spreads
+                f"{BASE_LABELS.get(name) or ROWS[name].label} {low:.3f}-{high:.3f}" for name, (low, high) in spreads
             ),
             "",
         ]
@@ -353,7 +382,7 @@ def markdown_tables(rows: dict, header: str, split: str = "test", only: str = ""
     found = claims(rows)
     if found:
         out += (
-            ["**Issue 24's claims**", ""]
+            ["**The toy's claims** (docs/journal/toy-protocol-final.md)", ""]
             + [f"- {'holds' if holds else 'FAILS'}: {claim}" for claim, holds in found]
             + [""]
         )
@@ -373,7 +402,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="jobs at a time (one core each)")
     parser.add_argument(
-        "--world-seed", type=int, default=toy_build.WORLD["seed"], help="the toy world (worlds/toy.py --world-seed)"
+        "--world",
+        default=str(toy_build.SHIPPED),
+        help="a built world's folder (default: the shipped worlds/toy_world/; worlds/toy.py --world)",
     )
     parser.add_argument(
         "--eval-n", type=int, default=4, help="samples per problem evaluated (default 4, as worlds/toy.py)"
@@ -391,6 +422,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         help="a finished run's --out: evaluate the checkpoints it trained (same world and overrides) "
         "instead of training",
     )
+    parser.add_argument(
+        "--document",
+        action="store_true",
+        help="write each method's 95%% prediction range for one more training seed into worlds/toy_expected.json "
+        "(for whoever updates the documented results; bash run.sh toy compares with it)",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. max_steps=40)")
     args = parser.parse_args(argv)
     try:  # bad input: one line, before anything runs
@@ -399,16 +436,15 @@ def main(argv: list[str] | None = None) -> dict | None:
             raise ValueError(f"--jobs {args.jobs} / --eval-n {args.eval_n}: each at least 1")
         if args.split not in SPLITS:
             raise ValueError(f"--split {args.split!r}: one of {', '.join(SPLITS)}")
-        world, cache = toy_build.world_of(args.world_seed)
-    except ValueError as error:
+        world, world_dir = toy_build.load_world(Path(args.world))
+    except (ValueError, toy_build.WorldError) as error:
         sys.exit(f"toy_tables: {error}")
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     source = None if args.checkpoints_from is None else Path(args.checkpoints_from).resolve()
     plan = {
-        "world": toy_build.world_key(world),
-        "world_seed": args.world_seed,
+        "world": toy.model_digest(world_dir),
         "overrides": args.overrides,
         "eval_n": args.eval_n,
         **({"split": args.split} if args.split != "test" else {}),  # held-out plans stay as they were
@@ -420,10 +456,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         check_plan(out, plan)
     except ValueError as error:
         sys.exit(f"toy_tables: {error}")
-    toy_build.build_world(cache, world)
-    eval_file = toy_build.split_file(cache, args.split, world)
+    eval_file = toy_build.split_file(world_dir, args.split)
     # tab:main's rows seed by seed, then tab:ablation's: an interrupted run leaves whole main rows
-    main_rows = ([BASE] if any(ROWS[row].table == "main" for row in rows) else []) + [
+    main_rows = ([*BASES] if any(ROWS[row].table == "main" for row in rows) else []) + [
         r for r in rows if ROWS[r].table == "main"
     ]
     jobs = [(row, seed) for seed in seeds for row in main_rows]
@@ -432,7 +467,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     older = [r for r in results if "auroc_ceiling" not in r["metrics"]]
     if older:
         print(f"[tables] adding the AUROC ceiling column to {len(older)} finished jobs", flush=True)
-        results = [with_ceiling(out, cache, r) if r in older else r for r in results]
+        results = [with_ceiling(out, world_dir, r) if r in older else r for r in results]
     if results:
         print(f"[tables] resuming: {len(results)} of {len(jobs)} jobs already finished under {out}", flush=True)
     with (
@@ -440,7 +475,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         tqdm(total=len(jobs), initial=len(results), desc="toy tables", dynamic_ncols=True) as bar,
     ):
         futures = {
-            pool.submit(run_job, out, cache, row, seed, args.overrides, args.eval_n, eval_file, source): (row, seed)
+            pool.submit(run_job, out, world_dir, row, seed, args.overrides, args.eval_n, eval_file, source): (row, seed)
             for row, seed in todo
         }
         for future in as_completed(futures):
@@ -449,14 +484,11 @@ def main(argv: list[str] | None = None) -> dict | None:
             bar.set_postfix_str(f"{result['row']}/s{result['seed']}: acc {result['metrics']['acc']:.3f}")
             bar.update()
     aggregated = tabulate([(r, job_pool(out, r)) for r in results])
-    # The same samples on the problems no training run saw verbatim (toy_build.unseen_problems)
-    unseen = toy_build.unseen_problems(cache, eval_file)
-    levels = toy_build.levels_of(eval_file)
-    unseen_rows = tabulate([restricted(r, job_pool(out, r), unseen, levels) for r in results]) if unseen else {}
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     wall = time.perf_counter() - t_start
     header = (
-        f"Toy tables: world seed {args.world_seed} (version {world['version']}), training seeds "
+        f"Toy tables: world {shown(world_dir)} (version {world['version']}, seed {world['seed']}, weights "
+        f"{plan['world'][:12]}), training seeds "
         f"{', '.join(map(str, seeds))}, evaluation seed {EVAL_SEED} (Base: the training seeds), {SPLITS[args.split]} "
         f"x {args.eval_n} samples at T = 0.7; {stamp}, {platform.machine()} with {os.cpu_count()} cores, "
         f"{wall / 60:.1f} min this invocation ({args.jobs} jobs at a time)"
@@ -464,22 +496,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         + (f"; the checkpoints trained under {source}" if source else "")
     )
     text = markdown_tables(aggregated, header, args.split)
-    if unseen_rows:
-        by_level = [sum(levels[p] == level for p in unseen) for level in sorted(set(levels.values()))]
-        text += "\n" + markdown_tables(
-            unseen_rows,
-            f"### The same samples on the {len(unseen)} of {len(levels)} problems that are not training problems\n\n"
-            f"The held-out generator does not exclude training problems: only these {len(unseen)} were "
-            f"seen by no training run (by level: {' / '.join(map(str, by_level))}).",
-            args.split,
-            f", its {len(unseen)} problems that are not training problems",
-        )
     (out / "tables.md").write_text(text)
     saved = {"header": header, "jobs": results, "rows": aggregated}
-    saved["unseen"] = {"problems": sorted(unseen), "rows": unseen_rows}
     (out / "tables.json").write_text(json.dumps(saved, indent=1))
     panels = {
-        ("Base" if row == BASE else ROWS[row].short): {
+        (BASE_LABELS.get(row) or ROWS[row].short): {
             name: (*values[key], [j["metrics"][key] for j in results if j["row"] == row])
             for key, name in COLUMNS[:4]
             if values[key] is not None
@@ -489,11 +510,16 @@ def main(argv: list[str] | None = None) -> dict | None:
     plot_row_intervals(
         panels,
         out / "tables",
-        f"Toy tables: world {args.world_seed}, training seeds "
+        f"Toy tables: world {plan['world'][:12]}, training seeds "
         f"{', '.join(map(str, seeds))} (bars: 95% t-intervals; dots: seeds)",
     )
     print(text)
     print(f"[tables] tables.md, tables.json and tables.png under {out}")
+    if args.document:
+        after = documented_ranges(results)
+        source_line = f"python -m worlds.toy_tables --document ({shown(out)}; {header})"
+        toy.document(toy.EXPECTED, "after", {"seeds": seeds, **after}, world_dir, source_line)
+        print(f"[tables] the prediction ranges of {', '.join(after)} written into {toy.EXPECTED}")
     return aggregated
 
 
