@@ -10,7 +10,7 @@
 #                                       sha256-checked, into .cache/shared/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
 #   bash run.sh toy [--quick]           the toy demonstration on the shipped world worlds/toy_world/ (checked,
-#                                       never rebuilt; ~5 min on 2 idle CPU cores; runs/toy/, replaced; its
+#                                       never rebuilt; ~8 min on 2 idle CPU cores; runs/toy/, replaced; its
 #                                       result set beside docs/toy.md's)
 #   bash run.sh toy --tables [--rows a,b] [--seeds N] [--split dev]   tab:main and tab:ablation in miniature
 #                                       on the toy (3 training seeds a row, resumable; runs/toy-tables/,

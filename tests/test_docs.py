@@ -8,6 +8,7 @@ current content.
 The research journal (docs/journal/) is a dated record of what was true then, and is not checked."""
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -146,3 +147,16 @@ def test_a_malformed_include_names_the_doc_and_line(tmp_path, doc, message):
     with pytest.raises(includes.IncludeError) as error:
         includes.refresh(doc, "d.md", tmp_path)
     assert str(error.value) == message
+
+
+def test_the_readmes_before_row_is_the_documented_one():
+    """The README states the shipped warm start's figures; they are those worlds/toy_expected.json
+    documents, which `bash run.sh toy` compares its own with."""
+    before = json.loads((ROOT / "worlds" / "toy_expected.json").read_text())["before"]
+    readme = " ".join((ROOT / "README.md").read_text().split())  # as read, whatever the line breaks
+    credo, rlcr = before["CREDO"], before["RLCR"]
+    stated = (
+        f"CREDO's readout accuracy {credo['acc']:.3f}, AUROC {credo['auroc']:.3f}, ECE {credo['ece']:.3f}; "
+        f"RLCR's numeral accuracy {rlcr['acc']:.3f}, AUROC {rlcr['auroc']:.3f}, ECE {rlcr['ece']:.3f}"
+    )
+    assert stated in readme

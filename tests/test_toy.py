@@ -308,8 +308,11 @@ def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeyp
     outside = toy.against_documented({"CREDO": {"after": {"acc": 0.86}}, "RLCR": {"after": {}}}, documented, digest)
     assert "Acc 0.860 (0.750-0.850: OUTSIDE)" in outside[1] and "RLCR after: not documented" in outside[2]
     assert outside[-1] == (
-        "[toy] not as documented: CREDO after Acc (docs/toy.md says how much runs vary between machines)"
+        "[toy] not as documented: CREDO after Acc (each after figure leaves its 95% range in about one run of twenty "
+        'by chance; docs/toy.md, "Current results", has the spread over seeds)'
     )
+    differs = toy.against_documented({"CREDO": {"before": {"acc": 0.61}}}, documented, digest)[-1]
+    assert differs.startswith("[toy] not as documented: CREDO before Acc (a before figure differs")
     assert "nothing to compare" in toy.against_documented(report, documented, "another world")[0]
     before_only = {key: value for key, value in documented.items() if key != "after"}
     lines = toy.against_documented({"CREDO": {"before": {"acc": 0.6}, "after": {"acc": 0.7}}}, before_only, digest)

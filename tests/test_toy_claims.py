@@ -120,7 +120,7 @@ FINAL = Path(__file__).resolve().parent.parent / "docs" / "results" / "toy-final
 NO_FINAL = pytest.mark.skipif(
     not (FINAL / "tables.json").exists(),
     reason="the shipped world's final has not been copied into docs/results/toy-final/ yet "
-    '(docs/journal/toy-protocol-final.md; docs/toy.md, "Current results (shipped world)", says how to finish it)',
+    "(docs/journal/toy-protocol-final.md; docs/results.md says how to regenerate it)",
 )
 
 
