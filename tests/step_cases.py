@@ -162,3 +162,24 @@ def method_step(name, tiny_dir, correct=A, extra=()):
 def copy_policy(policy: pol.Policy) -> pol.Policy:
     """The same policy with its own copy of the model."""
     return dataclasses.replace(policy, model=copy.deepcopy(policy.model))
+
+
+PROMPT_2_PLUS_2 = "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"
+GROUP_OF_FOUR = [  # three reach the slot (two right, one wrong); the last has no answer and no slot
+    "2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
+    "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
+    "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
+    "\\boxed{3}",
+]
+
+
+def group_of_four(tok, last: str = GROUP_OF_FOUR[-1], last_finish: str = "stop") -> list[Rollout]:
+    """One group of four readout rollouts of "What is 2 + 2?" (GROUP_OF_FOUR, the last replaced by
+    ``last`` that finished by ``last_finish``), parsed as the loop parses them."""
+    prompt = tok.encode(PROMPT_2_PLUS_2, add_special_tokens=False)
+    rollouts = []
+    for i, text in enumerate([*GROUP_OF_FOUR[:3], last]):
+        ids = tok.encode(text, add_special_tokens=False)
+        finish = last_finish if i == 3 else "stop"
+        rollouts.append(Rollout("q", prompt, ids, text, finish, ro.parse_segments(tok, ids, "readout", "\\boxed")))
+    return rollouts

@@ -219,32 +219,23 @@ def test_a_completion_cut_before_the_slot_has_no_c(ckpt, server):
     assert len(answer.completion_ids) == 4
 
 
-@pytest.mark.slow
-def test_the_command_line_against_the_server(ckpt, server):
+def ask_json(*argv: str, timeout: float) -> tuple[dict, str]:
+    """`bash run.sh ask ... --json QUESTION`: (the one JSON line its stdout holds, its stderr)."""
     result = subprocess.run(
-        [
-            "bash",
-            "run.sh",
-            "ask",
-            "--server",
-            server,
-            "--ckpt",
-            ckpt,
-            "--json",
-            "--seed",
-            "0",
-            "--threshold",
-            "0.3",
-            QUESTION,
-        ],
+        ["bash", "run.sh", "ask", *argv, "--json", "--seed", "0", QUESTION],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = result.stdout.splitlines()
-    answer = json.loads(line)
+    return json.loads(line), result.stderr
+
+
+@pytest.mark.slow
+def test_the_command_line_against_the_server(ckpt, server):
+    answer, _ = ask_json("--server", server, "--ckpt", ckpt, "--threshold", "0.3", timeout=300)
     # whether this one sample reaches the slot depends on the machine's tiny model: either way is one JSON line
     assert (answer["c"] is None) == (answer["reason"] is not None)
     if answer["c"] is not None:
@@ -254,20 +245,11 @@ def test_the_command_line_against_the_server(ckpt, server):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_ask_in_process_prints_one_json_line_and_nothing_else_on_stdout(ckpt):
     """vLLM's and transformers' logging go to stderr (run.sh), so stdout is the answer alone."""
-    result = subprocess.run(
-        ["bash", "run.sh", "ask", "--ckpt", ckpt, "--json", "--seed", "0", QUESTION],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (line,) = result.stdout.splitlines()
-    assert set(json.loads(line)) >= {"text", "c", "abstain", "reason"}
-    assert " INFO " not in result.stderr  # quiet unless --verbose
+    answer, stderr = ask_json("--ckpt", ckpt, timeout=600)
+    assert set(answer) >= {"text", "c", "abstain", "reason"}
+    assert " INFO " not in stderr  # quiet unless --verbose
 
 
 def test_an_http_error_names_the_status_and_the_server_message(server):

@@ -12,11 +12,13 @@ import pytest
 import torch
 from numerics import assert_same_gradient
 from step_cases import (
+    PROMPT_2_PLUS_2,
     A,
     GradientRecorder,
     Q,
     copy_policy,
     fake_rollout,
+    group_of_four,
     method_step,
     outcomes_of,
     random_qwen3,
@@ -133,17 +135,7 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
     before the update, so the gradients and the losses are the same."""
     policy = tiny_policy(tiny_dir)
     tok = policy.tokenizer
-    prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    texts = [
-        "2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
-        "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
-        "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
-        "\\boxed{3}",
-    ]
-    rollouts = []
-    for text in texts:
-        ids = tok.encode(text, add_special_tokens=False)
-        rollouts.append(Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
+    rollouts = group_of_four(tok)
     batch = pol.collate(rollouts, tok.pad_token_id)
     out = outcomes_of(rollouts, [1.0, 0.0, 1.0, 0.0])
     assert out.valid.tolist() == [True, True, True, False]
@@ -171,17 +163,7 @@ def test_a_masked_truncated_rollout_gets_no_policy_gradient_term(tiny_dir):
     statistics and in N, and its per-sequence term of J is 0 (TRL's mask_truncated_completions)."""
     policy = tiny_policy(tiny_dir)
     tok = policy.tokenizer
-    prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    texts = [
-        "2 + 2 = 4. \\boxed{4} <analysis> fine </analysis> <confidence>",
-        "2 + 2 = 5. \\boxed{5} <analysis> a carry </analysis> <confidence>",
-        "2 + 2 = 4. \\boxed{4} <analysis> sure </analysis> <confidence>",
-        "2 + 2 is 2 + 2 is 2 + 2",  # cut by the budget: no answer, no slot
-    ]
-    rollouts = []
-    for text, finish in zip(texts, ["stop", "stop", "stop", "length"]):
-        ids = tok.encode(text, add_special_tokens=False)
-        rollouts.append(Rollout("q", prompt, ids, text, finish, ro.parse_segments(tok, ids, "readout", "\\boxed")))
+    rollouts = group_of_four(tok, "2 + 2 is 2 + 2 is 2 + 2", "length")  # cut by the budget: no answer, no slot
     batch = pol.collate(rollouts, tok.pad_token_id)
     out = outcomes_of(rollouts, [1.0, 0.0, 1.0, 0.0])
     assert out.truncated.tolist() == [False, False, False, True]
@@ -649,7 +631,7 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
 def test_the_text_reads_are_a_registry(tiny_dir):
     tok = tiny_policy(tiny_dir).tokenizer
     high, low = (tok.convert_tokens_to_ids(t) for t in pol.RESERVED_TOKENS)
-    prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    prompt = tok.encode(PROMPT_2_PLUS_2, add_special_tokens=False)
     rollouts = []
     for text, slot_token in (("\\boxed{4} <analysis> ok </analysis> <confidence>", high), ("\\boxed{5}", None)):
         ids = tok.encode(text, add_special_tokens=False) + ([slot_token] if slot_token is not None else [])
