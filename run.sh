@@ -12,9 +12,9 @@
 #   bash run.sh toy [--quick]           the toy demonstration on the shipped world worlds/toy_world/ (checked,
 #                                       never rebuilt; ~8 min on 2 idle CPU cores; runs/toy/, replaced; its
 #                                       result set beside docs/toy.md's)
-#   bash run.sh toy --tables [--rows a,b] [--seeds N] [--split dev]   tab:main and tab:ablation in miniature
-#                                       on the toy (3 training seeds a row, resumable; runs/toy-tables/,
-#                                       docs/toy.md; --split dev: on training problems, for tuning)
+#   bash run.sh toy --tables [--rows a,b|all] [--seeds N] [--split dev]   tab:main in miniature on the toy
+#                                       (3 training seeds a row, resumable; --rows all adds tab:ablation;
+#                                       runs/toy-tables/, docs/toy.md; --split dev: on training problems)
 #   bash run.sh bench [--quick] [--only step,...]  the benchmarks of bench/ (~15 min on 2 CPU cores;
 #                                       results in bench/results/, docs/performance.md)
 #   bash run.sh plot runs/<name> [runs/<other> ...] [--out DIR] [--smooth N]   training curves of runs on one
