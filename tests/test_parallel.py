@@ -302,19 +302,19 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
-    """A straight 3-step run on 2 ranks with vLLM (checkpoint after step 2) vs resuming that
-    checkpoint on 2 ranks: the same questions, samples, losses and weights at step 3."""
-    result = run_tiny_ranks(tmp_path, "max_steps=3", "save_every=2", "run_name=run")
+    """A straight 2-step run on 2 ranks with vLLM (checkpoint after step 1) vs resuming that
+    checkpoint on 2 ranks: the same questions, samples, losses and weights at step 2."""
+    result = run_tiny_ranks(tmp_path, "max_steps=2", "save_every=1", "run_name=run")
     assert "[credo] world size 2" in result.stdout
     run_dir = tmp_path / "run"
     straight = read_metrics(run_dir)
-    assert [m["step"] for m in straight] == [0, 1, 2]
+    assert [m["step"] for m in straight] == [0, 1]
     assert all(m["world_size"] == 2 for m in straight)
     # after every push of gathered shards both engines sample from the trainer's weights
     assert all(m["engine_logprob_gap"] < 1e-3 for m in straight)  # float noise, not a stale engine (SYNCED_GAP)
     assert all(len(m["questions"]) == 2 for m in straight)  # the step's questions, over both ranks
-    assert len((run_dir / "rollouts" / "step_000002.jsonl").read_text().splitlines()) == 8  # both ranks' rollouts
-    ckpt = run_dir / "ckpt" / "step_000002"
+    assert len((run_dir / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 8  # both ranks' rollouts
+    ckpt = run_dir / "ckpt" / "step_000001"
     for name in (
         "model.safetensors",
         "tokenizer.json",
@@ -326,21 +326,21 @@ def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
         "config.yaml",
     ):
         assert (ckpt / name).exists(), name
-    assert json.loads((ckpt / "trainer_state.json").read_text()) == {"step": 2, "data_cursor": 4, "world_size": 2}
-    straight_rollouts = (run_dir / "rollouts" / "step_000002.jsonl").read_text()
-    shutil.copytree(run_dir / "ckpt" / "step_000003", tmp_path / "straight_step3")
+    assert json.loads((ckpt / "trainer_state.json").read_text()) == {"step": 1, "data_cursor": 2, "world_size": 2}
+    straight_rollouts = (run_dir / "rollouts" / "step_000001.jsonl").read_text()
+    shutil.copytree(run_dir / "ckpt" / "step_000002", tmp_path / "straight_step2")
 
-    run_tiny_ranks(tmp_path, "max_steps=3", f"resume={ckpt}")  # continues in the same run directory
+    run_tiny_ranks(tmp_path, "max_steps=2", f"resume={ckpt}")  # continues in the same run directory
     resumed = read_metrics(run_dir)
-    assert [m["step"] for m in resumed] == [0, 1, 2]
-    assert resumed[2]["questions"] == straight[2]["questions"]
-    assert (run_dir / "rollouts" / "step_000002.jsonl").read_text() == straight_rollouts  # the same samples
+    assert [m["step"] for m in resumed] == [0, 1]
+    assert resumed[1]["questions"] == straight[1]["questions"]
+    assert (run_dir / "rollouts" / "step_000001.jsonl").read_text() == straight_rollouts  # the same samples
     for key in ("loss_pg", "loss_cal", "grad_norm", "acc", "mean_c"):
-        assert resumed[2][key] == pytest.approx(straight[2][key], abs=1e-6), key
+        assert resumed[1][key] == pytest.approx(straight[1][key], abs=1e-6), key
     from safetensors.torch import load_file
 
-    want = load_file(tmp_path / "straight_step3" / "model.safetensors")
-    got = load_file(run_dir / "ckpt" / "step_000003" / "model.safetensors")
+    want = load_file(tmp_path / "straight_step2" / "model.safetensors")
+    got = load_file(run_dir / "ckpt" / "step_000002" / "model.safetensors")
     assert set(got) == set(want)
     for name in want:
         torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=0, msg=name)

@@ -1591,13 +1591,16 @@ def test_a_correct_program_passes_beside_seven_adversaries_every_time(every_mode
     """Eight graders at once (verifier.grade runs 8), seven of them adversarial: in 20 rounds the
     correct program passes every time and every adversary fails. Before issue 48 the correct
     program failed in 8 of 20 rounds (the parent, busy judging the adversaries, read its 4 MiB late
-    and was charged for it), and the 14 MiB number equal to 7 passed in 7."""
+    and was charged for it), and the 14 MiB number equal to 7 passed in 7. What this guards is the
+    parent's reading and judging, the same code in every mode: the 20 rounds run in namespaces mode
+    (the sandbox's choice wherever user namespaces work, as on CI), 5 in each plain mode, where
+    the failure rate before issue 48 is caught with probability 1 - 0.6^5 = 92% a run."""
     tests = {"kind": "stdio", "inputs": [""], "outputs": [FAIR_EXPECTED]}
     programs = [FAIR_CORRECT, *FAIR_ADVERSARIES]
     assert verifier.verify_code(completion(FAIR_CORRECT), tests) is True
     rounds = []
     with ThreadPoolExecutor(max_workers=len(programs)) as pool:
-        for _ in range(20):
+        for _ in range(20 if every_mode == "namespaces" else 5):
             verdicts = pool.map(lambda source: verifier.verify_code(completion(source), tests, timeout_s=2.0), programs)
             rounds.append(list(verdicts))
     assert [verdicts for verdicts in rounds if verdicts != [True] + [False] * len(FAIR_ADVERSARIES)] == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import config
-from worlds import toy, toy_claims, toy_tables
+from worlds import toy, toy_build, toy_claims, toy_tables
 
 
 def test_every_row_is_a_valid_configuration():
@@ -186,9 +186,10 @@ def test_checkpoints_are_taken_only_from_a_run_of_the_same_world_and_overrides(t
         toy_tables.trained_checkpoint(tmp_path, "credo", 47)
 
 
-# One real job of each kind (the warm start's Base row and a CREDO training of 2 steps), each
+# One real job of each kind (the warm start's Base rows and a CREDO training of 2 steps), each
 # evaluated on the held-out split with one sample per problem, then the same command again:
-# every job is found finished, nothing is trained, the tables come out the same.
+# every job is found finished, nothing is trained, the tables come out the same. Then the CREDO
+# job again as --checkpoints-from runs it: its checkpoint evaluated on the development split.
 @pytest.mark.slow
 def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
     argv = [
@@ -218,17 +219,15 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
     capsys.readouterr()
     assert toy_tables.main(argv) == rows
     assert "resuming: 3 of 3 jobs already finished" in capsys.readouterr().out
-    # the same checkpoints evaluated on the development split, nothing trained again
-    again = toy_tables.main(
-        [*argv[:6], "--split", "dev", "--checkpoints-from", str(tmp_path), "--out", str(tmp_path / "dev"), *argv[8:]]
+    # the same checkpoint evaluated on the development split, nothing trained again
+    dev = toy_tables.run_job(
+        tmp_path / "dev", toy_world, "credo", 44, [], 1, toy_build.split_file(toy_world, "dev"), source=tmp_path
     )
-    dev_jobs = json.loads((tmp_path / "dev" / "tables.json").read_text())["jobs"]
-    assert set(again) == {"base", "base_readout", "credo"} and [j["train_s"] for j in dev_jobs] == [0.0] * 3
+    assert dev["train_s"] < 1 and dev["metrics"]["n_samples"] == toy_build.DEV_SIZE
     assert not (tmp_path / "dev" / "credo" / "s44" / "run").exists()
-    assert json.loads((tmp_path / "dev" / "credo" / "s44" / "eval_plan.json").read_text())[0]["path"].startswith(
-        str(tmp_path / "credo" / "s44" / "run")
-    )
-    assert "development split" in (tmp_path / "dev" / "tables.md").read_text()
+    (evaluated,) = json.loads((tmp_path / "dev" / "credo" / "s44" / "eval_plan.json").read_text())
+    assert evaluated["path"] == str(toy_tables.trained_checkpoint(tmp_path, "credo", 44))
+    assert evaluated["path"].startswith(str(tmp_path / "credo" / "s44" / "run"))
 
 
 @pytest.mark.slow
