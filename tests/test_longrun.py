@@ -13,6 +13,8 @@ import time
 import pytest
 from conftest import ROOT
 
+import credo
+
 TIMEOUT_S = 900
 
 
@@ -57,7 +59,7 @@ def rollouts(run_dir) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, tiny_dir):
+def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, tiny_dir, capsys):
     tiny(tmp_path, "max_steps=3", "run_name=straight")
     straight = tmp_path / "straight"
     first = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
@@ -88,14 +90,17 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
     assert len((straight / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 8
 
     # The same run again: refused, untouched; resume=auto on it: nothing to do (no engine built).
-    again = tiny(tmp_path, "max_steps=3", "run_name=straight", check=False)
-    assert again.returncode == 1
-    message = again.stderr.strip().splitlines()[-1]
+    # Both in this process: credo.main is what run.sh execs after its set-up.
+    same = ["tiny", f"out_dir={tmp_path}", "save_every=100", "max_steps=3", "run_name=straight"]
+    with pytest.raises(SystemExit) as refused:
+        credo.main(same)
+    message = str(refused.value)
     assert message.startswith(f"credo: {straight} already holds a run (3 logged steps, last checkpoint step_000003)")
     for way_out in ("resume=auto", "run_name=", "overwrite=true"):
         assert way_out in message
-    done = tiny(tmp_path, "max_steps=3", "run_name=straight", "resume=auto")
-    assert "is complete (3 of 3 steps): nothing to do" in done.stdout
+    capsys.readouterr()
+    credo.main([*same, "resume=auto"])
+    assert "is complete (3 of 3 steps): nothing to do" in capsys.readouterr().out
     assert [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()] == first
 
     # Preempted by a real SIGTERM (logging to TensorBoard and an offline W&B run across the resume).
