@@ -290,7 +290,7 @@ def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeyp
     assert digest == toy_build.sha256(world / "model" / "model.safetensors")
     path = tmp_path / "expected.json"
     ranges = {"acc": {"mean": 0.8, "low": 0.75, "high": 0.85, "min": 0.78, "max": 0.82}}
-    toy.document(path, "after", {"seeds": [1, 2], "CREDO": ranges}, world, "tables")
+    toy.document(path, "after", {"seeds": [1, 2], "figures": 10, "CREDO": ranges}, world, "tables")
     toy.document(path, "before", {"CREDO": {"acc": 0.6, "ece": 0.1}}, world, "toy")
     documented = json.loads(path.read_text())
     assert documented["model_sha256"] == digest and documented["after"]["source"] == "tables"
@@ -299,7 +299,10 @@ def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeyp
     lines = toy.against_documented(report, documented, digest)
     assert "CREDO before: Acc 0.600 (same), AUROC - (same), ECE 0.100 (same)" in lines[1]
     assert "CREDO after: Acc 0.830 (0.750-0.850), AUROC - (-: OUTSIDE)" in lines[2]
-    assert "one more training seed, from the final's seeds 1, 2" in lines[3]
+    assert (
+        lines[3]
+        == "  after: ranges that hold all 10 after figures of one more training seed 19 times in 20 (seeds 1, 2)"
+    )
     assert lines[-1].startswith("[toy] not as documented: CREDO after AUROC, CREDO after ECE")
     monkeypatch.setattr(toy, "COMPARED", (("acc", "Acc"),))
     assert toy.against_documented({"CREDO": {"after": {"acc": 0.80}}}, documented, digest)[-1] == (
@@ -308,8 +311,8 @@ def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeyp
     outside = toy.against_documented({"CREDO": {"after": {"acc": 0.86}}, "RLCR": {"after": {}}}, documented, digest)
     assert "Acc 0.860 (0.750-0.850: OUTSIDE)" in outside[1] and "RLCR after: not documented" in outside[2]
     assert outside[-1] == (
-        "[toy] not as documented: CREDO after Acc (each after figure leaves its 95% range in about one run of twenty "
-        'by chance; docs/toy.md, "Current results", has the spread over seeds)'
+        "[toy] not as documented: CREDO after Acc (a typical run has some after figure outside its range at most "
+        'one time in twenty; docs/toy.md, "Current results", has the spread over seeds)'
     )
     differs = toy.against_documented({"CREDO": {"before": {"acc": 0.61}}}, documented, digest)[-1]
     assert differs.startswith("[toy] not as documented: CREDO before Acc (a before figure differs")

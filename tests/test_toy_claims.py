@@ -1,5 +1,5 @@
-"""toy_claims.py: the t-interval over seeds, the "within noise" test, the AUROC's interval over
-problems, the prediction range, and the toy's claims, on hand-computed rows; and the claims on the
+"""toy_claims.py: Student's t, the t-interval over seeds, the "within noise" test, the AUROC's
+interval over problems, the prediction range, and the toy's claims, on hand-computed rows; and the claims on the
 shipped world's pre-registered final (docs/results/toy-final/, docs/journal/toy-protocol-final.md), as
 docs/toy.md states them."""
 
@@ -12,7 +12,7 @@ import pytest
 from test_toy_tables import fake_result
 
 from evaluation.metrics import auroc
-from worlds import toy, toy_build, toy_claims
+from worlds import toy, toy_build, toy_claims, toy_tables
 from worlds.toy_tables import aggregate, markdown_tables
 
 
@@ -83,6 +83,37 @@ def test_the_prediction_range_is_wider_than_the_interval_of_the_mean():
         toy_claims.prediction_range([0.7])
 
 
+def test_a_range_for_ten_figures_uses_t_at_one_two_hundredth_of_each_tail():
+    """Bonferroni: 0.05 / 10 two-sided, t(4) at 0.9975 = 5.598 (a printed table's value)."""
+    values = [0.70, 0.74, 0.78, 0.72, 0.76]
+    mean, low, high = toy_claims.prediction_range(values, figures=10)
+    assert high - mean == pytest.approx(5.598 * 0.0316228 * 1.2**0.5, rel=1e-5) == mean - low
+    with pytest.raises(ValueError, match="at least one figure"):
+        toy_claims.prediction_range(values, figures=0)
+
+
+# Two-sided quantiles of Student's t from printed tables: 95% and 99.5% (0.025 and 0.0025 a tail).
+PRINTED_T = {
+    0.95: (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228),
+    0.995: (127.321, 14.089, 7.453, 5.598, 4.773, 4.317, 4.029, 3.833, 3.690, 3.581),
+}
+
+
+@pytest.mark.parametrize("level", sorted(PRINTED_T))
+def test_the_quantiles_of_t_are_those_of_printed_tables(level):
+    for df, printed in enumerate(PRINTED_T[level], start=1):
+        assert toy_claims.t_table(level, df) == printed, df
+        assert toy_claims.t_within(toy_claims.t_quantile(level, df), df) == pytest.approx(level, abs=1e-8)
+    assert [toy_claims.T_975[df] for df in range(1, 11)] == list(PRINTED_T[0.95])
+    assert toy_claims.t_within(0.0, 3) == 0.0 and toy_claims.t_within(1e9, 3) == pytest.approx(1.0)
+    for bad in (0, 2.5, -1):
+        with pytest.raises(ValueError, match="positive integer"):
+            toy_claims.t_within(1.0, bad)
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match=r"in \(0, 1\)"):
+            toy_claims.t_quantile(bad, 3)
+
+
 def _verdicts(rows: dict) -> dict[str, bool]:
     return {claim.split(" (")[0].split(":")[0]: holds for claim, holds in toy_claims.claims(rows)}
 
@@ -139,9 +170,25 @@ def test_the_final_is_of_the_shipped_world_on_fresh_seeds(toy_world):
     rows = final_rows()
     for row in ("base", "base_readout", "grpo", "rlcr", "credo"):
         assert rows[row]["seeds"] == [62, 63, 64, 65, 66], row  # docs/journal/toy-protocol-final.md's
-    documented = json.loads(toy.EXPECTED.read_text())
-    assert documented["model_sha256"] == plan["world"] and documented["after"]["seeds"] == rows["credo"]["seeds"]
     assert toy_build.load_world(toy_world)[0]["version"] == 12
+
+
+DEFAULT_TABLES = FINAL.parent / "toy-tables-default"
+
+
+@NO_FINAL
+def test_the_documented_ranges_are_those_of_every_committed_run_of_the_toys_configuration(toy_world):
+    """worlds/toy_expected.json's after ranges, which `bash run.sh toy` sets a run beside, are
+    regenerated from the committed final and default tables run (the command its source names):
+    eight training seeds of the shipped world with configs/toy.yaml, made for a default run's ten
+    after figures at once."""
+    documented = json.loads(toy.EXPECTED.read_text())["after"]
+    assert documented["source"] == (
+        "python -m worlds.toy_tables --document-from docs/results/toy-final,docs/results/toy-tables-default"
+    )
+    jobs = toy_tables.saved_jobs([FINAL, DEFAULT_TABLES], toy.model_digest(toy_world))
+    assert documented["seeds"] == [44, 45, 46, 62, 63, 64, 65, 66] and documented["figures"] == toy.FIGURES == 10
+    assert {m: documented[m] for m in ("CREDO", "RLCR", "GRPO")} == toy_tables.documented_ranges(jobs)
 
 
 @NO_FINAL

@@ -164,15 +164,48 @@ def test_the_toy_refuses_exactly_the_options_that_belong_to_the_tables(capsys):
     assert set(toy.TABLES_ONLY) == options(toy_tables.main) - options(toy.main)
 
 
-def test_the_documented_ranges_are_the_prediction_ranges_of_the_methods_rows():
-    results = [fake_result("credo", 44 + i, acc) for i, acc in enumerate((0.5, 0.6, 0.7))]
+def test_the_documented_ranges_are_the_prediction_ranges_of_the_methods_rows_for_a_default_runs_figures():
+    """t(2) at 0.9975 = 14.089 (ten figures, Bonferroni), times std * sqrt(1 + 1/3); cut to the
+    metric's scale."""
+    results = [
+        fake_result("credo", 44 + i, acc, ece=ece, levels=levels)
+        for i, (acc, ece, levels) in enumerate(((0.70, 0.02, 2.0), (0.71, 0.03, 3.0), (0.72, 0.04, 4.0)))
+    ]
     results += [fake_result("credo_alpha0", 44, 0.5), fake_result("rlcr", 44, 0.5)]  # not a method; one seed
     ranges = toy_tables.documented_ranges(results)
-    assert list(ranges) == ["CREDO"] and list(ranges["CREDO"]) == [key for key, _ in toy.COMPARED]
+    assert toy.FIGURES == 10 and list(ranges) == ["CREDO"]
+    assert list(ranges["CREDO"]) == [key for key, _ in toy.COMPARED]
     acc = ranges["CREDO"]["acc"]
-    assert (acc["min"], acc["max"]) == (0.5, 0.7) and acc["mean"] == pytest.approx(0.6)
-    assert (acc["low"], acc["high"]) == pytest.approx((0.6 - 0.4969, 0.6 + 0.4969), abs=1e-4)
-    assert ranges["CREDO"]["ece"]["low"] == pytest.approx(0.1) == ranges["CREDO"]["ece"]["high"]  # no spread
+    assert (acc["min"], acc["max"]) == (0.70, 0.72) and acc["mean"] == pytest.approx(0.71)
+    half = 14.089 * 0.01 * (4 / 3) ** 0.5  # 0.16269
+    assert (acc["low"], acc["high"]) == pytest.approx((0.71 - half, 0.71 + half), rel=1e-9)
+    assert ranges["CREDO"]["ece"]["low"] == 0.0 and ranges["CREDO"]["ece"]["high"] == pytest.approx(0.03 + half)
+    assert ranges["CREDO"]["effective_levels"]["low"] == 1.0  # 3 - 16.3: at least one level
+    assert ranges["CREDO"]["brier"]["low"] == pytest.approx(0.2) == ranges["CREDO"]["brier"]["high"]  # no spread
+
+
+def _saved_run(folder, jobs, **plan):
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps({"world": "w", "overrides": [], "eval_n": 4, **plan}))
+    (folder / "tables.json").write_text(json.dumps({"header": "h", "jobs": jobs, "rows": {}}))
+    return folder
+
+
+def test_documented_ranges_come_only_from_runs_of_this_world_and_the_toys_configuration(tmp_path):
+    first = _saved_run(tmp_path / "a", [fake_result("credo", 44, 0.7), fake_result("credo", 45, 0.72)])
+    second = _saved_run(tmp_path / "b", [fake_result("credo", 62, 0.71)])
+    assert [job["seed"] for job in toy_tables.saved_jobs([first, second], "w")] == [44, 45, 62]
+    with pytest.raises(ValueError, match="a run of world w, not of this one"):
+        toy_tables.saved_jobs([first], "j")
+    for name, plan in (("c", {"overrides": ["alpha=0"]}), ("d", {"split": "dev"}), ("e", {"checkpoints_from": "x"})):
+        with pytest.raises(ValueError, match="not the toy's configuration on the held-out split"):
+            toy_tables.saved_jobs([_saved_run(tmp_path / name, [], **plan)], "w")
+    with pytest.raises(ValueError, match="different samples per problem"):
+        toy_tables.saved_jobs([first, _saved_run(tmp_path / "f", [], eval_n=8)], "w")
+    with pytest.raises(ValueError, match=r"credo/s44, credo/s45 in two runs"):
+        toy_tables.saved_jobs([first, first], "w")
+    with pytest.raises(ValueError, match="no plan.json there"):
+        toy_tables.saved_jobs([tmp_path], "w")
 
 
 def test_checkpoints_are_taken_only_from_a_run_of_the_same_world_and_overrides(tmp_path):

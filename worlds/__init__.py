@@ -12,6 +12,6 @@ and two that are data, not code:
 
 toy_world/          the shipped toy world, built once (weights, tokenizer, splits, recipe, SHA256SUMS); every
                     toy run uses and checks it, none rebuilds it
-toy_expected.json   the documented results on it: the before rows, and each method's range over the
-                    pre-registered final's training seeds, which `bash run.sh toy` sets its result beside
+toy_expected.json   the documented results on it: the before rows, and each method's prediction range
+                    over the committed runs' training seeds, which `bash run.sh toy` sets its result beside
 """

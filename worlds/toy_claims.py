@@ -2,7 +2,8 @@
 
 Holds: the 95% t-interval over training seeds (`interval`), the paper's "within noise" test of
 one row's accuracy against another's (`within_noise_of`), the bootstrap interval of the AUROC over
-problems (`problem_interval`), the range where one more seed lands (`prediction_range`), and the
+problems (`problem_interval`), the range where one more seed lands (`prediction_range`, with the
+quantiles of Student's t it needs: `t_within`, `t_quantile`), and the
 claims themselves (`claims`), as pure functions of the
 aggregated rows `{row: {column: (mean, half-width), "seeds": [...]}}` that toy_tables.aggregate
 makes (rows named as toy_tables.ROWS, the warm start `BASE`). Does not hold: the rows, jobs or
@@ -11,6 +12,8 @@ tables (worlds/toy_tables.py), nor the metrics of one pool (evaluation/metrics.p
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from evaluation.metrics import auroc
@@ -18,8 +21,62 @@ from evaluation.metrics import auroc
 BASE = "base"  # the warm start read through its verbalized numeral (tab:main's Base row)
 BASE_READOUT = "base_readout"  # the warm start read through the readout: CREDO's before
 
-# Two-sided 95% quantiles of Student's t by degrees of freedom (n seeds - 1).
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+def t_within(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with `df` (a positive integer) degrees of freedom, in closed form
+    (Abramowitz and Stegun 26.7.3 and 26.7.4): with theta = atan(t / sqrt(df)), a finite series
+    in cos(theta)^2.
+
+    >>> round(t_within(2.776, 4), 4), round(t_within(1.0, 1), 4)  # t(4)'s 95% point; Cauchy: 1/2
+    (0.95, 0.5)
+    """
+    if df < 1 or int(df) != df:
+        raise ValueError(f"degrees of freedom must be a positive integer, not {df}")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    cos2, term, series = math.cos(theta) ** 2, 1.0, 1.0
+    if df % 2 == 1:  # 2/pi * (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 3 the last power
+        for k in range(2, df - 1, 2):
+            term *= k / (k + 1) * cos2
+            series += term
+        tail = math.sin(theta) * math.cos(theta) * series if df > 1 else 0.0
+        return 2 / math.pi * (theta + tail)
+    for k in range(1, df - 2, 2):  # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...), df - 2 the last power
+        term *= k / (k + 1) * cos2
+        series += term
+    return math.sin(theta) * series
+
+
+def t_quantile(level: float, df: int) -> float:
+    """The t with P(|T| < t) = `level` for Student's t with `df` degrees of freedom: the two-sided
+    quantile (bisection on t_within to 1e-9).
+
+    >>> round(t_quantile(0.95, 4), 3), round(t_quantile(0.995, 4), 3)  # the tables' 2.776 and 5.598
+    (2.776, 5.598)
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"a two-sided quantile's level is in (0, 1), not {level}")
+    low, high = 0.0, 1.0
+    while t_within(high, df) < level:
+        high *= 2
+    while high - low > 1e-9:
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_within(middle, df) < level else (low, middle)
+    return (low + high) / 2
+
+
+def t_table(level: float, df: int) -> float:
+    """t_quantile to three decimals, as printed tables give it: the t of every interval and range
+    here, so that a hand computation with a table's t agrees exactly.
+
+    >>> t_table(0.95, 2), t_table(0.995, 4)
+    (4.303, 5.598)
+    """
+    return round(t_quantile(level, df), 3)
+
+
+# Two-sided 95% quantiles by degrees of freedom (n seeds - 1): the t of `interval` and
+# `within_noise_of`; up to 11 seeds a row (toy_tables.parse_seeds).
+T_975 = {df: t_table(0.95, df) for df in range(1, 11)}
 
 
 def interval(values: list[float]) -> tuple[float, float | None]:
@@ -37,20 +94,26 @@ def interval(values: list[float]) -> tuple[float, float | None]:
     return mean, T_975[n - 1] * std / n**0.5
 
 
-def prediction_range(values: list[float]) -> tuple[float, float, float]:
-    """Mean and the 95% prediction interval of one more draw, from `values` (at least two):
-    mean ± t * std * sqrt(1 + 1/n), t with n - 1 degrees of freedom. Where one more training seed's
-    result lands 95% of the time, if seeds differ as these did.
+def prediction_range(values: list[float], figures: int = 1) -> tuple[float, float, float]:
+    """Mean and the prediction range of one more draw, from `values` (at least two):
+    mean ± t * std * sqrt(1 + 1/n), t with n - 1 degrees of freedom at the two-sided level
+    1 - 0.05 / `figures`. One figure: where one more training seed's result lands 95% of the time,
+    if seeds differ as these did. `figures` ranges made so (Bonferroni): one more seed has every
+    one of its `figures` figures inside its range at least 95% of the time, however they correlate.
 
     >>> [round(v, 4) for v in prediction_range([0.5, 0.6, 0.7])]  # 4.303 * 0.1 * sqrt(4/3) = 0.4969
     [0.6, 0.1031, 1.0969]
+    >>> [round(v, 4) for v in prediction_range([0.5, 0.6, 0.7], figures=10)]  # 14.089 * 0.1 * sqrt(4/3)
+    [0.6, -1.0269, 2.2269]
     """
     n = len(values)
     if n < 2:
         raise ValueError(f"a prediction range needs at least two values, not {n}")
+    if figures < 1:
+        raise ValueError(f"a prediction range is for at least one figure, not {figures}")
     mean = sum(values) / n
     std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    half = T_975[n - 1] * std * (1 + 1 / n) ** 0.5
+    half = t_table(1 - 0.05 / figures, n - 1) * std * (1 + 1 / n) ** 0.5
     return mean, mean - half, mean + half
 
 

@@ -33,8 +33,10 @@ them out, mean and 95% t-interval over seeds, with the date, machine and wall ti
 Acc, ECE, AUROC and Brier with their intervals and the seeds as dots). tab:main's Base row is the
 warm start read through its verbalized numeral, as in the paper; "Base (readout)" is the same warm
 start read through the readout, CREDO's before (each with the training seeds as evaluation seeds).
-`--document` writes the 95% prediction range of each method's row for one more training seed into
-worlds/toy_expected.json, which `bash run.sh toy` sets its result beside.
+`--document` writes the prediction range of each method's row for one more training seed into
+worlds/toy_expected.json, which `bash run.sh toy` sets its result beside (ranges made for a default
+toy run's toy.FIGURES figures at once: documented_ranges); `--document-from DIR,DIR` writes them
+from finished runs' saved tables (the documented ones: docs/results.md), training nothing.
 """
 
 from __future__ import annotations
@@ -301,8 +303,8 @@ def tabulate(jobs: list[tuple[dict, list[dict]]]) -> dict:
 
 def documented_ranges(results: list[dict]) -> dict:
     """{METHOD: {metric: {mean, low, high, min, max}}} for each method row that worlds/toy.py also
-    trains (toy.METHODS), over its seeds: low-high is toy_claims.prediction_range, where one more
-    training seed lands 95% of the time."""
+    trains (toy.METHODS), over its seeds: low-high is toy_claims.prediction_range for toy.FIGURES
+    figures, where one more training seed's default toy run has all its after figures 19 times in 20."""
     ranges = {}
     for row in toy.METHODS:
         mine = [r["metrics"] for r in results if r["row"] == row]
@@ -312,7 +314,9 @@ def documented_ranges(results: list[dict]) -> dict:
         for key, _ in toy.COMPARED:
             values = [m[key] for m in mine if m[key] is not None]
             if len(values) == len(mine):
-                mean, low, high = prediction_range(values)
+                mean, low, high = prediction_range(values, figures=toy.FIGURES)
+                floor, ceiling = (1.0, float("inf")) if key == "effective_levels" else (0.0, 1.0)
+                low, high = max(low, floor), min(high, ceiling)  # on the metric's own scale
                 ranges[row.upper()][key] = {
                     "mean": mean,
                     "low": low,
@@ -321,6 +325,47 @@ def documented_ranges(results: list[dict]) -> dict:
                     "max": max(values),
                 }
     return ranges
+
+
+def saved_jobs(dirs: list[Path], world_digest: str) -> list[dict]:
+    """The jobs of finished tables runs (each dir's tables.json and plan.json, as committed under
+    docs/results/), pooled: ValueError unless every run is of this world, with the toy's
+    configuration (no overrides) on the held-out split at the same samples per problem, and no
+    row and seed is in two of them."""
+    jobs, plans = [], []
+    for folder in dirs:
+        try:
+            plan = json.loads((folder / "plan.json").read_text())
+            saved = json.loads((folder / "tables.json").read_text())
+        except FileNotFoundError as error:
+            raise ValueError(f"--document-from {folder}: no {Path(error.filename).name} there") from error
+        if plan.get("world") != world_digest:
+            raise ValueError(f"--document-from {folder}: a run of world {str(plan.get('world'))[:12]}, not of this one")
+        if plan.get("overrides") or plan.get("split", "test") != "test" or plan.get("checkpoints_from"):
+            raise ValueError(f"--document-from {folder}: not the toy's configuration on the held-out split ({plan})")
+        plans.append(plan)
+        jobs += saved["jobs"]
+    if len({plan["eval_n"] for plan in plans}) > 1:
+        raise ValueError(f"--document-from: the runs evaluate different samples per problem ({plans})")
+    keys = [(job["row"], job["seed"]) for job in jobs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        named = ", ".join(f"{row}/s{seed}" for row, seed in twice[:3]) + (
+            f" and {len(twice) - 3} more" if len(twice) > 3 else ""
+        )
+        raise ValueError(f"--document-from: {named} in two runs (each job counts once)")
+    return jobs
+
+
+def document(results: list[dict], world_dir: Path, source_line: str) -> dict:
+    """Write documented_ranges(results) with their training seeds into worlds/toy_expected.json's
+    "after" section; returns the ranges."""
+    after = documented_ranges(results)
+    seeds = sorted({r["seed"] for r in results if r["row"] in toy.METHODS})
+    toy.document(toy.EXPECTED, "after", {"seeds": seeds, "figures": toy.FIGURES, **after}, world_dir, source_line)
+    seed_list = ", ".join(map(str, seeds))
+    print(f"[tables] the prediction ranges of {', '.join(after)} (seeds {seed_list}) written into {toy.EXPECTED}")
+    return after
 
 
 def job_pool(out: Path, result: dict) -> list[dict]:
@@ -435,8 +480,14 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument(
         "--document",
         action="store_true",
-        help="write each method's 95%% prediction range for one more training seed into worlds/toy_expected.json "
+        help="write each method's prediction range for one more training seed into worlds/toy_expected.json "
         "(for whoever updates the documented results; bash run.sh toy compares with it)",
+    )
+    parser.add_argument(
+        "--document-from",
+        default=None,
+        help="comma-separated folders of finished runs (tables.json and plan.json, as under docs/results/): "
+        "write the ranges over all their seeds into worlds/toy_expected.json, training nothing",
     )
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. max_steps=40)")
     args = parser.parse_args(argv)
@@ -447,8 +498,14 @@ def main(argv: list[str] | None = None) -> dict | None:
         if args.split not in SPLITS:
             raise ValueError(f"--split {args.split!r}: one of {', '.join(SPLITS)}")
         world, world_dir = toy_build.load_world(Path(args.world))
+        if args.document_from:
+            folders = [Path(f.strip()).resolve() for f in args.document_from.split(",") if f.strip()]
+            results = saved_jobs(folders, toy.model_digest(world_dir))
     except (ValueError, toy_build.WorldError) as error:
         sys.exit(f"toy_tables: {error}")
+    if args.document_from:
+        document(results, world_dir, f"python -m worlds.toy_tables --document-from {args.document_from}")
+        return None
     t_start = time.perf_counter()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -526,10 +583,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(text)
     print(f"[tables] tables.md, tables.json and tables.png under {out}")
     if args.document:
-        after = documented_ranges(results)
-        source_line = f"python -m worlds.toy_tables --document ({shown(out)}; {header})"
-        toy.document(toy.EXPECTED, "after", {"seeds": seeds, **after}, world_dir, source_line)
-        print(f"[tables] the prediction ranges of {', '.join(after)} written into {toy.EXPECTED}")
+        document(results, world_dir, f"python -m worlds.toy_tables --document ({shown(out)}; {header})")
     return aggregated
 
 
