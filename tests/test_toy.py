@@ -283,6 +283,25 @@ def test_the_run_says_which_earlier_runs_it_replaces(tmp_path):
     assert toy.replacing(tmp_path, ["grpo"]) is None
 
 
+def test_a_before_figure_is_the_same_to_three_decimals_and_effective_levels_within_five_percent():
+    """Effective levels count bitwise-equal confidences: another machine's arithmetic moves them
+    (640.2 -> 643.5 under MKL's compatible path) where no other figure moves."""
+    doc = {"acc": 0.51, "effective_levels": 640.2, "auroc": None}
+    cells = [toy._before_cell(key, key, mine, doc[key]) for key, mine in (("acc", 0.5104), ("auroc", None))]
+    assert cells == [("acc 0.510 (same)", True), ("auroc - (same)", True)]
+    assert toy._before_cell("acc", "Acc", 0.511, 0.51) == ("Acc 0.511 (documented 0.510)", False)
+    assert toy._before_cell("acc", "Acc", None, 0.51) == ("Acc - (documented 0.510)", False)
+    assert toy._before_cell("effective_levels", "L", 640.2, 640.2) == ("L 640.2 (same)", True)
+    assert toy._before_cell("effective_levels", "L", 643.5, 640.2) == (
+        "L 643.5 (documented 640.2: same within 5%)",
+        True,
+    )
+    assert toy._before_cell("effective_levels", "L", 608.2, 640.2)[1]  # 5.0% below
+    assert not toy._before_cell("effective_levels", "L", 608.1, 640.2)[1]
+    assert toy._before_cell("effective_levels", "L", 672.3, 640.2) == ("L 672.3 (documented 640.2)", False)
+    assert not toy._before_cell("effective_levels", "L", 4.9, 4.646)[1]  # the numerals' 4.6: 5.5% off
+
+
 def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeypatch):
     """The before rows must be the same to three decimals, each after figure inside its range."""
     world = _copy_world(tmp_path, toy_world)
@@ -319,7 +338,7 @@ def test_a_run_is_set_beside_the_documented_results(tmp_path, toy_world, monkeyp
     assert "nothing to compare" in toy.against_documented(report, documented, "another world")[0]
     before_only = {key: value for key, value in documented.items() if key != "after"}
     lines = toy.against_documented({"CREDO": {"before": {"acc": 0.6}, "after": {"acc": 0.7}}}, before_only, digest)
-    assert lines[-2] == "  CREDO after: not documented" and not any("final's seeds" in line for line in lines)
+    assert lines[-2] == "  CREDO after: not documented" and not any("(seeds" in line for line in lines)
     assert lines[-1] == "[toy] as documented where documented; nothing documented yet for CREDO after"
     other = tmp_path / "other"  # another world's results replace these, both sections
     other.mkdir()
