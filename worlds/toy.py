@@ -39,9 +39,10 @@ Outputs in `runs/toy/` (or `--out`; the methods' earlier runs there are replaced
 `evaluation.report.pool_metrics` plus `mean_conf`), `report.md` (the table printed at the end),
 `reliability_<method>.png` (before and after panels) and `collapse.png` (the reported values,
 `fig:collapse`). On the shipped world the run ends by setting its figures beside the documented
-ones (worlds/toy_expected.json: the before rows exactly, the after rows' prediction ranges over
-the pre-registered final's training seeds, wide enough that a typical default run has every after
-figure inside 19 times in 20), so a user sees whether the run is typical.
+ones (worlds/toy_expected.json: the before rows to three decimals, effective levels within 5%;
+the after rows' prediction ranges over the committed runs' training seeds, wide enough that a
+typical default run has every after figure inside 19 times in 20), so a user sees whether the
+run is typical.
 
 What to expect (docs/toy.md, "Current results"):
 RL raises accuracy (the direct style is learned away, GRPO and CREDO alike); CREDO's
