@@ -1,12 +1,10 @@
 """curves.py: the moving average on hand-computed cases, the reader's errors, the panel of a
-missing key, and (slow) the figure of a real two-step tiny run beside a synthetic second run."""
+missing key, and (slow) the figure of a real one-step tiny run beside a synthetic second run."""
 
 import doctest
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
+import shutil
 
 import numpy as np
 import pytest
@@ -180,22 +178,21 @@ def test_the_time_split_stacks_the_four_phases_or_says_it_cannot(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_dir):
-    result = subprocess.run(
-        [sys.executable, "credo.py", "tiny", "max_steps=2", "run_name=real", f"out_dir={tmp_path}"],
-        cwd=Path(curves.__file__).parent.parent,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_run):
+    """The metrics.jsonl of a real run (the suite's shared one-step tiny run, copied, since the
+    figure is written beside it) and a second run of two steps on one figure."""
     real = tmp_path / "real"
+    real.mkdir()
+    shutil.copy(tiny_run / "metrics.jsonl", real / "metrics.jsonl")
     lines = (real / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 2
-    # the second run: the real file's keys, other values, and no confidence (as a GRPO run)
-    other = [json.loads(line) for line in lines]
-    for i, step in enumerate(other):
-        step.update(reward_ans=0.25 * i, acc=0.5 * i, mean_c=None, ece=None, brier=None, t_rollout=1.0 + i)
+    assert len(lines) == 1
+    # the second run: the real step's keys, other values, and no confidence (as a GRPO run)
+    step = json.loads(lines[0])
+    other = [
+        {**step, "step": i, "reward_ans": 0.25 * i, "acc": 0.5 * i, "mean_c": None, "ece": None, "brier": None}
+        | {"t_rollout": 1.0 + i}
+        for i in range(2)
+    ]
     write_run(tmp_path / "grpo", other)
 
     written = curves.main([str(real), str(tmp_path / "grpo"), "--smooth", "3"])
@@ -207,8 +204,7 @@ def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_dir):
     runs = [("real", curves.read_metrics(real), "a"), ("grpo", curves.read_metrics(tmp_path / "grpo"), "b")]
     fig, ax = plt.subplots()
     curves.draw_metric(ax, "acc", "accuracy", runs, window=3)
-    acc = [json.loads(line)["acc"] for line in lines]
-    assert drawn(ax)[0] == ("C0", [0, 1], acc) and drawn(ax)[2] == ("C1", [0, 1], [0.0, 0.5])
+    assert drawn(ax)[0] == ("C0", [step["step"]], [step["acc"]]) and drawn(ax)[2] == ("C1", [0, 1], [0.0, 0.5])
     ax.clear()
     curves.draw_metric(ax, "mean_c", "mean c", runs, window=3)
     assert [t.get_text() for t in ax.texts] == ["no mean_c in grpo"] and len(ax.lines) == 2
