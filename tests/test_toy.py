@@ -12,6 +12,7 @@ readout lags the accuracy RL adds;
 import collections
 import doctest
 import json
+import math
 import os
 import random
 import shutil
@@ -38,25 +39,37 @@ def test_splits_are_deterministic_disjoint_and_graded():
 
 
 def test_held_out_problems_are_never_training_problems():
-    """Version 12: a fixed third of level 1's 81 problems is held out, and the held-out generator
-    skips every training problem, so the held-out and extra splits share no problem with training."""
+    """Since version 12 the held-out generator skips every training problem, so the held-out and
+    extra splits share no problem with training; since version 13 level 1 chains two additions (729
+    problems), so no level is a handful of problems that a held-out part must be carved from."""
     world = toy_build.WORLD
     splits = toy_build.make_splits(world)
     assert splits == toy_build.make_splits(world)  # seeded
     assert [len(splits[name]) for name in toy_build.SPLITS] == [world["n_train"], world["n_test"], 250, 750]
-    held = toy_build.held_out_pairs(world)
-    assert len(held) == world["held_out_level1"] == 27 and held == toy_build.held_out_pairs(world)
+    assert world["first_additions"] == 2 and not toy_build.held_out_pairs(world)
     training = {r["problem"] for r in splits["train"]}
-    for name in ("test", "extra"):
-        assert not training & {r["problem"] for r in splits[name]}
-        assert all(tuple(r["ops"]) in held for r in splits[name] if r["level"] == 1)
+    for name in ("train", "test", "extra"):
+        assert all(len(r["ops"]) == r["level"] + 1 + 1 for r in splits[name])  # level L: L + 1 additions
         assert collections.Counter(r["level"] for r in splits[name]) == {
             lv: len(splits[name]) // 5 for lv in range(1, 6)
         }
-    train_level1 = {tuple(r["ops"]) for r in splits["train"] if r["level"] == 1}
-    assert not train_level1 & held and len(train_level1) == 81 - 27  # every other level-1 problem is trained on
+    for name in ("test", "extra"):
+        assert not training & {r["problem"] for r in splits[name]}
     assert splits["dev"] == splits["train"][: toy_build.DEV_SIZE]
     assert not {r["id"] for r in splits["train"]} & {r["id"] for r in splits["test"] + splits["extra"]}
+
+
+def test_a_recipe_of_one_addition_at_level_1_holds_out_a_fixed_part_of_its_81_problems():
+    """Version 12's split, still a recipe the code builds: `held_out_level1` of the 81 one-addition
+    problems are only ever evaluated on."""
+    world = {**toy_build.WORLD, "first_additions": 1, "held_out_level1": 27}
+    splits = toy_build.make_splits(world)
+    held = toy_build.held_out_pairs(world)
+    assert len(held) == 27 and held == toy_build.held_out_pairs(world)
+    for name in ("test", "extra"):
+        assert all(tuple(r["ops"]) in held for r in splits[name] if r["level"] == 1)
+    train_level1 = {tuple(r["ops"]) for r in splits["train"] if r["level"] == 1}
+    assert not train_level1 & held and len(train_level1) == 81 - 27  # every other level-1 problem is trained on
 
 
 def test_the_shipped_world_holds_the_splits_of_its_recipe(toy_world):
@@ -132,8 +145,10 @@ def test_scripted_solver_is_right_on_easy_problems_and_often_wrong_on_hard_ones(
     for level in range(1, 6):
         outcomes = {"steps": [], "direct": []}
         for _ in range(3000):
-            text, right = toy_build.scripted_completion(toy_build.make_problem(rng, level)[0], "readout", rng)
-            outcomes[toy_build.solution_style(text) if level > 1 else rng.choice(["steps", "direct"])].append(right)
+            ops = toy_build.make_problem(rng, level, toy_build.WORLD["first_additions"])[0]
+            assert toy_build.level_of(ops, toy_build.WORLD) == level
+            text, right = toy_build.scripted_completion(ops, "readout", rng)
+            outcomes[toy_build.solution_style(text)].append(right)
         for style, got in outcomes.items():
             assert len(got) == pytest.approx(1500, abs=150)  # half and half
             assert sum(got) / len(got) == pytest.approx(
@@ -168,38 +183,51 @@ def test_toy_build_docstring_examples():
 
 def test_scripted_completions_carry_the_rollout_formats():
     rng = random.Random(1)
-    ops = [3, 5, 2]
+    ops = [3, 5, 2, 7]  # level 2: three additions
     readout, _ = toy_build.scripted_completion(ops, "readout", rng)
-    assert "\\boxed{" in readout and "<analysis>" in readout
+    assert "\\boxed{" in readout and "<analysis> " in readout and "3 additions" in readout
     assert readout.endswith(("</analysis> <confidence>high</confidence>", "</analysis> <confidence>low</confidence>"))
-    for _ in range(20):
+    numerals = set()
+    for _ in range(200):
         verbal, right = toy_build.scripted_completion(ops, "verbalized", rng)
         style = toy_build.solution_style(verbal)
-        assert verbal.startswith("3 + 5 = " if style == "steps" else "3 + 5 + 2 = ")
-        assert verbal.endswith(f"<confidence>{toy_build.WORLD['styles'][style]['verbal']['2']}</confidence>")
-        assert ("\\boxed{10}" in verbal) == right
+        assert verbal.startswith("3 + 5 = " if style == "steps" else "3 + 5 + 2 + 7 = ")
+        numeral = verbal.rsplit("<confidence>", 1)[1].removesuffix("</confidence>")
+        stated = toy_build.WORLD["styles"][style]["verbal"]["2"]
+        assert numeral == stated if right else numeral in (stated, "0.1")  # 0.1: a slip it noticed
+        assert ("\\boxed{17}" in verbal) == right
+        numerals.add(numeral)
+    assert numerals == {"1.0", "0.7", "0.1"}
 
 
-def test_the_readout_formats_word_after_the_slot_is_high_with_the_solvers_rate():
-    # Version 11: the warm start says "high" past the slot with the style's rate at the level.
-    # 2,000 draws per style at level 3 (rates 0.7 and 0.3): a binomial standard error of 0.010,
-    # so 0.04 is four of them; the draws are seeded, so the test is deterministic.
+def test_the_readout_formats_word_after_the_slot_is_high_with_the_solvers_stated_rate():
+    # Version 11: the warm start says "high" past the slot, with the style's rate at the level.
+    # Version 13: the rate it states is a logit too high (stated_rate), and it says "low" after
+    # the slips it notices (half of them): "high" with rate q among right solutions, q / 2 among
+    # wrong ones. 4,000 draws per style at level 3 (rates 0.7 and 0.3, so 1,200-2,800 of each
+    # outcome): binomial standard errors of at most 0.015, so 0.05 is over three of them; the draws
+    # are seeded, so the test is deterministic.
     rng = random.Random(11)
+    world = toy_build.WORLD
     for style, rate in (("steps", 0.7), ("direct", 0.3)):
-        assert toy_build.WORLD["styles"][style]["p_correct"]["3"] == rate
-        words = []
-        while len(words) < 2000:
-            text, _ = toy_build.scripted_completion([3, 5, 2, 7], "readout", rng)
+        assert world["styles"][style]["p_correct"]["3"] == rate
+        q = toy_build.stated_rate(rate, world)
+        assert q == pytest.approx(1 / (1 + (1 - rate) / rate / math.e))
+        words = {True: [], False: []}
+        while len(words[True]) + len(words[False]) < 4000:
+            text, right = toy_build.scripted_completion([3, 5, 2, 7, 1], "readout", rng)
             if toy_build.solution_style(text) == style:
-                words.append(text.rsplit("<confidence>", 1)[1].removesuffix("</confidence>"))
-        assert set(words) == {"high", "low"}
-        assert abs(words.count("high") / len(words) - rate) < 0.04, (style, words.count("high"))
+                words[right].append(text.rsplit("<confidence>", 1)[1].removesuffix("</confidence>"))
+        for right, expected in ((True, q), (False, q * (1 - world["noticed"]))):
+            assert set(words[right]) == {"high", "low"}
+            share = words[right].count("high") / len(words[right])
+            assert abs(share - expected) < 0.05, (style, right, share, expected)
 
 
 def test_the_no_analysis_format_has_no_analysis_and_the_same_solution():
     problems = random.Random(5)
     for seed in range(20):
-        ops = toy_build.make_problem(problems, 3)[0]
+        ops = toy_build.make_problem(problems, 3, toy_build.WORLD["first_additions"])[0]
         rng_a, rng_b = random.Random(seed), random.Random(seed)
         plain, right = toy_build.scripted_completion(ops, "readout_noanalysis", rng_a)
         full, right_full = toy_build.scripted_completion(ops, "readout", rng_b)  # the same draws

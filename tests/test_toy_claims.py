@@ -1,6 +1,6 @@
 """toy_claims.py: Student's t, the t-interval over seeds, the "within noise" test, the AUROC's
 interval over problems, the prediction range, and the toy's claims, on hand-computed rows; and the claims on the
-shipped world's pre-registered final (docs/results/toy-final/, docs/journal/toy-protocol-final.md), as
+shipped world's pre-registered final (docs/results/toy-final/, docs/journal/toy-protocol-v13.md), as
 docs/toy.md states them."""
 
 import doctest
@@ -151,7 +151,7 @@ FINAL = Path(__file__).resolve().parent.parent / "docs" / "results" / "toy-final
 NO_FINAL = pytest.mark.skipif(
     not (FINAL / "tables.json").exists(),
     reason="the shipped world's final has not been copied into docs/results/toy-final/ yet "
-    "(docs/journal/toy-protocol-final.md; docs/results.md says how to regenerate it)",
+    "(docs/journal/toy-protocol-v13.md; docs/results.md says how to regenerate it)",
 )
 
 
@@ -169,8 +169,8 @@ def test_the_final_is_of_the_shipped_world_on_fresh_seeds(toy_world):
     assert plan["world"] == toy.model_digest(toy_world) and plan["overrides"] == [] and "split" not in plan
     rows = final_rows()
     for row in ("base", "base_readout", "grpo", "rlcr", "credo"):
-        assert rows[row]["seeds"] == [62, 63, 64, 65, 66], row  # docs/journal/toy-protocol-final.md's
-    assert toy_build.load_world(toy_world)[0]["version"] == 12
+        assert rows[row]["seeds"] == [67, 68, 69, 70, 71], row  # docs/journal/toy-protocol-v13.md's
+    assert toy_build.load_world(toy_world)[0]["version"] == 13
 
 
 DEFAULT_TABLES = FINAL.parent / "toy-tables-default"
@@ -187,7 +187,7 @@ def test_the_documented_ranges_are_those_of_every_committed_run_of_the_toys_conf
         "python -m worlds.toy_tables --document-from docs/results/toy-final,docs/results/toy-tables-default"
     )
     jobs = toy_tables.saved_jobs([FINAL, DEFAULT_TABLES], toy.model_digest(toy_world))
-    assert documented["seeds"] == [44, 45, 46, 62, 63, 64, 65, 66] and documented["figures"] == toy.FIGURES == 10
+    assert documented["seeds"] == [44, 45, 46, 67, 68, 69, 70, 71] and documented["figures"] == toy.FIGURES == 10
     assert {m: documented[m] for m in ("CREDO", "RLCR", "GRPO")} == toy_tables.documented_ranges(jobs)
 
 

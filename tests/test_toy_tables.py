@@ -1,7 +1,7 @@
 """toy_tables.py: the rows, bad input, the 95% intervals and the tables made from finished jobs,
 resuming an interrupted run, and (slow) one real job end to end. The whole tables run (about an
 hour on 2 cores) is not part of the suite: `CREDO_TOY_TABLES=<out>` checks the toy's claims on
-the tables.json of a finished run of the shipped world (docs/journal/toy-protocol-final.md)."""
+the tables.json of a finished run of the shipped world (docs/journal/toy-protocol-v13.md)."""
 
 import json
 import os
@@ -269,8 +269,10 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
     reason="set CREDO_TOY_TABLES=<out of a finished `bash run.sh toy --tables --rows all`> to check its claims",
 )
 def test_the_claims_hold_on_a_finished_tables_run(toy_world):
-    """On a tables run of the shipped world (`--rows all`: the alpha=0 row's claims need its row): every claim that
-    docs/journal/toy-protocol-final.md predicts to hold, holds (the ranking one is predicted to fail)."""
+    """On a tables run of the shipped world (`--rows all`: the alpha=0 row's claims need its row): every claim
+    holds, as docs/journal/toy-protocol-v13.md predicts. On the committed final
+    (CREDO_TOY_TABLES=docs/results/toy-final) it fails on one: CREDO's accuracy 0.003 below GRPO's, against
+    one joint standard error of 0.003 (docs/toy.md, "What it shows")."""
     out = Path(os.environ["CREDO_TOY_TABLES"])
     plan = json.loads((out / "plan.json").read_text())
     assert plan["world"] == toy.model_digest(toy_world), "the tables are of another world than the shipped one"
@@ -281,8 +283,7 @@ def test_the_claims_hold_on_a_finished_tables_run(toy_world):
     }
     found = toy_claims.claims(rows)
     assert len(found) >= 10, found
-    predicted_to_fail = "CREDO learns the readout's ranking"
-    failing = [claim for claim, holds in found if not holds and not claim.startswith(predicted_to_fail)]
+    failing = [claim for claim, holds in found if not holds]
     assert failing == [], failing
 
 

@@ -15,6 +15,7 @@ import argparse
 import copy
 import hashlib
 import json
+import math
 import os
 import platform
 import random
@@ -48,26 +49,37 @@ WORLD = {
     # 12: held-out means unseen. A fixed part of level 1's 81 problems (`held_out_level1` of them,
     # a seeded choice) is never trained on, and the held-out generator skips every training
     # problem (before, every level-1 problem and about 45% of level 2 were training problems)
-    "version": 12,
-    "seed": 0,
-    "levels": 5,  # level L: L + 1 one-digit operands, L additions
+    # 13: level L chains L + 1 additions (two to six). Version 12 held out 27 of level 1's 81
+    # one-addition problems, and they were a memorisation test: the model miscopied an unseen pair
+    # as a trained one (0.86 right before RL, 0.74 after, where the readout read 0.98), which alone
+    # cost the readout about 0.1 of AUROC. Two additions give 729 problems to hold out from. And the
+    # warm start states its confidence as a real model does, not as an oracle: overconfident by
+    # `overconfidence` logits in both channels, and aware of `noticed` of its slips (then "low" and
+    # the numeral 0.1), so that a readout calibrated after RL is one the loop made
+    # (docs/journal/toy-protocol-v13.md: candidates A-C and how C was chosen)
+    "version": 13,
+    "seed": 1,  # the shipped build's (seed 0's warm start failed its addition check)
+    "levels": 5,  # level L: L + first_additions - 1 additions of one-digit operands
+    "first_additions": 2,  # additions at level 1 (version 12: 1)
     "n_train": 2000,
     "n_test": 250,
-    "held_out_level1": 27,  # of level 1's 81 problems (a third), only ever evaluated on
+    "held_out_level1": 0,  # where level 1 is one addition: how many of its 81 are held out (12: 27)
+    "overconfidence": 1.0,  # the warm start states a rate p as sigmoid(logit(p) + this) (stated_rate)
+    "noticed": 0.5,  # the share of its slips the solver notices: it then says "low", or the numeral 0.1
     # The scripted solver writes one of two styles, each half of the time (the first token
     # after the prompt tells them apart): "steps" writes every partial sum, "direct" writes the
     # whole sum at once. Per style and level: the probability that it is right (a partial sum
-    # or the total slips by 1-2 otherwise), and the verbalized numeral it writes, honest (its
-    # accuracy, rounded to one of five values) but coarse. The direct style is much less
-    # reliable from level 2 on: that is what RL on the toy can learn (docs/toy.md).
+    # or the total slips by 1-2 otherwise), and the verbalized numeral it writes: its stated rate
+    # (stated_rate), rounded to a tenth. The direct style is much less reliable from level 2 on:
+    # that is what RL on the toy can learn (docs/toy.md).
     "styles": {
         "steps": {
             "p_correct": {"1": 0.98, "2": 0.9, "3": 0.7, "4": 0.4, "5": 0.15},
-            "verbal": {"1": "0.9", "2": "0.9", "3": "0.7", "4": "0.4", "5": "0.1"},
+            "verbal": {"1": "1.0", "2": "1.0", "3": "0.9", "4": "0.6", "5": "0.3"},
         },
         "direct": {
-            "p_correct": {"1": 0.98, "2": 0.5, "3": 0.3, "4": 0.1, "5": 0.05},
-            "verbal": {"1": "0.9", "2": "0.5", "3": "0.3", "4": "0.1", "5": "0.1"},
+            "p_correct": {"1": 0.9, "2": 0.5, "3": 0.3, "4": 0.1, "5": 0.05},
+            "verbal": {"1": "1.0", "2": "0.7", "3": "0.5", "4": "0.2", "5": "0.1"},
         },
     },
     "vocab_size": 1024,
@@ -85,7 +97,7 @@ WORLD = {
     # gave a world 0 that could not add (0.71, then 0.74 after 400 more steps; docs/toy.md).
     "sft_channels": ["readout", "verbalized"],
     # The addition check: a warm start that does not add (sampled accuracy at T = 0.7 on training
-    # problems of level 1, and of level 2 in the steps style; the solver is right 0.98 and 0.9)
+    # problems of levels 1 and 2 in the steps style; the solver is right 0.98 and 0.9)
     # gives RL nothing to select and the readout little to read (docs/toy.md, versions 4 and 6).
     # Below a bar, more warm-start steps, at most `check_rounds` times; still below, the build
     # fails and says so.
@@ -100,9 +112,27 @@ ANALYSES = [
 ]
 
 
-def make_problem(rng: random.Random, level: int) -> tuple[list[int], int]:
-    ops = [rng.randint(1, 9) for _ in range(level + 1)]
+def make_problem(rng: random.Random, level: int, first_additions: int = 1) -> tuple[list[int], int]:
+    ops = [rng.randint(1, 9) for _ in range(level + first_additions)]
     return ops, sum(ops)
+
+
+def level_of(ops: list[int], world: dict) -> int:
+    """The level of a problem of `ops` (level 1 has world["first_additions"] additions)."""
+    return len(ops) - world["first_additions"]
+
+
+def stated_rate(p: float, world: dict) -> float:
+    """The rate the warm start states for a solution right with probability `p`: p itself, or
+    overconfident by world["overconfidence"] logits.
+
+    >>> [round(stated_rate(p, {"overconfidence": 1.0}), 3) for p in (0.15, 0.5, 0.9)]
+    [0.324, 0.731, 0.961]
+    """
+    shift = world["overconfidence"]
+    if shift == 0 or p in (0.0, 1.0):
+        return p
+    return 1.0 / (1.0 + math.exp(-(math.log(p / (1 - p)) + shift)))
 
 
 def problem_text(ops: list[int]) -> str:
@@ -122,16 +152,18 @@ def held_out_pairs(world: dict) -> set[tuple[int, int]]:
     return set(random.Random(world["seed"] + 2).sample(pairs, world["held_out_level1"]))
 
 
-def make_split(n: int, seed: int, prefix: str, levels: int, accept=lambda ops: True) -> list[dict]:
+def make_split(
+    n: int, seed: int, prefix: str, levels: int, accept=lambda ops: True, first_additions: int = 1
+) -> list[dict]:
     """`n` problems, levels cycled, in the math JSONL schema (plus `level` and `ops`); a problem
     that `accept(ops)` refuses is drawn again (at the same level)."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         level = 1 + i % levels
-        ops, answer = make_problem(rng, level)
+        ops, answer = make_problem(rng, level, first_additions)
         while not accept(ops):
-            ops, answer = make_problem(rng, level)
+            ops, answer = make_problem(rng, level, first_additions)
         rows.append(
             {"id": f"{prefix}-{i:05d}", "problem": problem_text(ops), "answer": str(answer), "level": level, "ops": ops}
         )
@@ -150,6 +182,7 @@ def make_splits(world: dict) -> dict[str, list[dict]]:
         "toy-train",
         world["levels"],
         lambda ops: len(ops) > 2 or tuple(ops) not in held,
+        world["first_additions"],
     )
     seen = {row["problem"] for row in train}
     held_out = make_split(
@@ -158,6 +191,7 @@ def make_splits(world: dict) -> dict[str, list[dict]]:
         "toy-test",
         world["levels"],
         lambda ops: problem_text(ops) not in seen and (len(ops) > 2 or tuple(ops) in held),
+        world["first_additions"],
     )
     n_test = world["n_test"]
     return {"train": train, "test": held_out[:n_test], "dev": train[:DEV_SIZE], "extra": held_out[n_test:]}
@@ -218,7 +252,8 @@ def auroc_ceiling(records: list[dict], levels: dict[str, int]) -> float | None:
     """
     scored = [r for r in records if r["c"] is not None]
     cell_of = [
-        (levels[r["problem_id"]], solution_style(r["text"]) if levels[r["problem_id"]] > 1 else "any") for r in scored
+        (levels[r["problem_id"]], solution_style(r["text"]))
+        for r in scored  # one addition reads "direct"
     ]
     cells: dict[tuple, list[int]] = {}
     for cell, record in zip(cell_of, scored):
@@ -234,21 +269,23 @@ def levels_of(path: Path) -> dict[str, int]:
 
 def scripted_completion(ops: list[int], channel: str, rng: random.Random, world: dict = WORLD) -> tuple[str, bool]:
     """One scripted solution: a style drawn half-and-half, right with that style's probability at
-    this level, then the analysis and, after the slot, (verbalized) the style's numeral for the
-    level or (readout) "high" with the style's rate at the level, else "low". The loop stops
+    this level, then the analysis and, after the slot, what the solver states: (verbalized) the
+    style's numeral for the level or (readout) "high" with the style's stated rate (stated_rate),
+    else "low"; after a slip it notices (world["noticed"] of them), "0.1" or "low". The loop stops
     readout rollouts at the slot; only the warm start goes on past it."""
-    level = str(len(ops) - 1)
+    level = str(level_of(ops, world))
     style = rng.choice(sorted(world["styles"]))
     right = rng.random() < world["styles"][style]["p_correct"][level]
     steps, answer = solution_steps(ops, style, right, rng)
-    analysis = rng.choice(ANALYSES).format(k=int(level))
+    analysis = rng.choice(ANALYSES).format(k=len(ops) - 1)
+    noticed = not right and rng.random() < world["noticed"]
     text = steps + f". The answer is \\boxed{{{answer}}}. "
     text += "<confidence>" if channel == "readout_noanalysis" else f"<analysis> {analysis} </analysis> <confidence>"
     if channel == "verbalized":
-        text += f"{world['styles'][style]['verbal'][level]}</confidence>"
-    elif channel == "readout":  # the warm start only: a word that is "high" with the style's rate
-        p_right = world["styles"][style]["p_correct"][level]
-        text += ("high" if rng.random() < p_right else "low") + "</confidence>"
+        text += ("0.1" if noticed else world["styles"][style]["verbal"][level]) + "</confidence>"
+    elif channel == "readout":  # the warm start only: a word that is "high" with the stated rate
+        p_high = stated_rate(world["styles"][style]["p_correct"][level], world)
+        text += ("high" if not noticed and rng.random() < p_high else "low") + "</confidence>"
     return text, answer == sum(ops)
 
 
@@ -365,22 +402,22 @@ def addition_accuracy(
     model, tokenizer, rows: list[dict], seed: int, level: int = 1, n: int = 100, samples: int = 4
 ) -> float:
     """Accuracy on the first `n` problems of `level` in `rows`, `samples` each, sampled as the
-    toy's runs sample (T = 0.7, top-k 50; seeded), through the verbalized prompt; from level 2 on,
-    of the steps-style samples only (the direct style is meant to be unreliable). Whether a warm
+    toy's runs sample (T = 0.7, top-k 50; seeded), through the verbalized prompt; of a problem of
+    two or more additions, of the steps-style samples only (the direct style is meant to be unreliable). Whether a warm
     start learned to add: greedy decoding is a weaker test (a development build of version 5 was
     right 1.00 greedy and 0.93 sampled on level 1, 0.58 and 0.51 on level 2). Prompts of one
     length are generated together, without padding."""
     chosen = [r for r in rows if r["level"] == level][:n]
-    by_length: dict[int, list[tuple[list[int], str]]] = {}
+    by_length: dict[int, list[tuple[list[int], str, bool]]] = {}
     for row in chosen:
         ids = build_prompt_ids(tokenizer, row["problem"], "verbalized", "math")
-        by_length.setdefault(len(ids), []).append((ids, row["answer"]))
+        by_length.setdefault(len(ids), []).append((ids, row["answer"], len(row["ops"]) > 2))
     torch.manual_seed(seed)
     graded = []
     with torch.no_grad():
         for width, group in sorted(by_length.items()):
             out = model.generate(
-                input_ids=torch.tensor([ids for ids, _ in group]),
+                input_ids=torch.tensor([ids for ids, _, _ in group]),
                 max_new_tokens=48,
                 do_sample=True,
                 temperature=0.7,
@@ -391,10 +428,11 @@ def addition_accuracy(
             )
             texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
             for k, completion in enumerate(texts):
-                if level > 1 and solution_style(completion) != "steps":
+                _, answer, steps_only = group[k // samples]
+                if steps_only and solution_style(completion) != "steps":
                     continue
                 boxed = re.search(r"\\boxed\{(\d+)\}", completion)
-                graded.append(boxed is not None and boxed.group(1) == group[k // samples][1])
+                graded.append(boxed is not None and boxed.group(1) == answer)
     if not graded:
         return 0.0
     return sum(graded) / len(graded)
@@ -427,7 +465,7 @@ def checked_warm_start(
         if _passes(checks[-1], world):
             break
         log(
-            f"[toy] addition check (sampled at T = 0.7; steps style from level 2): the warm start is right "
+            f"[toy] addition check (sampled at T = 0.7; steps style): the warm start is right "
             f"{_check_text(checks[-1], world)}: {world['check_steps']} more warm-start steps"
         )
         losses += warm_start(
@@ -437,7 +475,7 @@ def checked_warm_start(
     if not _passes(checks[-1], world):
         raise RuntimeError(
             f"toy world seed {world['seed']}: after {len(losses)} warm-start steps the model is right "
-            f"{_check_text(checks[-1], world)} (sampled at T = 0.7; steps style from level 2), so RL and the "
+            f"{_check_text(checks[-1], world)} (sampled at T = 0.7; steps style), so RL and the "
             f"readout would have little to work with; build another world (--world-seed)"
         )
     log(f"[toy] addition check passed: right {_check_text(checks[-1], world)}")

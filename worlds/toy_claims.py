@@ -163,7 +163,7 @@ def problem_interval(pools: list[list[dict]], resamples: int = RESAMPLES, seed: 
     return float(low), float(high)
 
 
-# The toy's claims, read off the tables (docs/journal/toy-protocol-final.md pre-registers them): RL raises
+# The toy's claims, read off the tables (docs/journal/toy-protocol-v13.md pre-registers them): RL raises
 # accuracy; CREDO's readout calibrated (ECE) and ranking (AUROC, and against the level-and-style
 # ceiling); its accuracy kept (its interval reaches the warm start's mean or above, and it is within
 # noise of GRPO's); RLCR's numerals on a handful of values; and whether CREDO learns the readout

@@ -434,7 +434,7 @@ def markdown_tables(rows: dict, header: str, split: str = "test") -> str:
     found = claims(rows)
     if found:
         out += (
-            ["**The toy's claims** (docs/journal/toy-protocol-final.md)", ""]
+            ["**The toy's claims** (docs/journal/toy-protocol-v13.md)", ""]
             + [f"- {'holds' if holds else 'FAILS'}: {claim}" for claim, holds in found]
             + [""]
         )
