@@ -43,7 +43,7 @@ def test_credo_is_within_noise_of_grpo_when_no_further_below_than_one_joint_stan
         return claim
 
     text, holds = verdict(0.0)  # 0.020 below, more than 0.0129: not within noise
-    assert not holds and text.endswith("(0.800 vs 0.820: -0.020, one joint standard error 0.013)")
+    assert not holds and text.endswith("(0.800 vs 0.820: -0.0200, one joint standard error 0.0129)")
     assert verdict(0.0072)[1] and not verdict(0.0070)[1]  # the edge: -0.0128 holds, -0.0130 does not
     assert verdict(0.05)[1]  # above GRPO's
     one_seed = aggregate([fake_result("grpo", 44, 0.8), fake_result("credo", 44, 0.7)])

@@ -250,7 +250,7 @@ def claims(rows: dict) -> list[tuple[str, bool]]:
             found.append(
                 (
                     f"CREDO's accuracy within noise of GRPO's ({credo['acc'][0]:.3f} vs "
-                    f"{rows['grpo']['acc'][0]:.3f}: {diff:+.3f}, one joint standard error {joint:.3f})",
+                    f"{rows['grpo']['acc'][0]:.3f}: {diff:+.4f}, one joint standard error {joint:.4f})",
                     diff >= -joint,
                 )
             )
