@@ -200,6 +200,18 @@ def test_scripted_completions_carry_the_rollout_formats():
     assert numerals == {"1.0", "0.7", "0.1"}
 
 
+def test_each_numeral_is_the_stated_rate_rounded_to_a_tenth():
+    """The world's verbal table is the solver's stated rate, sigmoid(logit p + 1), to one decimal:
+    e.g. steps at level 4, p = 0.4: 1 / (1 + 1.5 / e) = 0.644 -> "0.6"; direct at level 1, p = 0.9:
+    0.961 -> "1.0"."""
+    world = toy_build.WORLD
+    for style in world["styles"].values():
+        for level, p in style["p_correct"].items():
+            assert style["verbal"][level] == f"{toy_build.stated_rate(p, world):.1f}", (level, p)
+    assert toy_build.stated_rate(0.4, world) == pytest.approx(0.6444, abs=1e-4)
+    assert toy_build.stated_rate(0.4, {"overconfidence": 0.0}) == 0.4
+
+
 def test_the_readout_formats_word_after_the_slot_is_high_with_the_solvers_stated_rate():
     # Version 11: the warm start says "high" past the slot, with the style's rate at the level.
     # Version 13: the rate it states is a logit too high (stated_rate), and it says "low" after
