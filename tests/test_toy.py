@@ -485,9 +485,10 @@ def test_the_loop_raises_the_reward_on_a_task_with_a_known_answer(tmp_path, toy_
 
 
 # What the quick run shows (40 of the toy's 200 steps, 200 samples). On the shipped world (version 13,
-# alpha 0.3; 2026-11-28) CREDO's readout goes from mean 0.556 for accuracy 0.590 (ECE 0.167, AUROC 0.774)
-# to mean 0.826 for accuracy 0.785: within 0.041 of it, ECE 0.046, AUROC 0.809. On version 11's worlds
-# 0 and 3 (alpha 0.1) it ended within 0.057 and 0.019, ECE 0.075 and 0.071, AUROC 0.848 and 0.856.
+# alpha 0.1; 2026-11-28) CREDO's readout goes from mean 0.556 for accuracy 0.590 (ECE 0.167, AUROC 0.774)
+# to mean 0.856 for accuracy 0.795: within 0.061 of it, ECE 0.076, AUROC 0.803 (at alpha 0.3: within
+# 0.041, ECE 0.046, AUROC 0.809). On version 11's worlds 0 and 3 (alpha 0.1) it ended within 0.057 and
+# 0.019, ECE 0.075 and 0.071, AUROC 0.848 and 0.856.
 # The bounds below sit about two standard errors of a 200-sample accuracy (0.03) or AUROC (0.03)
 # beyond the worst of those. Without L_cal (alpha = 0, CREDO_TOY_ALPHA0=1) the same run's accuracy
 # rises to 0.825 while the readout's mean reaches only 0.659 (ECE 0.199, Brier 0.185 against 0.131):

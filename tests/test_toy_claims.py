@@ -169,7 +169,7 @@ def test_the_final_is_of_the_shipped_world_on_fresh_seeds(toy_world):
     assert plan["world"] == toy.model_digest(toy_world) and plan["overrides"] == [] and "split" not in plan
     rows = final_rows()
     for row in ("base", "base_readout", "grpo", "rlcr", "credo"):
-        assert rows[row]["seeds"] == [67, 68, 69, 70, 71], row  # docs/journal/toy-protocol-v13.md's
+        assert rows[row]["seeds"] == [72, 73, 74, 75, 76], row  # docs/journal/toy-protocol-v13.md's alpha round
     assert toy_build.load_world(toy_world)[0]["version"] == 13
 
 
@@ -187,7 +187,7 @@ def test_the_documented_ranges_are_those_of_every_committed_run_of_the_toys_conf
         "python -m worlds.toy_tables --document-from docs/results/toy-final,docs/results/toy-tables-default"
     )
     jobs = toy_tables.saved_jobs([FINAL, DEFAULT_TABLES], toy.model_digest(toy_world))
-    assert documented["seeds"] == [44, 45, 46, 67, 68, 69, 70, 71] and documented["figures"] == toy.FIGURES == 10
+    assert documented["seeds"] == [44, 45, 46, 72, 73, 74, 75, 76] and documented["figures"] == toy.FIGURES == 10
     assert {m: documented[m] for m in ("CREDO", "RLCR", "GRPO")} == toy_tables.documented_ranges(jobs)
 
 

@@ -270,9 +270,10 @@ def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
 )
 def test_the_claims_hold_on_a_finished_tables_run(toy_world):
     """On a tables run of the shipped world (`--rows all`: the alpha=0 row's claims need its row): every claim
-    holds, as docs/journal/toy-protocol-v13.md predicts. On the committed final
-    (CREDO_TOY_TABLES=docs/results/toy-final) it fails on one: CREDO's accuracy 0.0030 below GRPO's, against
-    one joint standard error of 0.0026 (docs/toy.md, "What it shows")."""
+    holds, as docs/journal/toy-protocol-v13.md predicts. They all hold on the committed final
+    (CREDO_TOY_TABLES=docs/results/toy-final, alpha 0.1). With alpha 0.3
+    (CREDO_TOY_TABLES=docs/journal/toy-v13-alpha03-final) they fail on one: CREDO's accuracy 0.0030 below
+    GRPO's, against one joint standard error of 0.0026 (docs/toy.md, "What it shows")."""
     out = Path(os.environ["CREDO_TOY_TABLES"])
     plan = json.loads((out / "plan.json").read_text())
     assert plan["world"] == toy.model_digest(toy_world), "the tables are of another world than the shipped one"
