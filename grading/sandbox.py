@@ -28,7 +28,8 @@ Isolation of every sandbox child (all modes):
   itself, sockets other than a connected ``AF_UNIX`` stream pair, the kernel
   keyring, IPC objects, and the shared kernel state through which one
   sandbox could leave a signal for another (file locks, inotify, page-cache
-  eviction and residency probes, permission bits for others);
+  eviction and residency probes, non-private futexes, KSM merging, the
+  huge-page pool, permission bits for others);
 * a per-test time limit and a total wall-clock cap enforced by the parent,
   which ends every run, on every exit path, by killing the sandbox's
   processes deepest first and then its process group.  Since the program can

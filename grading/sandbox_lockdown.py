@@ -330,6 +330,13 @@ def syscall_numbers():
         "kcmp": (312, 272),
         "process_madvise": (440, 440),
         "process_mrelease": (448, 448),
+        "futex": (202, 98),
+        "futex_waitv": (449, 449),
+        "futex_wake": (454, 454),
+        "futex_wait": (455, 455),
+        "futex_requeue": (456, 456),
+        "prctl": (157, 167),
+        "mmap": (9, 222),
     }
 
 
@@ -366,6 +373,13 @@ def checked_calls():
         "sched_getaffinity": "SELF_OR_ZERO",
         "sched_setattr": "SELF_OR_ZERO",
         "sched_getattr": "SELF_OR_ZERO",
+        "futex": "FUTEX",
+        "futex_waitv": "ENOSYS",
+        "futex_wake": "ENOSYS",
+        "futex_wait": "ENOSYS",
+        "futex_requeue": "ENOSYS",
+        "prctl": "PRCTL",
+        "mmap": "MMAP",
     }
 
 
@@ -387,11 +401,22 @@ def seccomp_program(pid):
     (fadvise64, mincore, cachestat, madvise MADV_COLD/MADV_PAGEOUT,
     preadv2/pwritev2 with RWF_NOWAIT), permission bits for group or others
     (chmod family with any 0o077 bit, umask that clears one, extended
-    attributes, hence ACLs).  Acting on another process: priorities,
-    scheduling, affinity, I/O priority and resource limits of any pid but
-    0 or this process (and of process groups or users), migrate_pages,
-    move_pages, get_robust_list, kcmp, process_madvise, process_mrelease.
-    clone3 gets ENOSYS so that the C library falls back to clone for
+    attributes, hence ACLs), KSM page merging (madvise MADV_MERGEABLE,
+    prctl PR_SET_MEMORY_MERGE), madvise MADV_COLLAPSE.  Acting on another
+    process: priorities, scheduling, affinity, I/O priority and resource
+    limits of any pid but 0 or this process (and of process groups or
+    users), migrate_pages, move_pages, get_robust_list, kcmp,
+    process_madvise, process_mrelease.
+
+    Futexes: a futex call without FUTEX_PRIVATE_FLAG (keyed, on a
+    file-backed page, by inode and offset: shared with every sandbox that
+    maps the file) is skipped and returns 0, a spurious wake-up or a wake of
+    nobody (see the FUTEX blocks for why not an errno); the PI commands
+    (which name an owner thread by id, of any process) and the futex2 calls
+    futex_waitv, futex_wake, futex_wait and futex_requeue (flags in memory
+    or per call) get ENOSYS, as on a kernel without them.  mmap with
+    MAP_HUGETLB (the host's huge-page pool) gets ENOMEM, as with an empty
+    pool.  clone3 gets ENOSYS so that the C library falls back to clone for
     threads.  Foreign system-call ABIs (x32, i386 on x86-64) kill the process.
     """
     machine = os.uname().machine
@@ -401,7 +426,7 @@ def seccomp_program(pid):
     column = 0 if machine == "x86_64" else 1
     nr = {name: numbers[column] for name, numbers in syscall_numbers().items() if numbers[column] is not None}
     checked = checked_calls()
-    load, jeq, jset, ret, alu_and = 0x20, 0x15, 0x45, 0x06, 0x54
+    load, jeq, jge, jset, ret, alu_and = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
     allow, errno = 0x7FFF0000, 0x00050000
     eperm = ret, 0, 0, errno | 1
 
@@ -413,7 +438,7 @@ def seccomp_program(pid):
         (jeq, 1, 0, arch),
         (ret, 0, 0, 0x80000000),
         (load, 0, 0, 0),
-        (0x35, 0, 1, 0x40000000),
+        (jge, 0, 1, 0x40000000),
         (ret, 0, 0, 0x80000000),
     ]
     actions = sorted((number, checked.get(name, "EPERM")) for name, number in nr.items())
@@ -421,7 +446,6 @@ def seccomp_program(pid):
     dispatch(actions, program, labels)
     f_commands = (8, 10, 15, 5, 6, 7, 36, 37, 38, 1024, 1026)  # owner/signal, locks, lease, notify
     blocks = {
-        "ENOSYS": [(ret, 0, 0, errno | 38)],
         "CLONE": [arg(0), (jset, "ALLOW", "EPERM", 0x10000)],
         "SELF_ARG0": [arg(0), (jeq, "ALLOW", "EPERM", pid)],
         "SELF_OR_ZERO": [arg(0), (jeq, "ALLOW", 0, 0), (jeq, "ALLOW", "EPERM", pid)],
@@ -431,13 +455,55 @@ def seccomp_program(pid):
         "FCNTL": [arg(1)] + [(jeq, "EPERM", 0, command) for command in f_commands] + [(ret, 0, 0, allow)],
         "IOCTL": [arg(1), (jeq, "EPERM", 0, 0x8901), (jeq, "EPERM", "ALLOW", 0x8902)],
         "SOCKETPAIR": [arg(0), (jeq, 0, "EPERM", 1), arg(1), (alu_and, 0, 0, 0xF), (jeq, "ALLOW", "EPERM", 1)],
-        "MADVISE": [arg(2), (jeq, "EPERM", 0, 20), (jeq, "EPERM", "ALLOW", 21)],
+        # MADV_MERGEABLE (KSM), MADV_COLD, MADV_PAGEOUT, MADV_COLLAPSE.
+        "MADVISE": [arg(2)] + [(jeq, "EPERM", 0, advice) for advice in (12, 20, 21, 25)] + [(ret, 0, 0, allow)],
         "NOWAIT": [arg(5), (jset, "EPERM", "ALLOW", 0x8)],
         "MODE_ARG1": [arg(1), (jset, "EPERM", "ALLOW", 0o077)],
         "MODE_ARG2": [arg(2), (jset, "EPERM", "ALLOW", 0o077)],
         "UMASK": [arg(0), (alu_and, 0, 0, 0o077), (jeq, "ALLOW", "EPERM", 0o077)],
+        "PRCTL": [arg(0), (jeq, "EPERM", "ALLOW", 67)],  # PR_SET_MEMORY_MERGE (KSM for the whole process)
+        "MMAP": [arg(3), (jset, "ENOMEM", "ALLOW", 0x40000)],  # MAP_HUGETLB: the host's huge-page pool
+        # futex(uaddr, op, ...): the command is op & 0x7F (bit 7 FUTEX_PRIVATE_FLAG, bit 8
+        # FUTEX_CLOCK_REALTIME; an op with higher bits the kernel refuses itself).  With the
+        # private flag the futex is keyed by this process's mm: allowed, but for the PI
+        # commands (6-8 LOCK/UNLOCK/TRYLOCK_PI, 11-13 WAIT_REQUEUE_PI, CMP_REQUEUE_PI,
+        # LOCK_PI2), which name their owner by a thread id of any process in the pid
+        # namespace (LOCK_PI tells an existing one, EPERM, from a free one, ESRCH): ENOSYS,
+        # as on a kernel without PI futexes (glibc's PRIO_INHERIT mutexes report ENOTSUP).
+        "FUTEX": [
+            arg(1),
+            (jset, 0, "FUTEX_SHARED", 128),
+            (alu_and, 0, 0, 0x7F),
+            (jge, "ENOSYS", 0, 11),
+            (jge, "ALLOW", 0, 9),
+            (jge, "ENOSYS", "ALLOW", 6),
+        ],
+        # Without the private flag a futex on a file-backed page is keyed by inode and
+        # offset, shared by every process that maps the file, whatever its namespaces or
+        # uid.  Such a call is skipped and returns 0, which is true for every
+        # command that can be faked: WAIT and WAIT_BITSET return as on a spurious wake-up,
+        # after which every caller re-checks its word and waits again (glibc's pthread_join
+        # waits on the thread's tid with a shared futex, the kernel's wake at thread exit
+        # being shared, so it spins until the kernel clears the tid); WAKE, WAKE_BITSET,
+        # REQUEUE and CMP_REQUEUE found no waiter, the truth once no shared waiter can
+        # exist.  No errno would do: glibc (2.36) calls futex_fatal_error (abort) on any
+        # but EAGAIN/EINTR from an untimed wait (a contended process-shared mutex), on any
+        # but EFAULT/EINVAL from a wake (sem_post of a process-shared semaphore), and on
+        # EPERM, ENOSYS or EFAULT from a timed one (pthread_join): measured, EPERM, EAGAIN
+        # and EINVAL each abort a program of test_threaded_programs_pass, 0 none.  WAKE_OP
+        # (an atomic update 0 would skip), FUTEX_FD (gone from Linux) and PI: ENOSYS.
+        "FUTEX_SHARED": [
+            (alu_and, 0, 0, 0x7F),
+            (jge, "ENOSYS", 0, 11),
+            (jge, "NOTHING", 0, 9),
+            (jge, "ENOSYS", 0, 5),
+            (jeq, "ENOSYS", "NOTHING", 2),
+        ],
         "ALLOW": [(ret, 0, 0, allow)],
         "EPERM": [eperm],
+        "ENOSYS": [(ret, 0, 0, errno | 38)],
+        "ENOMEM": [(ret, 0, 0, errno | 12)],
+        "NOTHING": [(ret, 0, 0, errno | 0)],  # the call is skipped and returns 0
     }
     for label, block in blocks.items():
         labels[label] = len(program)
