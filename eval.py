@@ -183,12 +183,11 @@ def evaluate(
                 references = [
                     rows[i // per_problem]["answer" if domain == "math" else "tests"] for i in range(len(rollouts))
                 ]
-                correct = [
-                    int(v)
-                    for v in verifier.grade(
-                        answers, references, domain, workers=workers, timeout_s=cfg.verify_timeout_s
-                    )
-                ]
+                verdicts = verifier.grade(answers, references, domain, workers=workers, timeout_s=cfg.verify_timeout_s)
+                correct = [int(verdict.passed) for verdict in verdicts]
+                failures = verifier.failure_summary(verdicts)
+                if failures is not None:
+                    print(f"[eval] {name}: {failures}", file=sys.stderr)
                 # per source: c of each rollout, and whether close_slot ended its slot at the tag
                 if ckpt.channel == "readout":
                     sources = {

@@ -6,9 +6,9 @@ rollouts earned.
   checkpointed);
 * `make_rollouts` (steps 1-2): G completions per question from the engine, each cut into its
   segments on token ids (rollout.py);
-* `outcomes` (step 3): a_i from the verifier, F_i, whether the slot was reached, and any
-  confidence sampled as text (`reported_confidence`: the parsed numeral or the sampled slot
-  token), as an `Outcomes` record for the credit of step 5.
+* `outcomes` (step 3): a_i from the verifier and its reason, F_i, whether the slot was
+  reached, and any confidence sampled as text (`reported_confidence`: the parsed numeral or the
+  sampled slot token), as an `Outcomes` record for the credit of step 5.
 
 Not here: reading the problems (problems.py), the confidence read from the model's logits
 (policy.py), the forward, the credit and the update (credo.py, methods.py), the engines
@@ -75,6 +75,7 @@ class Outcomes:
     """What a step's rollouts earned before any forward: one entry per rollout (row q*G + i)."""
 
     correct: torch.Tensor  # [N] a_i in {0, 1}
+    verdicts: list[verifier.Verdict]  # [N] the grader's verdict: a_i (passed) and why; a grading error gives a_i = 0
     fmt: torch.Tensor  # [N] F_i in {0, 1}
     valid: torch.Tensor  # [N] bool: the slot was reached, so the model's c exists (V)
     # [N] a confidence sampled as text (plan.rewards_read), NaN where none; None when the rewards read the model's c
@@ -132,7 +133,8 @@ def outcomes(
 ) -> Outcomes:
     """a_i from the verifier (math-verify in killable workers; code in the sandbox, verify_workers
     at once, verify_timeout_s per test) on each answer segment (after any thinking block, cut
-    by the rule that splits the tokens); F_i and the slot from the segments; the reports
+    by the rule that splits the tokens), with its reason: a rollout the grader fails on gets
+    a_i = 0 and says why, the step goes on; F_i and the slot from the segments; the reports
     sampled as text."""
     group = cfg.group_size
     references = [questions[i // group]["answer" if cfg.domain == "math" else "tests"] for i in range(len(rollouts))]
@@ -141,7 +143,8 @@ def outcomes(
         answers, references, cfg.domain, workers=cfg.verify_workers, timeout_s=cfg.verify_timeout_s
     )
     return Outcomes(
-        correct=torch.tensor(verdicts, dtype=torch.float32),  # [N]
+        correct=torch.tensor([verdict.passed for verdict in verdicts], dtype=torch.float32),  # [N]
+        verdicts=verdicts,  # [N]
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),  # [N]
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),  # [N]
         reported=reported_confidence(rollouts, plan.rewards_read, tokenizer),  # [N] or None

@@ -22,8 +22,8 @@ Design
 Math.  ``verify_math_batch`` hands items to a persistent pool of worker
 processes (``grading/mathpool.py``; each worker runs this file with ``--math-worker``
 and grades with ``_verify_math_inprocess``, which compares with
-``grading/mathjudge.py``: math-verify, configured so that the gold is never
-widened).  Every item is bounded by math-verify's own alarms inside the
+``grading/mathjudge.py``: math-verify, configured so that True needs a proof
+of equality).  Every item is bounded by math-verify's own alarms inside the
 worker and by a wall-clock deadline in the parent, which kills a late worker;
 a worker holding too much memory after an item is replaced; the parent never
 holds a sympy object.
@@ -78,12 +78,14 @@ import nothing else of the project.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from grading import mathjudge, mathpool
@@ -96,12 +98,14 @@ from rollout import answer_text
 __all__ = [
     "SandboxError",
     "SandboxLimits",
+    "Verdict",
     "answer_segment",
     "call_outputs",
     "close",
     "extract_boxed",
     "extract_boxed_answers",
     "extract_program",
+    "failure_summary",
     "grade",
     "sandbox_mode",
     "verify_code",
@@ -112,6 +116,7 @@ __all__ = [
 DEFAULT_MATH_TIMEOUT_S = 5.0
 DEFAULT_TEST_TIMEOUT_S = 6.0
 PROGRESS_MIN_ITEMS = 256
+REASON_CHARS = 300  # the most of an exception's message a Verdict's reason keeps
 # How the math pool starts a worker (it appends the parent's pid): this file's __main__.
 _MATH_WORKER_COMMAND = (sys.executable, os.path.abspath(__file__), "--math-worker")
 
@@ -273,8 +278,8 @@ def verify_math(completion: str, gold: str, timeout_s: float = DEFAULT_MATH_TIME
     boxes math-verify joins to it (``extract_boxed_answers``: several boxes are
     one set, so listing candidates never matches a single gold answer); it and
     the gold answer are parsed as LaTeX by math-verify and compared with
-    ``verify(gold, prediction)``, configured so that the gold is never
-    widened and numbers compare exactly (``grading/mathjudge.py``).  A
+    ``verify(gold, prediction)``, configured so that True needs a proof of
+    equality and any failure is False (``grading/mathjudge.py``).  A
     missing or unparseable answer is
     ``False``.  The work runs in the worker pool (see ``verify_math_batch``),
     so this is safe to call from any thread and returns within about
@@ -309,6 +314,14 @@ def verify_math_batch(
     >>> verify_math_batch([(r"\\boxed{2}", "2"), (r"\\boxed{3}", "2")], workers=2)  # doctest: +SKIP
     [True, False]
     """
+    return [status == "correct" for status in _math_statuses(pairs, workers, timeout_s, progress)]
+
+
+def _math_statuses(
+    pairs: Sequence[tuple[str, str]], workers: int | None, timeout_s: float, progress: bool | None
+) -> list[str]:
+    """The status of each pair (``_verify_math_inprocess``'s, or the pool's ``timeout`` or
+    ``error: ...``), graded as ``verify_math_batch`` grades them."""
     items = _validate_math_pairs(pairs)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive int, got {workers!r}")
@@ -383,8 +396,8 @@ def verify_code(
     * ``{"kind": "stdio", "inputs": [str], "outputs": [str]}``: the program
       reads stdin and writes stdout.  Outputs match when, after stripping,
       they have the same lines and each line is equal or token-wise equal,
-      tokens in plain decimal/scientific notation compared as ``Decimal``
-      (``1.0`` equals ``1``, ``1e3`` equals ``1000``; no tolerance).  A
+      tokens in plain decimal/scientific notation compared by exact value
+      (``1.0`` equals ``1``, ``1e3`` equals ``1000``, any exponent; no tolerance).  A
       stdout longer than 16 times the output's UTF-8 length plus 64 KiB,
       or a numeric token over 100 bytes longer than the expected one,
       never matches (``grading/judge.py``).
@@ -427,12 +440,22 @@ def verify_code(
     limits = SandboxLimits() if limits is None else limits
     if not isinstance(limits, SandboxLimits):
         raise ValueError("limits must be a SandboxLimits")  # noqa: TRY004 (bad input is a ValueError)
-    spec = parse_tests(tests)
+    return _program_verdict(completion, parse_tests(tests), float(timeout_s), total_timeout_s, limits).passed
+
+
+def _program_verdict(
+    completion: str, spec: TestSpec, timeout_s: float, total_timeout_s: float | None, limits: SandboxLimits
+) -> Verdict:
+    """The verdict on the last python block of ``completion``'s answer segment, run on ``spec``
+    (arguments as ``verify_code`` takes them, validated); a broken sandbox raises ``SandboxError``."""
     program = extract_program(answer_segment(completion))
-    if program is None or spec.phases == spec.setup_phases:
-        return False
+    if program is None:
+        return Verdict(passed=False, reason="no_answer")
+    if spec.phases == spec.setup_phases:
+        return Verdict(passed=False, reason="no_tests")
     budget = timeout_s * spec.phases if total_timeout_s is None else total_timeout_s
-    return run_tests(sandbox_config(), program, spec, float(timeout_s), budget, limits)
+    passed = run_tests(sandbox_config(), program, spec, timeout_s, budget, limits)
+    return Verdict(passed=passed, reason="correct" if passed else "wrong")
 
 
 def call_outputs(
@@ -477,26 +500,88 @@ def call_outputs(
     return values
 
 
+# ---------------------------------------------------------------------------
+# The grading entry of training and evaluation
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the grader made of one completion (``grade``): whether it passed (a_i), and why.
+
+    ``reason`` is ``correct``, ``wrong`` (a program's crash or timeout included) or ``no_answer``
+    (no boxed answer math-verify parses, no python block) when the grader judged the completion;
+    where it could not (``grading_error``, ``passed`` False whatever the completion holds):
+    ``timeout`` (a math item past its deadline, its worker killed), ``error`` (math-verify
+    raised or timed out inside the worker), ``gold_unparsed`` (math-verify cannot parse the
+    gold), ``no_tests`` (the tests list no case) or ``error: <exception>: <message>`` (malformed
+    tests, a broken sandbox, a judge that raised, a math worker that died).
+    """
+
+    passed: bool
+    reason: str
+
+    @property
+    def grading_error(self) -> bool:
+        """The grader reached no verdict on the completion (its reason says why).
+
+        >>> Verdict(passed=False, reason="wrong").grading_error
+        False
+        >>> Verdict(passed=False, reason="error: ValueError: 2 inputs but 1 outputs").grading_error
+        True
+        """
+        return self.reason in ("timeout", "error", "gold_unparsed", "no_tests") or self.reason.startswith("error: ")
+
+
 def grade(
     completions: Sequence[str], references: Sequence, domain: str, *, workers: int, timeout_s: float
-) -> list[bool]:
-    """a_i for a batch of completions: the one grading entry of training and evaluation.
+) -> list[Verdict]:
+    """a_i and why, for a batch of completions: the one grading entry of training and evaluation.
 
     math: `references` are gold answers, graded by math-verify in `workers` killable worker
     processes (verify_math_batch, timeout_s per item). code: `references` are test dicts in
     verify_code's schema, each program run in the sandbox with timeout_s per test, `workers`
     programs at once. The answer segment of each completion is what is graded.
+
+    A grading failure costs its completion only: a = 0 and the reason (``Verdict``), never an
+    exception. What raises is what is no completion's: bad arguments, a math worker pool that
+    cannot start.
     """
     if len(completions) != len(references):
         raise ValueError(f"grade: {len(completions)} completions but {len(references)} references")
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise ValueError(f"grade: timeout_s must be a positive number, got {timeout_s!r}")
     if domain == "math":
-        return verify_math_batch(list(zip(completions, references)), workers=workers, timeout_s=timeout_s)
+        statuses = _math_statuses(list(zip(completions, references)), workers, timeout_s, None)
+        return [Verdict(passed=status == "correct", reason=status) for status in statuses]
     if domain != "code":
         raise ValueError(f"grade: unknown domain {domain!r}; expected 'math' or 'code'")
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(
-            pool.map(lambda item: verify_code(item[0], item[1], timeout_s=timeout_s), zip(completions, references))
-        )
+        return list(pool.map(lambda item: _grade_program(*item, float(timeout_s)), zip(completions, references)))
+
+
+def _grade_program(completion: str, tests: dict, timeout_s: float) -> Verdict:
+    """``grade``'s verdict on one program, as ``verify_code`` reaches it; what would raise there
+    (malformed tests, a broken sandbox, a judge that raised) is this completion's grading error."""
+    try:
+        return _program_verdict(completion, parse_tests(tests), timeout_s, None, SandboxLimits())
+    except Exception as error:  # noqa: BLE001 (a grading failure costs its completion only, and says why)
+        return Verdict(passed=False, reason=f"error: {type(error).__name__}: {error}"[:REASON_CHARS])
+
+
+def failure_summary(verdicts: Sequence[Verdict]) -> str | None:
+    """One line on the completions the grader failed on (``grading_error``; a = 0 for each), their
+    commonest reasons first; None when it failed on none. Training and evaluation print it.
+
+    >>> failure_summary([Verdict(passed=False, reason="timeout"), Verdict(passed=True, reason="correct")])
+    'the grader failed on 1 of 2 completions (a = 0): 1 x timeout'
+    """
+    failed = collections.Counter(verdict.reason for verdict in verdicts if verdict.grading_error)
+    if not failed:
+        return None
+    reasons = "; ".join(f"{count} x {reason}" for reason, count in failed.most_common(3))
+    more = f"; {len(failed) - 3} other reasons" if len(failed) > 3 else ""
+    return f"the grader failed on {failed.total()} of {len(verdicts)} completions (a = 0): {reasons}{more}"
 
 
 if __name__ == "__main__":

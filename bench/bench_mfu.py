@@ -42,6 +42,7 @@ import credo  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 import sampling  # noqa: E402
+import verifier  # noqa: E402
 from bench.results_io import report  # noqa: E402
 from infra import memfit, parallel  # noqa: E402
 from schema import Config  # noqa: E402
@@ -222,8 +223,14 @@ def main() -> None:
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # random weights: no tokenizer
     if compiled:
         pol.compile_update(policy)
+    verdicts = [verifier.Verdict(passed=a == 1, reason="set by hand") for a in correct.tolist()]
     out = sampling.Outcomes(
-        correct=correct, fmt=valid.float(), valid=valid, reported=None, truncated=torch.zeros_like(valid)
+        correct=correct,
+        verdicts=verdicts,
+        fmt=valid.float(),
+        valid=valid,
+        reported=None,
+        truncated=torch.zeros_like(valid),
     )
     plan = config.confidence_plan(cfg)
 

@@ -55,6 +55,7 @@ import methods  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 import sampling  # noqa: E402
+import verifier  # noqa: E402
 from bench.results_io import report  # noqa: E402
 
 TRL_PY = ROOT / ".cache" / "bench-trl-venv" / "bin" / "python"
@@ -158,7 +159,10 @@ def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_i
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
-    out = sampling.Outcomes(correct=correct, fmt=fmt, valid=valid, reported=None, truncated=torch.zeros_like(valid))
+    verdicts = [verifier.Verdict(passed=a == 1, reason="set by hand") for a in correct.tolist()]
+    out = sampling.Outcomes(
+        correct=correct, verdicts=verdicts, fmt=fmt, valid=valid, reported=None, truncated=torch.zeros_like(valid)
+    )
     return credo.train_step(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
 
 

@@ -12,9 +12,11 @@ anything is built from the child's bytes:
   compared where it lies, never decoded as a whole (``_stdout_matches``):
   expected lines and tokens are looked for in place, a long whitespace run is
   skipped 256 KiB at a time, a numeric token is parsed only when it is at most
-  100 bytes longer than the expected one; the judge holds at most about 1.5 MiB
-  beyond the output and the expectation, and its C calls scan at most 256 KiB
-  of output or one expected line (other grading threads are never starved);
+  100 bytes longer than the expected one, and compared by its exact value
+  (sign, digits and an exponent of any length: ``_same_number``); the judge
+  holds at most about 1.5 MiB beyond the output and the expectation, and its C
+  calls scan at most 256 KiB of output or one expected line (other grading
+  threads are never starved);
 * a returned value at most 8 times the length and 4 times the element count
   of the expectation's JSON (plus constants), ASCII as the child encodes it,
   decoded in one pass of the C JSON decoder without hashing a number
@@ -22,6 +24,9 @@ anything is built from the child's bytes:
 * a ``property`` (``polynomial_root``): the property's own size (a number),
   decoded the same way and checked by trusted code;
 * an ``assert`` verdict: an empty payload.
+
+Every judge is a total function of the child's bytes: whatever they hold, it returns a
+verdict and never raises (a value no comparison can handle is unequal).
 
 Not here: running the sandbox (``grading/sandbox.py``), extracting the program from a
 completion and the public entry points (``verifier.py``).
@@ -37,7 +42,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
 from grading.sandbox import TestSpec
@@ -46,6 +51,10 @@ from grading.sandbox import TestSpec
 _NUMBER = r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+"
 _NUMBER_TOKEN = re.compile(_NUMBER)
 _NUMBER_BYTES = re.compile(_NUMBER.encode())
+# The parts of a token _NUMBER matches: sign, integer digits, fraction digits, exponent.
+_NUMBER_PARTS = re.compile(rb"([+-]?+)(\d*+)(?:\.(\d*+))?+(?:[eE]([+-]?+\d++))?+")
+# Exact arithmetic on integers of any length (int() refuses a str of over 4,300 digits): exponents.
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 # The characters str.split() and str.strip() take for whitespace (test_the_whitespace_is_pythons).
 WHITESPACE = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
@@ -153,7 +162,8 @@ def _stdout_matches(want: _ExpectedStdout, out: bytes) -> bool:
 
     As ``str.strip`` and ``str.split`` of the decoded text would have it: after stripping,
     ``out`` has the expected lines, and each line, stripped, is equal or token-wise equal,
-    tokens in plain decimal or scientific notation compared as ``Decimal`` (``1.0`` is ``1``).
+    tokens in plain decimal or scientific notation compared by their exact value (``1.0`` is
+    ``1``, ``1e3`` is ``1000``, whatever the length of the exponent: ``_same_number``).
     Beyond that, ``out`` is at most ``want.max_bytes`` long and a numeric token at most
     ``NUMBER_SLACK`` bytes longer than the expected one.  True only for valid UTF-8: every
     byte of a match is in whitespace, an expected token or an ASCII number.
@@ -206,7 +216,7 @@ def _match_line(
 
 def _match_token(token: memoryview, out: bytes, position: int, end: int) -> int:
     """Where the token of ``out`` at ``position`` ends if it equals the expected ``token`` (the
-    same bytes, or both plain numbers of the same ``Decimal`` value), else -1."""
+    same bytes, or both plain numbers of the same value), else -1."""
     if _same_at(out, position, token, end):
         return position + len(token)
     if not _NUMBER_BYTES.fullmatch(token):
@@ -215,7 +225,46 @@ def _match_token(token: memoryview, out: bytes, position: int, end: int) -> int:
     number = _NUMBER_BYTES.match(out, position, min(end, position + limit + 1))
     if number is None or number.end() - position > limit or not _boundary(out, number.end(), end):
         return -1
-    return number.end() if Decimal(number.group().decode()) == Decimal(token.tobytes().decode()) else -1
+    return number.end() if _same_number(number.group(), token.tobytes()) else -1
+
+
+def _same_number(a: bytes, b: bytes) -> bool:
+    """Whether two numerals (tokens ``_NUMBER`` matches) have the same value, compared exactly
+    as sign, significant digits and exponent (``_numeral_parts``): no ``Decimal`` or ``float`` of
+    the numerals is built, so an exponent of any length compares (``Decimal`` raises beyond about
+    18 digits), in time and memory linear in the tokens.
+
+    >>> _same_number(b"1.0", b"1"), _same_number(b"1e3", b"1000"), _same_number(b"-0", b"0.0e99999999999999999999")
+    (True, True, True)
+    >>> _same_number(b"2469134e99999999999999999999", b"2.469134e100000000000000000005")
+    True
+    >>> _same_number(b"1e-99999999999999999999", b"0"), _same_number(b"1e-99999999999999999999", b"1e-9")
+    (False, False)
+    """
+    negative_a, digits_a, exponent_a, shift_a = _numeral_parts(a)
+    negative_b, digits_b, exponent_b, shift_b = _numeral_parts(b)
+    if negative_a != negative_b or digits_a != digits_b:
+        return False
+    return _EXACT.subtract(Decimal(exponent_a), Decimal(exponent_b)) == shift_b - shift_a
+
+
+def _numeral_parts(token: bytes) -> tuple[bool, bytes, str, int]:
+    """A numeral as ``(negative, digits, exponent, shift)``: its value is ``0.digits`` times ten
+    to the power ``exponent + shift``, ``digits`` without leading or trailing zeros, ``exponent``
+    the written exponent's text (an integer of any length, ``"0"`` when none is written) and
+    ``shift`` a count of the numeral's digits. Zero, of any sign or exponent, is
+    ``(False, b"", "0", 0)``.
+
+    >>> _numeral_parts(b"-012.3400e+5"), _numeral_parts(b".005"), _numeral_parts(b"-0.0e7")
+    ((True, b'1234', '+5', 2), (False, b'5', '0', -2), (False, b'', '0', 0))
+    """
+    sign, whole, fraction, exponent = _NUMBER_PARTS.fullmatch(token).groups()
+    mantissa = whole + (fraction or b"")
+    significant = mantissa.lstrip(b"0")
+    if not significant:
+        return False, b"", "0", 0
+    shift = len(whole) - (len(mantissa) - len(significant))
+    return sign == b"-", significant.rstrip(b"0"), (exponent or b"0").decode("ascii"), shift
 
 
 def _same_at(out: bytes, position: int, piece: memoryview, end: int) -> bool:
@@ -334,7 +383,7 @@ def _returned_value_has(
     try:
         value = json.loads(payload[:].decode("ascii"), object_pairs_hook=_normalize_typed_object)
         return check(args, value, **parameters) is True
-    except (ValueError, TypeError, OverflowError, RecursionError):
+    except (ValueError, TypeError, ArithmeticError, RecursionError):  # e.g. math.pow's OverflowError
         return False
 
 
@@ -458,8 +507,8 @@ def _returned_value_matches(expected: _ExpectedValue, payload: bytes) -> bool:
     try:
         actual = json.loads(text.decode("ascii"), object_pairs_hook=_normalize_typed_object)
         return _values_match(expected.value, actual)
-    except (ValueError, TypeError, OverflowError, RecursionError):
-        return False  # e.g. an int too large for a float against a float expectation
+    except (ValueError, TypeError, ArithmeticError, RecursionError):
+        return False  # e.g. an int too large for a float against a float expectation (OverflowError)
 
 
 def _within_bounds(expected: _ExpectedValue, text: bytes) -> bool:

@@ -12,13 +12,14 @@ project's stdlib-only modules) and math-verify.
 Each item is bounded twice: by math-verify's own whole-second
 ``signal.alarm`` timeouts, which run in the worker's main thread where they
 work, and by a wall-clock deadline kept by the parent.  A worker that misses
-its deadline is killed with its whole process group and replaced; its item
-is ``False``.  The parent never holds a sympy object: workers return
-statuses.  Workers are not sandboxed: they get an address-space limit and
-die with their parent.  A worker whose resident memory, reported with each
-status, is over ``MATH_WORKER_RECYCLE_MB`` after an item is replaced by a
-fresh one: answers that fill sympy's caches (a 2^(2^26) costs about 20 MB
-that stays) would otherwise keep it at its 4 GiB limit for the rest of a run.
+its deadline is killed with its whole process group and replaced; its item's
+status is ``timeout`` (``error: ...`` where a worker died).  The parent never
+holds a sympy object: workers return statuses.  Workers are not sandboxed:
+they get an address-space limit and die with their parent.  A worker whose
+resident memory, reported with each status, is over ``MATH_WORKER_RECYCLE_MB``
+after an item is replaced by a fresh one: answers that fill sympy's caches
+(a 2^(2^26) costs about 20 MB that stays) would otherwise keep it at its 4 GiB
+limit for the rest of a run.
 
 Not here: answer extraction and the math-verify calls (``verifier.py``), the
 code sandbox (``grading/sandbox.py``).  Imports nothing of ours.
@@ -48,6 +49,7 @@ MATH_WORKER_MEMORY_MB = 4096  # address space, during an item
 # (os.cpu_count()), the pool holds at most this much per worker between items.
 MATH_WORKER_RECYCLE_MB = 512
 MATH_WORKER_STARTUP_TIMEOUT_S = 120.0
+WORKER_DIED = "error: the math worker died"  # the status of an item whose worker exited or spoke garbage
 # One item per parsing path a worker warms before it says ready (serve): a fraction,
 # a set, an interval, a root and a polynomial, each graded correct.
 WARM_UP_ITEMS = (
@@ -61,10 +63,12 @@ WARM_UP_ITEMS = (
 
 def run_batch(
     items: list[tuple[str, str]], workers: int | None, timeout_s: float, show: bool, command: Sequence[str]
-) -> list[bool]:
+) -> list[str]:
     """Grade validated ``(completion, gold)`` items in this process's pool
-    (see ``verifier.verify_math_batch``); ``command`` starts one worker, to
-    which the parent's pid is appended."""
+    (see ``verifier.verify_math_batch``): the status of each, its worker's
+    (``correct`` passes), ``timeout`` where the worker missed its deadline or
+    ``error: ...`` where it died; ``command`` starts one worker, to which the
+    parent's pid is appended."""
     with _POOL_LOCK:
         pool = _math_pool(workers, command)
         try:
@@ -173,8 +177,8 @@ class _MathPool:
             worker.kill()
         self.workers = []
 
-    def run(self, items: list[tuple[str, str]], timeout_s: float, show: bool) -> list[bool]:
-        """Grade ``items``; see ``verifier.verify_math_batch``."""
+    def run(self, items: list[tuple[str, str]], timeout_s: float, show: bool) -> list[str]:
+        """The statuses of ``items``; see ``run_batch``."""
         batch = _MathBatch(items)
         bar = _progress_bar(len(items)) if show else None
         try:
@@ -191,7 +195,7 @@ class _MathPool:
         unparsed = batch.statuses.count("gold_unparsed")
         if unparsed:
             logger.warning("math-verify could not parse %d gold answer(s)", unparsed)
-        return [status == "correct" for status in batch.statuses]
+        return batch.statuses
 
     def _dispatch(self, batch: _MathBatch, timeout_s: float) -> None:
         """Hand queued items to idle, ready workers."""
@@ -203,7 +207,7 @@ class _MathPool:
                 except (BrokenPipeError, ValueError):  # died while idle: not the item's fault
                     batch.queue.appendleft(index)
                     worker.item = None
-                    self._replace(worker, batch)
+                    self._replace(worker, batch, WORKER_DIED)
 
     def _wait(self) -> list[tuple[_MathWorker, list[dict] | None]]:
         """Block until a worker speaks or the next deadline passes."""
@@ -218,7 +222,7 @@ class _MathPool:
         if messages is None:
             if not worker.ready:
                 raise RuntimeError("a math worker exited during start-up (is math-verify installed?)")
-            self._replace(worker, batch)
+            self._replace(worker, batch, WORKER_DIED)
             return
         for message in messages:
             if "fatal" in message:
@@ -229,7 +233,7 @@ class _MathPool:
                 batch.finish(worker.item, str(message.get("status")))
                 worker.item, worker.deadline = None, math.inf
                 if message["rss"] > MATH_WORKER_RECYCLE_MB << 20:
-                    self._replace(worker, batch)  # idle: no item of the batch is lost
+                    self._replace(worker, batch, "recycled")  # idle: no item of the batch is lost
                     return
 
     def _expire(self, batch: _MathBatch) -> None:
@@ -237,14 +241,14 @@ class _MathPool:
         now = time.monotonic()
         for worker in list(self.workers):
             if worker.item is not None and now >= worker.deadline:
-                self._replace(worker, batch)
+                self._replace(worker, batch, "timeout")
             elif not worker.ready and now >= worker.started + MATH_WORKER_STARTUP_TIMEOUT_S:
                 raise RuntimeError(f"a math worker did not start within {MATH_WORKER_STARTUP_TIMEOUT_S:.0f} s")
 
-    def _replace(self, worker: _MathWorker, batch: _MathBatch) -> None:
-        """Kill ``worker`` (its item, if any, fails) and start a new one."""
+    def _replace(self, worker: _MathWorker, batch: _MathBatch, why: str) -> None:
+        """Kill ``worker`` and start a new one; its item, if any, fails with the status ``why``."""
         if worker.item is not None:
-            batch.finish(worker.item, "timeout")
+            batch.finish(worker.item, why)
         worker.kill()
         self.workers[self.workers.index(worker)] = _MathWorker(self.command)
 
@@ -347,8 +351,8 @@ def serve(parent_pid: int, grade: Callable[[str, str, float], str]) -> int:
         request = json.loads(line)
         try:
             status = grade(request["completion"], request["gold"], request["timeout_s"])
-        except MemoryError:
-            status = "error"
+        except Exception as error:  # noqa: BLE001 (the item's status says why; the worker serves on)
+            status = f"error: {type(error).__name__}: {error}"[:300]
         reply = {"i": request["i"], "status": status, "rss": _resident_bytes()}
         channel.write(json.dumps(reply).encode() + b"\n")
         channel.flush()

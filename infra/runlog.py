@@ -1,5 +1,6 @@
 """What a run writes each step: one line of `metrics.jsonl` and, when asked, the step's
-rollouts (text, a, c, rewards, advantages) under `rollouts/`.
+rollouts (text, a and the grader's verdict, c, rewards, advantages) under `rollouts/`; a step
+whose grader failed on some rollouts says so on stderr.
 
 Holds: the step's metrics from its rollouts, outcomes and update statistics (`step_metrics`),
 the engine/trainer log-prob agreement, the phase timings (`timed`), and the writers. The calibration numbers come from
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -19,6 +21,7 @@ from pathlib import Path
 import torch
 
 import config
+import verifier
 from evaluation import metrics
 from infra import parallel
 from methods import Credit
@@ -76,9 +79,9 @@ class StepStats:
         return replace(self, **scalars, conf=conf, conf_valid=conf_valid, credit=Credit(**rows))
 
 
-def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, n_train_tokens: int) -> dict:
+def step_metrics(rollouts, correct, verdicts, fmt, valid, stats, logp_gap, timings: dict, n_train_tokens: int) -> dict:
     """valid: the readout exists; the confidence metrics use the confidence of record
-    (stats: credo.StepStats, over every rank)."""
+    (stats: credo.StepStats, over every rank); verdicts: the grader's (verifier.Verdict)."""
     reported = stats.conf_valid
     conf = stats.conf[reported]
     a_valid = correct[reported]
@@ -93,6 +96,7 @@ def step_metrics(rollouts, correct, fmt, valid, stats, logp_gap, timings: dict, 
         "reward_ans": float(stats.credit.r_ans.mean()),
         "reward_conf": float(stats.credit.r_conf.mean()),
         "acc": float(correct.mean()),
+        "grading_errors": sum(verdict.grading_error for verdict in verdicts),  # rollouts the grader failed on: a = 0
         "format_rate": float(fmt.mean()),
         "readout_rate": float(valid.float().mean()),
         "slot_misaligned": sum(r.segments.slot_misaligned for r in rollouts),
@@ -135,7 +139,7 @@ def engine_logprob_gap(
     return total["sum"] / total["tokens"]
 
 
-def write_rollouts(path: Path, rollouts, correct, stats) -> None:
+def write_rollouts(path: Path, rollouts, correct, verdicts, stats) -> None:
     with path.open("w") as f:
         for i, r in enumerate(rollouts):
             f.write(
@@ -146,6 +150,7 @@ def write_rollouts(path: Path, rollouts, correct, stats) -> None:
                         "finish_reason": r.finish_reason,
                         "slot_repaired": r.slot_repaired > 0,
                         "a": float(correct[i]),
+                        "verdict": verdicts[i].reason,  # why a is what it is (verifier.Verdict)
                         "c": float(stats.conf[i]) if stats.conf_valid[i] else None,
                         "format": r.segments.fmt,
                         "t": float(stats.credit.target[i]),  # the confidence target (the `target` registry)
@@ -207,10 +212,12 @@ class RunLog:
         timings = parallel.all_reduce(timings, world, "max")
         n_train_tokens = int(parallel.all_reduce({"n": n_train_tokens}, world)["n"])
         scalars = parallel.all_reduce(stats.scalars(), world, "mean")
-        gathered = parallel.gather_on_main((rollouts, out.correct, out.fmt, out.valid, stats.per_rollout()), world)
+        gathered = parallel.gather_on_main(
+            (rollouts, out.correct, out.verdicts, out.fmt, out.valid, stats.per_rollout()), world
+        )
         if not world.is_main:
             return None
-        all_rollouts, all_correct, all_fmt, all_valid, all_rows = (
+        all_rollouts, all_correct, all_verdicts, all_fmt, all_valid, all_rows = (
             parallel.concat_rows(part) for part in zip(*gathered)
         )
         all_stats = stats.merged(scalars, all_rows)
@@ -218,12 +225,26 @@ class RunLog:
             "step": step,
             "world_size": world.world_size,
             "questions": question_ids,
-            **step_metrics(all_rollouts, all_correct, all_fmt, all_valid, all_stats, logp_gap, timings, n_train_tokens),
+            **step_metrics(
+                all_rollouts,
+                all_correct,
+                all_verdicts,
+                all_fmt,
+                all_valid,
+                all_stats,
+                logp_gap,
+                timings,
+                n_train_tokens,
+            ),
         }
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(record) + "\n")
         if self.save_rollouts:
-            write_rollouts(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", all_rollouts, all_correct, all_stats)
+            path = self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"
+            write_rollouts(path, all_rollouts, all_correct, all_verdicts, all_stats)
+        failures = verifier.failure_summary(all_verdicts)
+        if failures is not None:
+            print(f"[credo] step {step}: {failures}", file=sys.stderr)
         scalars = {key: value for key, value in record.items() if type(value) in (int, float) and key != "step"}
         for sink in self.sinks:
             sink.log(scalars, step)

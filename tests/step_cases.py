@@ -12,6 +12,7 @@ import credo
 import policy as pol
 import rollout as ro
 import sampling
+import verifier
 from rollout import Rollout, Segments
 
 A = [1.0, 0.0, 0.0]  # a_i of the hand-built group
@@ -50,11 +51,17 @@ def outcomes_of(rollouts, correct) -> sampling.Outcomes:
     """Outcomes with given a_i, F_i and the slot from the segments, no report sampled as text."""
     return sampling.Outcomes(
         correct=torch.as_tensor(correct, dtype=torch.float32),
+        verdicts=hand_verdicts(correct),
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,
         truncated=torch.tensor([r.truncated for r in rollouts]),
     )
+
+
+def hand_verdicts(correct) -> list[verifier.Verdict]:
+    """The verdicts of given a_i (no grader ran)."""
+    return [verifier.Verdict(passed=bool(a), reason="set by hand") for a in torch.as_tensor(correct).tolist()]
 
 
 def standardized(values):

@@ -34,6 +34,7 @@ import methods
 import policy as pol
 import rollout as ro
 import sampling
+import verifier
 from infra import parallel, runlog
 from rollout import Rollout, Segments
 
@@ -243,12 +244,13 @@ def test_the_rollout_records_carry_the_target_and_both_rewards(tmp_path):
         completion_logp=[None, None],
     )
     path = tmp_path / "step_000000.jsonl"
-    runlog.write_rollouts(path, rollouts, torch.tensor([1.0, 0.0]), stats)
+    verdicts = [verifier.Verdict(passed=True, reason="correct"), verifier.Verdict(passed=False, reason="timeout")]
+    runlog.write_rollouts(path, rollouts, torch.tensor([1.0, 0.0]), verdicts, stats)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    keys = ("a", "c", "t", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")
+    keys = ("a", "verdict", "c", "t", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")
     assert [tuple(row[k] for k in keys) for row in rows] == [
-        (1.0, 0.5, 0.75, 1.5, 0.9375, 1.125, 0.5, 0.25),
-        (0.0, None, 0.25, 0.0, 0.0, 1.0, -0.5, -0.25),
+        (1.0, "correct", 0.5, 0.75, 1.5, 0.9375, 1.125, 0.5, 0.25),
+        (0.0, "timeout", None, 0.25, 0.0, 0.0, 1.0, -0.5, -0.25),
     ]
 
 
@@ -507,6 +509,89 @@ def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
         json.loads(line) for line in (tmp_path / "code" / "rollouts" / "step_000000.jsonl").read_text().splitlines()
     ]
     assert len(rows) == 8 and all(row["a"] == 0.0 for row in rows)
+
+
+def code_rollouts(tok, plan, question_ids: list[str], programs: list[str]) -> list[Rollout]:
+    """Readout rollouts answering with each program (question_ids[i] its question), parsed as the
+    loop parses them."""
+    prompt = tok.encode(PROMPT_2_PLUS_2, add_special_tokens=False)
+    rollouts = []
+    for question_id, program in zip(question_ids, programs):
+        text = f"```python\n{program}\n```\n<analysis> ok </analysis> <confidence>"
+        ids = tok.encode(text, add_special_tokens=False)
+        segments = ro.parse_segments(tok, ids, plan.segments, ro.ANSWER_MARKERS["code"])
+        rollouts.append(Rollout(question_id, prompt, ids, text, "stop", segments))
+    return rollouts
+
+
+MALFORMED_TESTS = {"kind": "stdio", "inputs": ["3\n", "10\n"], "outputs": ["6\n"]}  # two inputs, one output
+
+
+def test_a_rollout_the_grader_fails_on_costs_only_itself(tiny_dir, tmp_path, capsys):
+    """One code step through the loop's own helpers (outcomes graded in the sandbox, the tiny
+    model's update, the run log): programs printing numerals whose exponent no Decimal holds
+    (issue 58: the judge raised InvalidOperation, and the step with it) are wrong; a question
+    whose tests are malformed costs its own rollouts only: a = 0, the reason in
+    rollouts/step_*.jsonl, counted in metrics.jsonl and said on stderr; the step goes on."""
+    policy = tiny_policy(tiny_dir)
+    cfg = config.load_config(
+        "tiny", ["domain=code", "group_size=3", "per_device_batch_size=6", "grad_accum=1", "verify_workers=2"]
+    )
+    plan = config.confidence_plan(cfg)
+    questions = [
+        {"id": "double", "problem": "Double n.", "tests": DOUBLE_TESTS},
+        {"id": "broken", "problem": "Double n.", "tests": MALFORMED_TESTS},
+    ]
+    programs = ["print(2 * int(input()))", "print('1e-99999999999999999999')", "print('2469134e99999999999999999999')"]
+    rollouts = code_rollouts(policy.tokenizer, plan, ["double"] * 3 + ["broken"] * 3, programs * 2)
+    out = sampling.outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
+    broken = "error: ValueError: 2 inputs but 1 outputs"
+    assert out.correct.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [verdict.reason for verdict in out.verdicts] == ["correct", "wrong", "wrong", broken, broken, broken]
+
+    batch = pol.training_batch(rollouts, policy.tokenizer, plan.teacher_digits, plan.samples_slot_token)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr)
+    stats = credo.train_step(policy, optimizer, batch, out, cfg, plan, step=0, rollouts=rollouts)
+    with runlog.RunLog(tmp_path, parallel.single_process(), cfg) as log:
+        timings = {"rollout": 1.0, "verify": 1.0, "train": 1.0}
+        log.step(0, ["double", "broken"], rollouts, out, stats, None, timings, float(batch.attention_mask.sum()))
+    (metrics,) = read_metrics(tmp_path)
+    assert metrics["grading_errors"] == 3 and metrics["acc"] == pytest.approx(1 / 6)
+    rows = [json.loads(line) for line in (tmp_path / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
+    assert [(row["question_id"], row["a"], row["verdict"]) for row in rows] == [
+        ("double", 1.0, "correct"),
+        ("double", 0.0, "wrong"),
+        ("double", 0.0, "wrong"),
+        ("broken", 0.0, broken),
+        ("broken", 0.0, broken),
+        ("broken", 0.0, broken),
+    ]
+    warning = f"[credo] step 0: the grader failed on 3 of 6 completions (a = 0): 3 x {broken}"
+    assert warning in capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.slow
+def test_a_run_goes_on_past_a_question_whose_tests_are_malformed(tmp_path, tiny_dir):
+    """The real loop (bash run.sh tiny) in the code domain, one of its two questions with malformed
+    tests: before issue 58 its grading raised out of the step and the run died; now the step
+    completes, each of that question's rollouts has a = 0 and the reason in its record, the step
+    counts them in metrics.jsonl and says so on stderr."""
+    data = tmp_path / "code_train.jsonl"
+    rows = [
+        {"id": "double", "problem": "Print twice the input.", "tests": DOUBLE_TESTS},
+        {"id": "broken", "problem": "Print twice the input.", "tests": MALFORMED_TESTS},
+    ]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = run_tiny(tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
+    (metrics,) = read_metrics(tmp_path / "code")
+    records = [
+        json.loads(line) for line in (tmp_path / "code" / "rollouts" / "step_000000.jsonl").read_text().splitlines()
+    ]
+    broken = "error: ValueError: 2 inputs but 1 outputs"
+    assert len(records) == 8 and all(record["a"] == 0.0 for record in records)
+    assert [record["verdict"] == broken for record in records].count(True) == metrics["grading_errors"] == 4
+    assert all(record["verdict"] == broken for record in records if record["question_id"] == "broken")
+    assert f"[credo] step 0: the grader failed on 4 of 8 completions (a = 0): 4 x {broken}" in result.stderr
 
 
 # --- the paper's tables as commands ---------------------------------------------------------------

@@ -33,6 +33,7 @@ import engine as eng  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 import sampling  # noqa: E402
+import verifier  # noqa: E402
 from infra import checkpoint, parallel, runlog  # noqa: E402
 
 # The ranks here are CPU ranks over gloo: GPUs are hidden from them, or on a GPU machine
@@ -145,6 +146,7 @@ def one_update(
     rollouts = [r for problem, texts, _ in mine for r in group_rollouts(tokenizer, problem, texts)]
     out = sampling.Outcomes(
         correct=torch.tensor([a for _, _, answers in mine for a in answers]),  # [N_rank]
+        verdicts=[verifier.Verdict(passed=a == 1, reason="set by hand") for _, _, answers in mine for a in answers],
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,

@@ -13,6 +13,7 @@ import engine as eng
 import problems
 import rollout as ro
 import sampling
+import verifier
 from rollout import NumeralRule, Rollout, confidence_text, parse_segments, parse_verbalized_confidence, system_prompt
 
 
@@ -653,6 +654,7 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
     sequences = [r.prompt_ids + r.completion_ids for r in rollouts]
     out = sampling.Outcomes(
         correct=torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),  # a fixed outcome: something to learn
+        verdicts=[verifier.Verdict(passed=a == 1, reason="set by hand") for a in [1, 0, 1, 0, 1, 0]],
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),
         reported=None,
