@@ -1,7 +1,7 @@
 """What the verifier (verifier.py, the only door in) runs apart from the trainer:
 
   mathpool.py           warm, killable worker processes for math-verify
-  mathjudge.py          how a math worker compares an answer with its gold (math-verify, the gold never widened)
+  mathjudge.py          how a math worker compares an answer with its gold (math-verify; True only with a proof)
   judge.py              code tests' schemas, and how the parent judges what a sandbox sends back
   sandbox.py            the sandbox parent: starts, bounds, feeds and kills the child
   sandbox_child.py      the child program (spliced text, never imported)

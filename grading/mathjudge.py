@@ -1,34 +1,34 @@
-"""How a math worker judges a boxed answer against its gold: math-verify, configured so that
-the gold (the trusted reference) is never widened.
+"""How a math worker judges a boxed answer against its gold: math-verify's parser and its
+structural comparisons (sets, intervals, relations, matrices), with every numeric verdict
+replaced by one that says True only with a proof of equality.
 
 ``grade(answers, gold, seconds)`` returns the status of one item (``correct``, ``wrong``,
 ``no_answer``, ``gold_unparsed`` or ``error``); ``verifier._verify_math_inprocess`` calls it in a
 math worker's main thread, where math-verify's alarms work.
 
-The gold is parsed as LaTeX with math-verify's normalization minus its unit stripping
-(``GOLD``): no unit, no trailing ``\\text{...}`` and no letter math-verify takes for a unit is
-dropped (``4t`` stays ``4t``; the default turns it into ``4``), and primes are kept (``'`` and
-``"`` become ``^{\\prime}``; the default deletes them). What the gold keeps of math-verify's
-clean-up only reformats: ``\\left``/``\\right``, ``\\dfrac``, ``\\displaystyle``, ``$`` and
-``\\$``, ``\\!``, malformed ``\\frac12`` or ``\\sqrt2``, a leading ``.5``, ``0.5`` as
-``\\frac{1}{2}``, the words "and"/"or" as commas, ``^\\circ``.
+Parsing. Gold and answer are read the same way: a trailing unit written as words is dropped
+(``strip_unit``: ``9\\text{ inches}`` and ``10 feet`` are 9 and 10, and only when what is left
+holds no letter, so ``4t``, ``2\\pi r h`` and a piecewise gold keep every symbol), then both are
+parsed as LaTeX with math-verify's normalization minus its unit stripping (``CONFIG``; its
+stripping dropped everything from the first ``\\text`` to the end, mathematics included).
+Primes are kept (``'`` and ``"`` become ``^{\\prime}``; math-verify deletes quotes).
 
-The answer is parsed twice, as math-verify parses it by default (``ANSWER``: units and a
-trailing ``\\text{...}`` dropped, so ``5\\text{ cm}`` answers 5) and as the gold is (so
-``5\\text{ cm}`` also answers ``5\\text{ cm}``); it is correct when either parse equals the gold.
-The leniencies are the answer's, never the gold's (docs/verifier.md lists them).
+The proof obligations (``install`` puts ``numeric_eq`` and ``symbolic_eq`` in the place of
+math-verify's two numeric steps, which every comparison calls by name; docs/verifier.md lists
+every path that returns True). Both sides are first made exact (``exact``): a decimal is the
+exact decimal it is written as and ``x\\%`` is the number x (a percent sign is a unit mark,
+never a factor of 1/100). Then:
 
-Numbers (``install`` replaces math-verify's two numeric steps, ``sympy_numeric_eq`` and
-``sympy_symbolic_eq``, which round to 6 decimals and compare at 15 significant digits): a
-decimal is the exact decimal it is written as, and no side is ever rounded.
-* A gold whose exact value has a finite decimal expansion (an integer, ``\\frac{1}{8}``,
-  ``3\\times10^{-7}``, ``18.90``) is matched by exactly that value: ``1.0\\times10^{20}`` never
-  answers ``10^{20}+1``, ``0.0`` never answers ``\\frac{1}{2^{30}}``.
-* Any other gold (``\\frac{1}{3}``, ``\\pi``, ``\\sqrt{2}``): an answer written with a decimal
-  matches within a relative ``REL_TOL`` (plus ``ABS_FLOOR``): ``0.3333333`` answers
-  ``\\frac{1}{3}``, ``0.33`` does not; an exact answer must be exactly equal (sympy proves
-  the difference zero, or cannot tell it from zero at about 100 digits): ``\\pi + 10^{-20}``
-  never answers ``\\pi``.
+* *rational gold* (an integer, ``\\frac{7}{3}``, ``18.90``, or a gold sympy simplifies to one):
+  the answer must evaluate exactly to that rational. ``\\lfloor 10^{200}\\pi\\rfloor``,
+  ``\\sqrt{9+10^{-300}}`` and ``0.3333333`` never answer 42, 3 and ``\\frac13``.
+* *any other gold* (``\\pi``, ``2\\sqrt3``): an exact answer needs a difference that ``simplify``
+  makes exactly 0 (``symbolic_eq``); an answer written as a decimal matches when the distance is
+  certified below ``REL_TOL`` times the gold (plus ``ABS_FLOOR``): the gold is evaluated to
+  ``DIGITS`` digits by sympy's strict evaluation, which raises rather than return fewer, and the
+  comparison is made in exact rationals with the error bound of those digits (``_certified_close``).
+* *anything else is False*: an exception, an exhausted precision, an alarm, a difference sympy
+  cannot decide. No path reads "cannot tell it from zero" as equal.
 
 Not here: extracting the boxed answers (``verifier.py``), the worker processes
 (``grading/mathpool.py``). Imports nothing of ours; math-verify and sympy are imported on first
@@ -37,16 +37,38 @@ use, in the worker only (the trainer never loads them).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import replace
 from importlib.metadata import version
 from typing import Any
 
 MATH_VERIFY_VERSION = "0.9.0"  # install() replaces two of its functions: checked before it does
-REL_TOL = "1e-6"  # an inexact answer's relative distance from a gold without a finite decimal
-ABS_FLOOR = "1e-30"  # ... plus this absolute distance (a gold that sympy evaluates near 0)
+REL_TOL = "1e-6"  # a decimal answer's relative distance from a gold that is not rational
+ABS_FLOOR = "1e-30"  # ... plus this absolute distance
+DIGITS = 40  # the digits an irrational gold is evaluated to (strictly) for that comparison
 _PRIMES = re.compile(r"(?<!\\)(?:'|\")+")
-_CONFIGS: dict[str, Any] = {}
+# A unit written as words at the end: \text{...}/\mbox{...} of letters (or the plain words below,
+# after a space), an optional ^2 or ^3 and a full stop.
+_TEXT_UNIT = re.compile(
+    r"^(?P<value>.*?)(?:\s|\\[,;: !]|~)*"
+    r"(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*(?P<word>[A-Za-z][A-Za-z .]*?)\s*\}"
+    r"|(?<=[\s}0-9])(?P<plain>[A-Za-z]{3,}))"
+    r"(?:\s*\^\s*(?:[23]|\{\s*[23]\s*\}))?\s*\.?\s*$",
+    re.DOTALL,
+)
+# Plain words taken for a unit (after a space): math-verify's unit list, minus what a formula could be.
+_UNIT_WORDS = frozenset(
+    "feet foot inch inches mile miles meter meters metre metres centimeter centimeters "
+    "kilometer kilometers yard yards degree degrees cent cents dollar dollars pound pounds "
+    "second seconds minute minutes hour hours day days week weeks month months year years "
+    "unit units square squares gallon gallons liter liters litre litres acre acres hectare hectares "
+    "point points digit digits student students apple apples coin coins tile tiles edge edges "
+    "mph kmph kmh".split()
+)
+_NOT_UNITS = frozenset("and or if for when where with otherwise else is are".split())
+_LETTER_OUTSIDE_COMMANDS = re.compile(r"(?<![\\A-Za-z])[A-Za-z]")
+_CONFIG: dict[str, Any] = {}
 
 
 def grade(answers: list[str], gold: str, seconds: int) -> str:
@@ -55,22 +77,50 @@ def grade(answers: list[str], gold: str, seconds: int) -> str:
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
-    gold_config, answer_config = _configs()
-    prediction = ", ".join("\\boxed{" + _keep_primes(answer) + "}" for answer in answers)
+    config = _config()
+    prediction = ", ".join("\\boxed{" + read_form(answer) + "}" for answer in answers)
     try:
-        gold_parsed = parse("\\boxed{" + _keep_primes(gold) + "}", [gold_config], parsing_timeout=seconds)
+        gold_parsed = parse("\\boxed{" + read_form(gold) + "}", [config], parsing_timeout=seconds)
         if not gold_parsed:
             return "gold_unparsed"
-        predicted = parse(prediction, [answer_config], parsing_timeout=seconds)
-        as_gold = parse(prediction, [gold_config], parsing_timeout=seconds)
-        if as_gold != predicted:
-            predicted += as_gold
+        predicted = parse(prediction, [config], parsing_timeout=seconds)
         if not predicted:
             return "no_answer"
         equal = verify(gold_parsed, predicted, timeout_seconds=seconds)
     except (Exception, TimeoutException):  # noqa: BLE001 (any failure grades False)
         return "error"
     return "correct" if equal is True else "wrong"
+
+
+def read_form(text: str) -> str:
+    """What is parsed of a gold or an answer: its trailing word unit dropped, primes kept.
+
+    >>> read_form(r"9 \\text{ inches}"), read_form("4t"), read_form("f'(x)")
+    ('9', '4t', 'f^{\\\\prime}(x)')
+    """
+    return _keep_primes(strip_unit(text))
+
+
+def strip_unit(text: str) -> str:
+    """``text`` without a trailing unit written as words (``\\text{ cm}``, ``\\mbox{ inches}^2``,
+    `` feet``), when what is left is a value with no letter outside a LaTeX command; else unchanged.
+
+    >>> strip_unit(r"5\\text{ cm}"), strip_unit(r"864 \\mbox{ inches}^2"), strip_unit("10 feet")
+    ('5', '864', '10')
+    >>> strip_unit(r"5\\text{ apples}+3\\text{ apples}"), strip_unit(r"2\\pi r \\text{ cm}"), strip_unit("2 abc")
+    ('5\\\\text{ apples}+3\\\\text{ apples}', '2\\\\pi r \\\\text{ cm}', '2 abc')
+    """
+    match = _TEXT_UNIT.match(text)
+    if match is None:
+        return text
+    value, word = match.group("value").strip(), match.group("word") or match.group("plain")
+    words = set(word.lower().replace(".", " ").split())
+    plain_ok = match.group("plain") is None or word.lower() in _UNIT_WORDS
+    if not value or words & _NOT_UNITS or not plain_ok or _LETTER_OUTSIDE_COMMANDS.search(value):
+        return text
+    if "\\text" in value or "\\mbox" in value or value.endswith(("\\", "^", "_", "{")):
+        return text
+    return value
 
 
 def _keep_primes(text: str) -> str:
@@ -82,21 +132,20 @@ def _keep_primes(text: str) -> str:
     return _PRIMES.sub(lambda match: "^{" + "\\prime" * (len(match.group()) + match.group().count('"')) + "}", text)
 
 
-def _configs() -> tuple[Any, Any]:
-    """(gold config, answer config), built once math-verify's comparisons are ours (``install``)."""
-    if not _CONFIGS:
+def _config() -> Any:
+    """The extraction config of gold and answer, built once math-verify's comparisons are ours."""
+    if not _CONFIG:
         from latex2sympy2_extended import NormalizationConfig
         from math_verify import LatexExtractionConfig
 
         install()
-        gold = NormalizationConfig(
+        normalization = NormalizationConfig(
             basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all", equations=False
         )
-        _CONFIGS["gold"] = LatexExtractionConfig(boxed_match_priority=0, normalization_config=gold)
-        _CONFIGS["answer"] = LatexExtractionConfig(boxed_match_priority=0)
-        if _CONFIGS["answer"].normalization_config != replace(gold, units=True):
-            raise RuntimeError("math-verify's default normalization changed: GOLD must be it minus units")
-    return _CONFIGS["gold"], _CONFIGS["answer"]
+        if LatexExtractionConfig().normalization_config != replace(normalization, units=True):
+            raise RuntimeError("math-verify's default normalization changed: CONFIG must be it minus units")
+        _CONFIG["config"] = LatexExtractionConfig(boxed_match_priority=0, normalization_config=normalization)
+    return _CONFIG["config"]
 
 
 def install() -> None:
@@ -117,99 +166,129 @@ def install() -> None:
 
 
 def numeric_eq(gold: Any, answer: Any, float_rounding: int = 6, numeric_precision: int = 15) -> bool:
-    """math-verify's numeric step (its signature; the rounding arguments are unused), exact.
+    """math-verify's numeric step (its signature; the rounding arguments are unused), with a proof.
 
-    Matrices compare element by element; an integer and an integer percentage compare by
-    their numbers (``50\\%`` answers 50, math-verify's leniency); otherwise the two values,
-    each decimal read as the exact decimal it is, must be equal, except that an answer with a
-    decimal approximates a gold without a finite decimal expansion within ``REL_TOL``.
+    Matrices compare element by element. Otherwise, both made exact (``exact``): equal trees; a
+    rational gold (``rational_value``) and an answer that is exactly that rational; or a gold that is
+    not rational and an answer written with a decimal, certified close (``_certified_close``).
     """
-    from math_verify.grader import get_pct_val, is_atomic_or_pct_atomic, safe_sympy_doit
-    from sympy import Float, Integer, MatrixBase, MatrixExpr
+    from sympy import MatrixBase, MatrixExpr
 
-    if isinstance(gold, (MatrixBase, MatrixExpr)) and isinstance(answer, (MatrixBase, MatrixExpr)):
-        gold, answer = safe_sympy_doit(gold), safe_sympy_doit(answer)
-        if isinstance(gold, MatrixBase) and isinstance(answer, MatrixBase) and gold.shape == answer.shape:
-            return all(numeric_eq(g, a) for g, a in zip(gold.flat(), answer.flat(), strict=True))
-        return False
-    if is_atomic_or_pct_atomic(gold, Integer) and is_atomic_or_pct_atomic(answer, Integer):
-        return get_pct_val(gold, gold) == get_pct_val(answer, answer)
     try:
-        exact_gold = exact(gold)
-        difference = exact_gold - exact(answer)
-        if difference == 0:
+        if isinstance(gold, (MatrixBase, MatrixExpr)) or isinstance(answer, (MatrixBase, MatrixExpr)):
+            return _matrices_equal(gold, answer, numeric_eq)
+        exact_gold, exact_answer = exact(gold), exact(answer)
+        if exact_gold == exact_answer:
             return True
-        if not difference.is_number:
+        if not (exact_gold.is_number and exact_answer.is_number):
             return False
-        if not (gold.has(Float) or answer.has(Float)):
-            return _indistinguishable_from_zero(difference)
-        return not _has_finite_decimal(exact_gold) and _within_tolerance(difference, exact_gold)
-    except Exception:  # noqa: BLE001 (values sympy cannot subtract or evaluate are unequal)
+        rational_gold = rational_value(exact_gold)
+        if rational_gold is not None:
+            return exact_answer.is_Rational is True and exact_answer == rational_gold
+        return (
+            _written_as_decimal(answer)
+            and exact_answer.is_Rational is True
+            and _certified_close(exact_gold, exact_answer)
+        )
+    except Exception:  # noqa: BLE001 (a failure is no proof)
         return False
 
 
 def symbolic_eq(gold: Any, answer: Any) -> bool:
-    """math-verify's symbolic step (``simplify`` of the difference is zero), on exact values:
-    a decimal is its exact decimal, so ``10^{20}+1 - 1.0\\times10^{20}`` is 1, not a float 0."""
-    from sympy import Basic, MatrixBase, simplify
+    """math-verify's symbolic step, with a proof: the exact difference simplifies to exactly 0
+    (for matrices, every entry does). ``is_zero`` is not asked: only the zero it returns is read."""
+    from sympy import Integer, MatrixBase, MatrixExpr, simplify
 
     try:
-        difference = simplify(exact(gold) - exact(answer))
-        if isinstance(difference, MatrixBase):
-            return bool(difference.is_zero_matrix)
-        return isinstance(difference, Basic) and difference.is_zero is True
-    except Exception:  # noqa: BLE001 (as math-verify: a failure is unequal)
+        if isinstance(gold, (MatrixBase, MatrixExpr)) or isinstance(answer, (MatrixBase, MatrixExpr)):
+            return _matrices_equal(gold, answer, symbolic_eq)
+        exact_gold, exact_answer = exact(gold), exact(answer)
+        if exact_gold.is_number and rational_value(exact_gold) is not None:
+            return False  # a rational gold is answered only by that rational (numeric_eq)
+        return simplify(exact_gold - exact_answer) == Integer(0)
+    except Exception:  # noqa: BLE001 (a failure is no proof)
         return False
+
+
+def _matrices_equal(gold: Any, answer: Any, equal: Any) -> bool:
+    """Two matrices of one shape whose entries are ``equal``; anything else is False."""
+    from math_verify.grader import safe_sympy_doit
+    from sympy import MatrixBase
+
+    gold, answer = safe_sympy_doit(gold), safe_sympy_doit(answer)
+    if not (isinstance(gold, MatrixBase) and isinstance(answer, MatrixBase) and gold.shape == answer.shape):
+        return False
+    return all(equal(g, a) for g, a in zip(gold.flat(), answer.flat(), strict=True))
 
 
 def exact(value: Any) -> Any:
     """``value`` with every finite float replaced by the exact decimal it prints as at its own
-    precision (``0.1`` is 1/10, ``1.0\\times10^{20}`` is 10**20), then evaluated (``doit``).
+    precision (``0.1`` is 1/10, ``1.0\\times10^{20}`` is 10**20) and every percentage ``x\\%`` by x,
+    then evaluated (``doit``).
 
-    >>> from sympy import Float, Integer, Mul, Pow
+    >>> from sympy import Float, Integer, Mul, Pow, Rational, UnevaluatedExpr
     >>> exact(Float("0.1")), exact(Mul(Float("1.0"), Pow(10, 20, evaluate=False), evaluate=False)) == 10**20
     (1/10, True)
+    >>> exact(Mul(Integer(50), UnevaluatedExpr(Rational(1, 100)), evaluate=False))
+    50
     """
     from math_verify.grader import safe_sympy_doit
-    from sympy import Float, Rational
+    from sympy import Float, Mul, Rational, UnevaluatedExpr
 
+    percent = UnevaluatedExpr(Rational(1, 100))
+    marked = {
+        term: Mul(*[factor for factor in term.args if factor != percent])
+        for term in value.atoms(Mul)
+        if percent in term.args
+    }
+    if marked:
+        value = value.xreplace(marked)
     floats = {number: Rational(str(number)) for number in value.atoms(Float) if number.is_finite}
     return safe_sympy_doit(value.xreplace(floats) if floats else value)
 
 
-def _has_finite_decimal(value: Any) -> bool:
-    """Whether ``value`` is a rational whose denominator has no prime factor but 2 and 5.
+@functools.lru_cache(maxsize=1024)  # the gold's, asked by both steps of every comparison with it
+def rational_value(value: Any) -> Any:
+    """The rational a number is, when sympy's evaluation or ``simplify`` gives one exactly; else None.
 
-    >>> from sympy import Rational, pi
-    >>> [_has_finite_decimal(v) for v in (Rational(7), Rational(1, 8), Rational(3, 10**7), Rational(1, 3), pi)]
-    [True, True, True, False, False]
+    >>> from sympy import Integer, log, pi, sin, cos
+    >>> rational_value(Integer(7)), rational_value(sin(1) ** 2 + cos(1) ** 2), rational_value(pi)
+    (7, 1, None)
     """
-    if not value.is_Rational:
-        return False
-    denominator = int(value.q)
-    denominator >>= (denominator & -denominator).bit_length() - 1
-    while denominator % 5 == 0:
-        denominator //= 5
-    return denominator == 1
+    from sympy import simplify
+
+    if value.is_Rational:
+        return value
+    simplified = simplify(value)
+    return simplified if simplified.is_Rational else None
 
 
-def _within_tolerance(difference: Any, gold: Any) -> bool:
-    """``|difference| <= REL_TOL * |gold| + ABS_FLOOR``, both evaluated to 30 digits."""
-    from sympy import Float
+def _written_as_decimal(value: Any) -> bool:
+    """Whether the answer as parsed holds a decimal (a Float): only such an answer approximates."""
+    from sympy import Basic, Float
 
-    distance, size = abs(difference).evalf(30), abs(gold).evalf(30)
-    if not (distance.is_Number and size.is_Number):
-        return False
-    return bool(distance <= Float(REL_TOL, 30) * size + Float(ABS_FLOOR, 30))
+    return isinstance(value, Basic) and value.has(Float)
 
 
-def _indistinguishable_from_zero(difference: Any) -> bool:
-    """Whether sympy cannot tell an exact difference from zero: it evaluates to 0, or its
-    adaptive evaluation finds no significant digit (at up to about 100 digits)."""
-    from sympy.core.evalf import PrecisionExhausted
+def _certified_close(gold: Any, answer: Any) -> bool:
+    """Whether ``|gold - answer| <= REL_TOL * |gold| + ABS_FLOOR`` holds for certain: ``gold`` (a
+    real number) evaluated to ``DIGITS`` digits by sympy's strict evalf (PrecisionExhausted, not
+    fewer digits), ``answer`` an exact rational, the bound checked in rationals with the evaluation's
+    error (a relative 10^-(DIGITS-2), wider than the digits promise) on the unfavourable side.
 
-    try:
-        value = difference.evalf(15, strict=True)
-    except PrecisionExhausted:
-        return True
-    return value == 0
+    >>> from sympy import Rational, pi, sqrt
+    >>> _certified_close(pi, Rational("3.14159265")), _certified_close(pi, Rational("3.1416"))
+    (True, False)
+    >>> _certified_close(sqrt(2) * 10**200, Rational(10**200))
+    False
+    """
+    from sympy import Float, Rational
+
+    approximation = gold.evalf(DIGITS, strict=True)
+    if not isinstance(approximation, Float) or not approximation.is_finite:
+        return False  # complex, infinite or not a number
+    center = Rational(approximation)  # the exact binary value sympy computed
+    error = abs(center) * Rational(1, 10 ** (DIGITS - 2))
+    distance_at_most = abs(center - answer) + error
+    size_at_least = abs(center) - error
+    return bool(distance_at_most <= Rational(REL_TOL) * size_at_least + Rational(ABS_FLOOR))

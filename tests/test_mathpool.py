@@ -2,6 +2,7 @@
 killing and replacing workers, shutdown, warm-up), driven through verifier.py."""
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +55,26 @@ def test_stuck_worker_is_killed_and_replaced():
     with pytest.raises(ProcessLookupError):
         os.kill(old_pid, 0)
     assert verifier.verify_math_batch([(r"\boxed{7}", "7")]) == [True]
+
+
+def test_an_item_whose_worker_dies_fails_with_that_reason():
+    """A worker that dies while it grades an item costs that item only, and says so: its verdict
+    is a grading error naming the dead worker, not a timeout (issue 58), and the pool grades on."""
+    verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1)
+    verdicts = []
+    tower = [r"\boxed{2^{2^{2^{2^{2^{2}}}}}}"]  # 10-s alarms inside the worker at timeout_s=30
+    thread = threading.Thread(
+        target=lambda: verdicts.extend(verifier.grade(tower, ["5"], "math", workers=1, timeout_s=30.0))
+    )
+    thread.start()
+    worker, deadline = mathpool._POOL.workers[0], time.monotonic() + 10
+    while worker.item is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(worker.proc.pid, signal.SIGKILL)
+    thread.join(30)
+    assert verdicts == [verifier.Verdict(passed=False, reason="error: the math worker died")]
+    assert verdicts[0].grading_error
+    assert verifier.verify_math_batch([(r"\boxed{7}", "7")], workers=1) == [True]
 
 
 def test_close_stops_workers_and_pool_restarts():
@@ -120,16 +141,17 @@ def _resident_mb(pid):
 
 
 def test_a_worker_whose_memory_passes_the_bound_is_replaced(monkeypatch):
-    """Answers that fill sympy's caches keep a worker's memory: each 2^(2^26) leaves about 20 MB
-    behind (60 of 2^(2^28) reach the 4 GiB address-space limit). Once an item is done, a worker over
-    MATH_WORKER_RECYCLE_MB (here 150, for a warm worker's 60-70) is replaced, so between items
-    every worker of the pool holds less; before issue 48 this one grew past 200 MB."""
+    """Answers that fill sympy's caches keep a worker's memory: each 2^(2^26) against an irrational
+    gold leaves about 17 MB behind (60 of 2^(2^28) reach the 4 GiB address-space limit). Once an
+    item is done, a worker over MATH_WORKER_RECYCLE_MB (here 150, for a warm worker's 60-70) is
+    replaced, so between items every worker of the pool holds less (without it, this one grows
+    past 200 MB)."""
     bound = 150
     monkeypatch.setattr(mathpool, "MATH_WORKER_RECYCLE_MB", bound)
     assert verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1) == [True]
     pids, resident = set(), []
     for k in range(8):
-        item = (rf"\boxed{{2^{{2^{{26}}}} + {k}}}", "5")
+        item = (rf"\boxed{{2^{{2^{{26}}}} + {k}}}", r"\pi")  # against an irrational gold: both proof steps run
         assert verifier.verify_math_batch([item], workers=1, timeout_s=20.0) == [False]
         pid = mathpool._POOL.workers[0].proc.pid
         pids.add(pid)

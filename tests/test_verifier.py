@@ -14,12 +14,13 @@ import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
+from math_attacks import real_golds
 from sandbox_cases import CORRECT, STDIO, TESTS, completion
 
 import verifier
-from dataprep import convert, data
 from grading import judge, mathjudge, mathpool
 
 pytestmark = pytest.mark.usefixtures("no_leftovers", "close_math_pool")
@@ -568,11 +569,12 @@ NEVER_WIDENED = [
     (r"\frac{\pi r^2 h}{3}", r"\frac{1}{3}\pi r^2 h", True),
     ("a^2 + c", "a^2 + ab", False),
     ("a(a+b)", "a^2 + ab", True),
-    # a gold's \text{...} tail is kept; a unit in the gold must be in the answer
+    # a gold's \text{...} is kept unless it is a trailing unit after a value with no letter
     ("x+1", PIECEWISE, False),
     (PIECEWISE, PIECEWISE, True),
-    ("9", r"9 \text{ inches}", False),
+    ("9", r"9 \text{ inches}", True),
     (r"9 \text{ inches}", r"9 \text{ inches}", True),
+    ("2\\pi r", r"2\pi r \text{ cm}", False),
     (r"864 \mbox{ inches}^2", r"864 \mbox{ inches}^2", True),
     # primes are kept
     ("f(x)", "f'(x)", False),
@@ -612,16 +614,18 @@ NEVER_WIDENED = [
     (r"\sqrt{3+2\sqrt{2}}", r"1+\sqrt{2}", True),
     ("3.14159265", r"\pi", True),
     ("3.1416", r"\pi", False),
-    ("0.3333333", r"\frac{1}{3}", True),
-    ("0.333333", r"\frac13", True),
+    # a rational gold is answered only by itself, exactly
+    ("0.3333333", r"\frac{1}{3}", False),
+    ("0.333333", r"\frac13", False),
     ("0.33333", r"\frac{1}{3}", False),
-    ("333.333", r"\frac{1000}{3}", True),
+    ("333.333", r"\frac{1000}{3}", False),
     ("1.41421356", r"\sqrt2", True),
     ("0.5x", r"\frac{x}{2}", True),
     ("0.333333x", r"\frac{x}{3}", False),
     # the answer's leniencies (docs/verifier.md)
     (r"50\%", "50", True),
-    ("0.5", r"50\%", True),
+    ("0.5", r"50\%", False),
+    (r"50\%", r"\frac12", False),
     (r"5\text{ cm}", "5", True),
     ("10 feet", "10", True),
     (r"18\text{ m}^2", "18", True),
@@ -652,7 +656,7 @@ def test_the_numeric_comparisons_are_the_ones_installed():
     assert mathjudge.numeric_eq(Integer(10**20 + 1), Float("1.0e20")) is False
     assert mathjudge.symbolic_eq(Integer(10**20 + 1), Float("1.0e20")) is False
     assert mathjudge.numeric_eq(pi, pi + Rational(1, 10**20)) is False
-    assert mathjudge.numeric_eq(Rational(1, 3), Float("0.3333333")) is True
+    assert mathjudge.numeric_eq(Rational(1, 3), Float("0.3333333")) is False
 
 
 def test_another_math_verify_version_is_refused(monkeypatch):
@@ -661,22 +665,16 @@ def test_another_math_verify_version_is_refused(monkeypatch):
         mathjudge.install()
 
 
-REAL_MATH_SOURCES = ("math500", "aime24", "aime25", "amc", "deepscaler")
 # The real golds that math-verify's default normalization (what the verifier applied to golds before
-# issue 48) changes in substance: units and a trailing \text dropped, primes deleted. Graded against
-# what that normalization made of them, these are False now; 11^{\text{th}} became "11^{", which
-# never parsed. The other golds it changes only in form (".35625" as "0.35625") grade as before.
+# issue 48) changes in substance: primes deleted, letters and words dropped. Graded against what that
+# normalization made of them, these are False; 11^{\text{th}} became "11^{", which never parsed. Its
+# other changes are forms (".35625" as "0.35625") or a trailing unit after a value with no letter
+# ("9 \text{ inches}" as "9"), which the judge itself drops from both sides: those grade True.
 WIDENED_REAL_GOLDS = {
-    "test/prealgebra/1003.json": r"\frac{270}7\text{ degrees}",
-    "test/geometry/473.json": r"864 \mbox{ inches}^2",
-    "test/prealgebra/1044.json": r"5.4 \text{ cents}",
-    "test/prealgebra/1114.json": r"15\mbox{ cm}^2",
-    "deepscaler-00136": r"9 \text{ inches}",
     "deepscaler-00239": r"11^{\text{th}}",
     "deepscaler-00300": r"$\frac{b'}{a'}<\frac{b}{a}$",
     "deepscaler-00575": "16''",
     "deepscaler-00581": "7 minutes and 5 seconds",
-    "deepscaler-00776": r"8\text{ months}",
 }
 
 
@@ -684,17 +682,12 @@ WIDENED_REAL_GOLDS = {
 def test_real_golds_grade_themselves_and_only_the_widened_ones_change(real_part):
     """Every gold of MATH-500, AIME 2024/2025, AMC and DeepScaleR (1,403, as dataprep converts them)
     grades True against itself; against what math-verify's default normalization made of it, every
-    gold grades True except the ten above, whose reference that normalization widened."""
+    gold grades True except the four above, whose reference that normalization widened."""
     from latex2sympy2_extended.math_normalization import normalize_latex
     from math_verify import LatexExtractionConfig
 
     default = LatexExtractionConfig().normalization_config
-    golds = []
-    for name in REAL_MATH_SOURCES:
-        source = data.SOURCES[name]
-        rows, excluded = convert.convert_snapshot(real_part(name), source.patterns, source.convert)
-        assert not excluded
-        golds += [(row["id"], row["answer"]) for row in rows]
+    golds = real_golds(real_part)
     assert len(golds) == 1403
     normalized = {rid: normalize_latex(gold, default) for rid, gold in golds}
     changed = [(rid, gold) for rid, gold in golds if normalized[rid] != gold.strip()]
@@ -712,9 +705,10 @@ def test_real_golds_grade_themselves_and_only_the_widened_ones_change(real_part)
 # ---------------------------------------------------------------------------
 
 
-def decoded_stdout_matches(expected: str, actual: bytes) -> bool:
+def decoded_stdout_matches(expected: str, actual: bytes, numbers_equal=lambda a, b: Decimal(a) == Decimal(b)) -> bool:
     """The stdio comparison as it was before issue 48, on decoded text: the reference the judge,
-    which never decodes, must agree with (within its size bounds)."""
+    which never decodes, must agree with (within its size bounds); numbers_equal compares two
+    numeric tokens (as Decimal: the comparison before issue 58)."""
     try:
         text = actual.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -725,7 +719,7 @@ def decoded_stdout_matches(expected: str, actual: bytes) -> bool:
     number = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
     def same(want, got):
-        return want == got or (bool(number.fullmatch(want) and number.fullmatch(got)) and Decimal(want) == Decimal(got))
+        return want == got or (bool(number.fullmatch(want) and number.fullmatch(got)) and numbers_equal(want, got))
 
     for want, got in zip(lines, (line.strip() for line in text.split("\n"))):
         wants, gots = want.split(), got.split()
@@ -829,3 +823,229 @@ def test_long_whitespace_runs_are_skipped_as_str_lstrip_would():
                     text = out.decode("utf-8", "replace")
                     expected = len(text[: len(text) - len(text.lstrip(strip))].encode())
                     assert judge._skip(spaces, out, 0, len(out)) == expected, (size, tail, strip is None)
+
+
+# ---------------------------------------------------------------------------
+# Issue 58: every comparison is total, and a grading failure costs its completion only
+# ---------------------------------------------------------------------------
+
+ATTACK_NUMERALS = ["1e-99999999999999999999", "2469134e99999999999999999999"]  # Decimal raised on both
+MANTISSA_DIGITS = 12  # the most digits a numeral of the property test writes before its exponent
+
+
+def exact_numerals_equal(want: str, got: str) -> bool:
+    """The reference of two numerals: equal as rationals, m_w 10^e_w = m_g 10^e_g with m the written
+    mantissa (a Fraction) and e the written exponent (an int of any size). Only the exponents'
+    difference is ever raised to, and only when nonzero mantissas of at most MANTISSA_DIGITS digits
+    (and as many zeros in front) could make it up: never 10 to a 20-digit power. Like the judge, a
+    number more than NUMBER_SLACK bytes longer than the expected one is unequal."""
+    if len(got) > len(want) + judge.NUMBER_SLACK:
+        return False
+    (m_want, e_want), (m_got, e_got) = (mantissa_and_exponent(numeral) for numeral in (want, got))
+    if m_want == 0 or m_got == 0:
+        return m_want == m_got
+    difference = e_want - e_got
+    if abs(difference) > 4 * MANTISSA_DIGITS + 2:
+        return False
+    return m_want * Fraction(10) ** difference == m_got
+
+
+def mantissa_and_exponent(numeral: str) -> tuple[Fraction, int]:
+    mantissa, _, exponent = numeral.lower().partition("e")
+    return Fraction(mantissa), int(exponent or "0")
+
+
+def random_numeral(rng: random.Random) -> str:
+    """A numeral in any spelling _NUMBER reads: sign, leading zeros, a point anywhere or none, an
+    exponent of none, a few or 19-26 digits, either sign and case."""
+    digits = "".join(rng.choices("0123456789", k=rng.randint(1, MANTISSA_DIGITS)))
+    if rng.random() < 0.2:
+        digits = "0" * rng.randint(1, 3) + digits.lstrip("0")[:6] or "0"
+    point = rng.randint(0, len(digits))
+    mantissa = digits if rng.random() < 0.3 else digits[:point] + "." + digits[point:]
+    if mantissa == ".":
+        mantissa = "0."
+    exponent = ""
+    if rng.random() < 0.7:
+        size = rng.choice([1, 2, 19, 20, 21, 26])
+        exponent = rng.choice("eE") + rng.choice(["", "+", "-"]) + str(rng.randint(10 ** (size - 1), 10**size - 1))
+    return rng.choice(["", "", "+", "-"]) + mantissa + exponent
+
+
+def respelled(rng: random.Random, numeral: str) -> str:
+    """The same number written otherwise: trailing zeros added, the point moved (the exponent
+    moved with it), leading zeros, the sign of a zero flipped, an exponent written or not."""
+    mantissa, exponent = mantissa_and_exponent(numeral)
+    sign = "-" if mantissa < 0 else rng.choice(["", "+"])
+    if mantissa == 0:
+        return rng.choice(["", "+", "-"]) + rng.choice(["0", "0.0", ".0", "0e" + "9" * 25, "00E-" + "1" * 20])
+    integer, scale = abs(mantissa), 0
+    while integer.denominator != 1:  # mantissa = integer * 10^-scale
+        integer, scale = integer * 10, scale + 1
+    digits = str(integer.numerator) + "0" * rng.randint(0, 3)
+    value_exponent = exponent - scale - (len(digits) - len(str(integer.numerator)))  # value = digits * 10^this
+    after_point = rng.randint(0, len(digits))
+    written = "0" * rng.randint(0, 2) + digits[: len(digits) - after_point] + "." + digits[len(digits) - after_point :]
+    written_exponent = value_exponent + after_point
+    if written_exponent == 0 and rng.random() < 0.5:
+        return sign + written
+    return (
+        sign
+        + written
+        + rng.choice("eE")
+        + ("+" if written_exponent >= 0 and rng.random() < 0.5 else "")
+        + str(written_exponent)
+    )
+
+
+def nudged(rng: random.Random, numeral: str) -> str:
+    """A numeral close to ``numeral`` in spelling: one exponent off, or one digit more."""
+    if "e" in numeral.lower() and rng.random() < 0.5:
+        mantissa, exponent = numeral.lower().split("e")
+        return mantissa + "e" + str(int(exponent) + rng.choice([-1, 1]))
+    return numeral.replace("e", "1e", 1).replace("E", "1E", 1) if rng.random() < 0.5 else numeral + "1"
+
+
+def test_the_stdout_judge_compares_numbers_exactly_at_any_exponent():
+    """A property of the stdio comparison (issue 58): on 20,000 outputs of arbitrary bytes against
+    arbitrary expectations, numbers written in every spelling with exponents of up to 26 digits
+    among words, whitespace and invalid bytes, the judge never raises, returns a bool, and agrees
+    with the comparison on decoded text whose numbers are compared exactly as rationals
+    (``exact_numerals_equal``). Before, ``Decimal`` raised InvalidOperation on an exponent beyond
+    its context (``1e-99999999999999999999``), out of the judge and of the whole training step."""
+    rng = random.Random(58)
+    words = ["x", "Yes", "nan", "1_0", "inf", "\u00e9", "-", "."]
+    spaces = {" ": [" ", "  ", "\t", "\u3000"], "\n": ["\n", "\r\n", " \n"]}  # the output's, by the expected's
+    disagreements, judged = [], 0
+    for _ in range(20_000):
+        tokens = [random_numeral(rng) if rng.random() < 0.7 else rng.choice(words) for _ in range(rng.randint(1, 4))]
+        separators = [rng.choice([" ", " ", "\n"]) for _ in tokens]
+        expected = "".join(token + separator for token, separator in zip(tokens, separators))
+        pieces = []
+        for token, separator in zip(tokens, separators):
+            numeric, choice = judge._NUMBER_TOKEN.fullmatch(token) is not None, rng.random()
+            if numeric and choice < 0.5:
+                token = respelled(rng, token)
+            elif numeric and choice < 0.6:
+                token = nudged(rng, token)
+            elif choice < 0.65:
+                token = random_numeral(rng)
+            elif choice < 0.7:
+                token = rng.choice(words)
+            space = rng.choice(spaces[separator] if rng.random() < 0.97 else spaces[" "] + spaces["\n"])
+            pieces.append(token.encode() + space.encode())
+        if rng.random() < 0.05:
+            pieces.insert(rng.randrange(len(pieces) + 1), rng.choice([b"\xff", b"\xe3\x80", rng.randbytes(8)]))
+        actual = b"".join(pieces)
+        verdict = stdout_matches(expected, actual)
+        assert type(verdict) is bool
+        if verdict is not decoded_stdout_matches(expected, actual, numbers_equal=exact_numerals_equal):
+            disagreements.append((expected, actual))
+        judged += verdict
+    assert disagreements == []
+    assert 4_000 < judged < 16_000, judged  # both verdicts are common: the cases are not all one way
+
+
+@pytest.mark.parametrize(
+    "expected, actual, match",
+    [
+        ("5", ATTACK_NUMERALS[0], False),
+        ("5", ATTACK_NUMERALS[1], False),
+        ("0", ATTACK_NUMERALS[0], False),  # tiny, never zero
+        (ATTACK_NUMERALS[0], "0", False),
+        (ATTACK_NUMERALS[0], ATTACK_NUMERALS[0], True),
+        (ATTACK_NUMERALS[0], "10e-100000000000000000000", True),
+        (ATTACK_NUMERALS[0], "0.1E-99999999999999999998", True),
+        (ATTACK_NUMERALS[0], "1e-99999999999999999998", False),
+        (ATTACK_NUMERALS[1], "2.469134e100000000000000000005", True),
+        (ATTACK_NUMERALS[1], "24691340e+099999999999999999998", True),
+        (ATTACK_NUMERALS[1], "2469135e99999999999999999999", False),
+        (ATTACK_NUMERALS[1], "-2469134e99999999999999999999", False),
+        ("0", "-0.000e99999999999999999999", True),
+        ("1 " + ATTACK_NUMERALS[1], "1.0 2469134." + "0" * 20 + "e99999999999999999999", True),
+        ("1e" + "9" * 5000, "10e" + "9" * 4999 + "8", True),  # an exponent over int()'s 4,300 digits
+        ("1e" + "9" * 5000, "1e" + "9" * 4999 + "8", False),
+    ],
+    ids=range(16),
+)
+def test_numbers_with_exponents_beyond_decimals_compare_exactly(expected, actual, match):
+    assert stdout_matches(expected, actual.encode()) is match
+
+
+def test_numerals_with_huge_exponents_are_judged_through_the_sandbox(any_mode):
+    """The programs of issue 58, printing numerals whose exponent no Decimal holds, through
+    verify_code's stdio path: a wrong answer is False (before: InvalidOperation out of the
+    grader), an equal number written otherwise is True."""
+    echo = completion("print(input())")
+    for numeral in ATTACK_NUMERALS:
+        assert (
+            verifier.verify_code(completion(f"print({numeral!r})"), {"kind": "stdio", "inputs": [""], "outputs": ["5"]})
+            is False
+        )
+    tests = {
+        "kind": "stdio",
+        "inputs": ["2.469134e100000000000000000005\n", "10e-100000000000000000000"],
+        "outputs": ATTACK_NUMERALS[::-1],
+    }
+    assert verifier.verify_code(echo, tests) is True
+    tests = {"kind": "stdio", "inputs": ["2469134e99999999999999999998"], "outputs": [ATTACK_NUMERALS[1]]}
+    assert verifier.verify_code(echo, tests) is False
+
+
+def test_grade_gives_a_verdict_and_its_reason_and_a_grading_failure_costs_its_completion_only(any_mode, monkeypatch):
+    """verifier.grade never raises on what one completion or one reference holds: a program the
+    judge used to raise on is wrong, malformed tests and a sandbox that fails are that completion's
+    grading error (a = 0, the reason), and every other completion keeps its verdict."""
+    real_run_tests = verifier.run_tests
+
+    def broken_for_one(config, program, *args, **kwargs):
+        if "sandbox-breaks" in program:
+            raise verifier.SandboxError("the sandbox did not become ready within 10.0 s")
+        return real_run_tests(config, program, *args, **kwargs)
+
+    monkeypatch.setattr(verifier, "run_tests", broken_for_one)
+    double = {"kind": "stdio", "inputs": ["3\n"], "outputs": ["6\n"]}
+    cases = [
+        (completion("print(2 * int(input()))"), double, verifier.Verdict(passed=True, reason="correct")),
+        (completion(f"print({ATTACK_NUMERALS[0]!r})"), double, verifier.Verdict(passed=False, reason="wrong")),
+        ("no program", double, verifier.Verdict(passed=False, reason="no_answer")),
+        (
+            completion("print(2 * int(input()))"),
+            {"kind": "stdio", "inputs": ["3\n", "4\n"], "outputs": ["6\n"]},
+            verifier.Verdict(passed=False, reason="error: ValueError: 2 inputs but 1 outputs"),
+        ),
+        (
+            completion("# sandbox-breaks\nprint(6)"),
+            double,
+            verifier.Verdict(
+                passed=False, reason="error: SandboxError: the sandbox did not become ready within 10.0 s"
+            ),
+        ),
+        (
+            completion("print(6)"),
+            {"kind": "stdio", "inputs": [], "outputs": []},
+            verifier.Verdict(passed=False, reason="no_tests"),
+        ),
+    ]
+    verdicts = verifier.grade([c for c, _, _ in cases], [t for _, t, _ in cases], "code", workers=2, timeout_s=5.0)
+    assert verdicts == [verdict for _, _, verdict in cases]
+    assert [verdict.grading_error for verdict in verdicts] == [False, False, False, True, True, True]
+    # verify_code keeps its documented contract: malformed tests raise
+    with pytest.raises(ValueError, match="2 inputs but 1 outputs"):
+        verifier.verify_code(cases[3][0], cases[3][1])
+
+
+def test_grade_gives_each_math_answer_its_status():
+    """The math statuses reach the caller as reasons: an unparsable gold is the reference's fault,
+    a killed worker's item a timeout; both are grading errors with a = 0."""
+    completions = [r"\boxed{4}", r"\boxed{5}", "no box", r"\boxed{4}"]
+    verdicts = verifier.grade(completions, ["4", "4", "4", "}"], "math", workers=2, timeout_s=5.0)
+    assert [(verdict.passed, verdict.reason, verdict.grading_error) for verdict in verdicts] == [
+        (True, "correct", False),
+        (False, "wrong", False),
+        (False, "no_answer", False),
+        (False, "gold_unparsed", True),
+    ]
+    # math-verify's alarms are whole seconds; the parent's 0.5 s wall clock fires first
+    (tower,) = verifier.grade([r"\boxed{2^{2^{2^{2^{2^{2}}}}}}"], ["5"], "math", workers=2, timeout_s=0.5)
+    assert (tower.passed, tower.reason, tower.grading_error) == (False, "timeout", True)
