@@ -15,6 +15,10 @@ adam_fused, activation_checkpointing, wandb_mode) are resolved by one named func
 the device is known. `confidence_plan` decides, once, everything that depends on how a method
 gets its confidence (the swap point of a new channel).
 
+`import config` loads no torch: methods.py's registries are imported when a config is
+validated, after its file, keys, values and counts are checked (`_methods`), so that run.sh
+(dataprep.data first-use) reports a mistake in those before the heavy libraries load.
+
 Does not hold: reading data (dataprep/data.py), the model (policy.py), or the loop (credo.py).
 """
 
@@ -34,7 +38,6 @@ from typing import Literal
 
 import yaml
 
-from methods import CALIBRATION_LOSSES, METHODS, TARGETS, method_of
 from rollout import DOMAINS, NumeralRule
 from schema import BY_DOMAIN, Config, hints
 
@@ -81,7 +84,23 @@ def _config_path(name_or_path: str) -> Path:
 
 @functools.lru_cache(maxsize=256)
 def _parse_yaml(path: str, mtime_ns: int) -> dict:
-    return yaml.safe_load(Path(path).read_text()) or {}
+    """A config file's `key: value` mapping; broken YAML, or YAML that is not a mapping, is one
+    ValueError naming the file (and the line)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"config file {path}: broken YAML{where} ({problem}); fix the file") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"config file {path} holds a YAML {type(data).__name__} ({str(data)[:40]!r}), not a mapping of "
+            f"`key: value` lines such as `lr: 1.0e-5` (`bash run.sh --help-config` lists the keys)"
+        )
+    return data
 
 
 def config_names() -> list[str]:
@@ -278,16 +297,19 @@ def config_from_values(values: dict, config_name: str = "") -> Config:
 def validate_config(cfg: Config) -> None:
     """Refuse values the loop does not implement, and combinations that mean nothing, with the
     reason. Reads `cfg`, never changes it. (Each Literal field's choices are checked at load.)"""
-    if cfg.method not in METHODS:
-        raise ValueError(
-            f"method={cfg.method!r} is not supported; choose one of {tuple(METHODS)} (or register one in "
-            f"methods.py, docs/forking.md)"
-        )
+    _validate_counts(cfg)
+    _validate_loop_support(cfg)
     if cfg.domain not in DOMAINS:
         raise ValueError(f"domain={cfg.domain!r} is not supported; choose one of {DOMAINS}")
+    methods = _methods()
+    if cfg.method not in methods.METHODS:
+        raise ValueError(
+            f"method={cfg.method!r} is not supported; choose one of {tuple(methods.METHODS)} (or register one in "
+            f"methods.py, docs/forking.md)"
+        )
     for key, registry, register in (
-        ("target", TARGETS, "register_target"),
-        ("calibration_loss", CALIBRATION_LOSSES, "register_calibration_loss"),
+        ("target", methods.TARGETS, "register_target"),
+        ("calibration_loss", methods.CALIBRATION_LOSSES, "register_calibration_loss"),
     ):
         if getattr(cfg, key) not in registry:
             raise ValueError(
@@ -295,7 +317,7 @@ def validate_config(cfg: Config) -> None:
                 f"in methods.py, docs/forking.md)"
             )
     method, channel, source = cfg.method, cfg.channel, confidence_source(cfg)
-    reads = method_of(method).reads  # what the method's rewards score (methods.py)
+    reads = methods.method_of(method).reads  # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")
     if readout_channel and source != "readout":
         raise ValueError(f"confidence={cfg.confidence} needs the verbalized channel; channel={channel} has a readout")
@@ -339,6 +361,50 @@ def validate_config(cfg: Config) -> None:
             "CREDO's readout drives its own rewards and is regressed directly"
         )
     _validate_open_choices(cfg, reads)
+
+
+# Counts and their least meaningful value (checked first, so that an error names the key given,
+# not a value derived from it such as micro_batch_tokens=auto's).
+COUNTS = {
+    "per_device_batch_size": 1,
+    "grad_accum": 1,
+    "group_size": 1,
+    "epochs": 1,
+    "max_steps": 1,
+    "max_prompt_tokens": 1,
+    "max_completion_tokens": 1,
+    "save_every": 1,
+    "verify_workers": 1,
+    "verify_timeout_s": 1,
+    "hf_engine_batch": 1,
+    "warmup_steps": 0,
+    "top_k": 0,
+}
+
+
+def _validate_counts(cfg: Config) -> None:
+    """Every count of COUNTS is at least its least value (max_steps may also be null)."""
+    for key, least in COUNTS.items():
+        value = getattr(cfg, key)
+        if value is not None and value < least:
+            kind = "a positive integer" if least == 1 else f"an integer >= {least}"
+            null = " (or null: epochs x |train| / questions per step)" if key == "max_steps" else ""
+            raise ValueError(f"{key}={value!r} must be {kind}{null}")
+
+
+def _methods() -> types.ModuleType:
+    """methods.py, whose registries (METHODS, TARGETS, CALIBRATION_LOSSES) validation reads.
+    Imported here, on purpose, not at the top: methods imports torch (seconds), and `import config`
+    stays free of it, so that a mistake in a config's file, keys or values is reported before the
+    heavy libraries load (run.sh checks a run's arguments with dataprep.data first-use)."""
+    import methods
+
+    return methods
+
+
+def _validate_loop_support(cfg: Config) -> None:
+    """What the loop supports: the step loggers, no KL term, a training set, a micro-batch that
+    holds a whole rollout, whole groups in a step."""
     unknown = [name for name in reporters(cfg) if name not in REPORTERS]
     if unknown:
         raise ValueError(f"report_to={cfg.report_to!r}: unknown {unknown}; choose from {REPORTERS} (comma-separated)")
@@ -465,7 +531,7 @@ def confidence_plan(cfg: Config) -> ConfidencePlan:
     ('numeral', True)
     """
     source, sampled = confidence_source(cfg), cfg.conf_train == "sampled"
-    baseline = method_of(cfg.method).reads != "model"
+    baseline = _methods().method_of(cfg.method).reads != "model"
     # Rollouts end at the slot where c is read from the logits there: the readout channels, and
     # a method reading the model's c on the verbalized prompt (eq:digitexp); not where the slot
     # token itself is sampled. With thinking on they are cut there after generation instead of

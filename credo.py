@@ -449,6 +449,7 @@ def setup(cfg: Config) -> Run:
     run.optimizer = make_optimizer(policy.model, cfg, world.device.type)
     if resume:
         run.start_step, stream.cursor = restore_state(resume, run.optimizer, policy.model, world)
+        parallel.main_print(world, f"[credo] resumed from step {run.start_step} of {total_steps}: {resume}", flush=True)
     return run
 
 
@@ -483,6 +484,15 @@ def main(argv: list[str] | None = None) -> None:
     except Preempted:
         parallel.shutdown(world)  # every rank stopped at the same step, after the checkpoint
         raise
+    except KeyboardInterrupt:  # Ctrl-C outside the loop's guard (loading, engine start-up), or a second one in it
+        parallel.shutdown(world, wait_for_peers=False)
+        print(
+            f"credo: interrupted (Ctrl-C); the same command with resume=auto continues from the last checkpoint "
+            f"under {config.run_dir_of(cfg)}, if there is one",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(128 + signal.SIGINT) from None
     except BaseException:
         parallel.shutdown(world, wait_for_peers=False)
         raise

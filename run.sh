@@ -17,11 +17,14 @@
 #                                       runs/toy-tables/, docs/toy.md; --split dev: on training problems)
 #   bash run.sh bench [--quick] [--only step,...]  the benchmarks of bench/ (~15 min on 2 CPU cores;
 #                                       results in bench/results/, docs/performance.md)
+#   bash run.sh eval --ckpt <ckpt|run> --sets math500,... [eval.py args]   evaluate checkpoints: accuracy,
+#                                       calibration, tables and figures (eval.py; docs/usage.md "Evaluation")
 #   bash run.sh plot runs/<name> [runs/<other> ...] [--out DIR] [--smooth N]   training curves of runs on one
 #                                       figure (curves.png and .pdf in the first run's directory)
 #   bash run.sh gpucheck [--only a,b]   on a GPU machine: the CUDA path checked and measured in < 10 min
 #                                       (report in bench/results/gpucheck-<date>-<gpu>.json; docs/performance.md)
 #   bash run.sh list                    every config, and the paper's table rows it trains
+#   bash run.sh --help-config           every config key: its default, its source in the paper, and its help
 #   bash run.sh table <name>            the train + eval commands that regenerate a table (e.g. sens)
 #   bash run.sh serve <ckpt> [--port N] [--host H] [vllm args]   vLLM's OpenAI-compatible server for a
 #                                       checkpoint (127.0.0.1:8000 unless told; README "Confidence at inference")
@@ -32,7 +35,8 @@
 #                                       of the paper (data/<domain>/*.jsonl) is prepared on first use
 #     NPROC=8 bash run.sh <config>      ... on 8 GPUs of this node (torchrun + FSDP2; docs/distributed.md)
 #     NNODES=2 NODE_RANK=0|1 MASTER_ADDR=host0 NPROC=8 bash run.sh <config>   ... on 2 nodes (run on each)
-# Any target runs set-up first when .venv is missing. Library logging (vLLM, transformers) goes to stderr
+# Any target creates .venv first when it is missing; the tiny model (.cache/tiny) is built by the targets
+# that use it (setup, test, bench, gpucheck, and a run whose config names it). Library logging (vLLM, transformers) goes to stderr
 # and shows errors only; --verbose anywhere (or CREDO_VERBOSE=1) shows their INFO lines too.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -43,7 +47,8 @@ TINY=.cache/tiny
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; }
 
-setup() {
+# .venv with the requirements of this machine's stack (every target but help needs it).
+venv_ready() {
   local stack=cpu
   has_gpu && stack=gpu
   if [ ! -x "$PY" ]; then
@@ -73,13 +78,35 @@ setup() {
     rm -f "$VENV"/.credo-*
     touch "$stamp"
   fi
-  # The tiny world is rebuilt when the sources it is made from change (tiny.recipe_key).
+}
+
+# The tiny world under .cache/tiny, rebuilt when the sources it is made from change
+# (tiny.recipe_key): only for what uses it (setup, test, bench, gpucheck, a run that names it).
+tiny_ready() {
   local recipe
   recipe=$(cat worlds/tiny.py rollout.py | sha256sum | cut -c1-16)
   if [ ! -f "$TINY/model/config.json" ] || [ ! -f "$TINY/.recipe-$recipe" ]; then
     echo "[setup] building the tiny local model and data under $TINY (worlds/tiny.py or rollout.py changed, or first use)" >&2
     "$PY" -m worlds.tiny "$TINY" >&2
   fi
+}
+
+setup() { venv_ready; tiny_ready; }
+
+# Whether the run `<config> [key=value ...]` names the tiny world: an override, or the config
+# file or one it inherits (configs/<name>.yaml, or a path).
+names_tiny() {
+  local name="$1" file _
+  shift
+  [[ " $* " == *"$TINY"* ]] && return 0
+  for _ in 1 2 3 4 5 6 7 8; do  # an inherit chain is short; a cycle is config.py's to report
+    [ -n "$name" ] || return 1
+    case "$name" in *.yaml|*.yml) file="$name" ;; *) file="configs/$name.yaml" ;; esac
+    [ -f "$file" ] || return 1
+    grep -q "$TINY" "$file" && return 0
+    name=$(sed -n 's/^inherit:[[:space:]]*//p' "$file" | tr -d "\"' ")
+  done
+  return 1
 }
 
 # --verbose anywhere on the command line (or CREDO_VERBOSE=1): the libraries' INFO logging too.
@@ -120,28 +147,28 @@ case "$target" in
     ;;
   lint)
     shift
-    setup
+    venv_ready
     "$PY" -m ruff check "$@" .               # pyproject.toml: the rules and why some are off
     exec "$PY" -m ruff format --check .      # lines <= 120, ruff's layout
     ;;
   format)
     shift
-    setup
+    venv_ready
     exec "$PY" -m ruff format "$@" .
     ;;
   fixtures)
     shift
-    setup
+    venv_ready
     exec "$PY" -m infra.realparts fetch "$@"
     ;;
   prepare)
     shift
-    setup
+    venv_ready
     exec "$PY" -m dataprep.data prepare "$@"
     ;;
   toy)
     shift
-    setup
+    venv_ready
     if [ "${1:-}" = "--tables" ]; then
       shift
       exec "$PY" -m worlds.toy_tables "$@"
@@ -153,9 +180,14 @@ case "$target" in
     setup
     exec "$PY" bench/run_all.py "$@"
     ;;
+  eval)
+    shift
+    venv_ready
+    exec "$PY" eval.py "$@"
+    ;;
   plot)
     shift
-    setup
+    venv_ready
     exec "$PY" -m evaluation.curves "$@"
     ;;
   gpucheck)
@@ -164,29 +196,36 @@ case "$target" in
     exec "$PY" bench/gpucheck.py "$@"
     ;;
   list)
-    setup
+    venv_ready
     exec "$PY" -m evaluation.tables --list
     ;;
   table)
     shift
-    setup
+    venv_ready
     exec "$PY" -m evaluation.tables --table "$@"
+    ;;
+  --help-config)
+    # credo.py prints the same, after importing torch and vLLM: config.py alone takes well under a second.
+    venv_ready
+    exec "$PY" -c "import config; print(config.help_text())"
     ;;
   serve|ask)
     shift
-    setup
+    venv_ready
     exec "$PY" -m evaluation.client "$target" "$@"
     ;;
   *)
     shift
-    setup
+    venv_ready
     NPROC="${NPROC:-1}" NNODES="${NNODES:-1}"
     for var in NPROC NNODES; do
       [[ "${!var}" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: $var must be a positive integer, got '${!var}'" >&2; exit 2; }
     done
-    # A training split of the paper (data/<domain>/*.jsonl) that does not exist yet is prepared
-    # now, once, before any rank starts: the loop only reads problems (problems.py).
+    # The arguments are checked first (one line on a mistake, before torch loads), and a training
+    # split of the paper (data/<domain>/*.jsonl) that does not exist yet is prepared now, once,
+    # before any rank starts: the loop only reads problems (problems.py).
     [ "${NODE_RANK:-0}" = 0 ] && "$PY" -m dataprep.data first-use -- "$target" "$@"
+    if names_tiny "$target" "$@"; then tiny_ready; fi
     if [ "$NNODES" -gt 1 ]; then
       # Several nodes: the same command on each, NODE_RANK 0 .. NNODES-1, rendezvous at MASTER_ADDR.
       [ -n "${MASTER_ADDR:-}" ] && [ -n "${NODE_RANK:-}" ] || {

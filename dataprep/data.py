@@ -445,18 +445,36 @@ def prepare_on_first_use(path: str | Path, snapshots: dict[str, str] | None = No
     return True
 
 
-def prepare_training_split(run_args: list[str]) -> bool:
-    """prepare_on_first_use for the train_data of `<config> [key=value ...]` (credo.py's
-    arguments). Arguments that do not load as a config are left to credo.py, which reports them
-    with its one-line errors; nothing is prepared for them."""
+def run_config(run_args: list[str]) -> config.Config | None:
+    """The config of credo.py's arguments `<config> [key=value ...]`, None where they ask for
+    help instead; arguments that do not load as a config raise config.INPUT_ERRORS."""
     words = [a for a in run_args if not a.startswith("--")]
     if not words or any(a in ("--help-config", "--list", "--table", "-h", "--help") for a in run_args):
+        return None
+    return config.load_config(words[0], words[1:])
+
+
+def prepare_training_split(run_args: list[str]) -> bool:
+    """prepare_on_first_use for the train_data of credo.py's arguments (run_config); nothing is
+    prepared for a `--dry-run`."""
+    cfg = run_config(run_args)
+    if cfg is None or "--dry-run" in run_args or not cfg.train_data:
         return False
+    return prepare_on_first_use(cfg.train_data)
+
+
+def first_use(run_args: list[str]) -> int:
+    """`first-use`, which run.sh runs before credo.py: the arguments are checked first, and a
+    mistake in them is reported as credo.py would (`credo: ...` in one line, exit 1; a traceback
+    with --debug) before torch, transformers and vLLM load; then prepare_training_split."""
     try:
-        cfg = config.load_config(words[0], words[1:])
-    except config.INPUT_ERRORS:
-        return False  # credo.py names the problem next
-    return prepare_on_first_use(cfg.train_data) if cfg.train_data else False
+        run_config(run_args)
+    except config.INPUT_ERRORS as error:
+        if "--debug" in run_args:
+            raise
+        sys.exit(f"credo: {config.one_line(error)}")
+    prepare_training_split(run_args)
+    return 0
 
 
 def _parse_pairs(items: list[str], option: str) -> dict[str, str]:
@@ -496,8 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "first-use":
-            prepare_training_split(args.run)
-            return 0
+            return first_use(args.run)
         manifest = prepare(
             args.out,
             args.only,

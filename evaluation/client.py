@@ -14,7 +14,9 @@ One protocol (`Client.ask`), two transports (README "Confidence at inference"):
    log-probs of `... <confidence>` + "0"/"1" and `... <confidence>0.` + each digit
    (losses.digit_expectation renormalises each set, so log-probs serve as logits).
 A completion that never reaches the slot gets `c = None` and a reason, never a number.
-`ServerTransport` talks to `vllm serve` (`/v1/completions` with token-id prompts,
+`serve` checks that its port is free, starts evaluation/ready.py (the "listening on" line once
+the server answers) and execs into `vllm serve`; `ask` checks its question and threshold before
+any model loads. `ServerTransport` talks to `vllm serve` (`/v1/completions` with token-id prompts,
 `return_token_ids`, `prompt_logprobs`) through urllib; `LocalTransport` drives a vllm.LLM in
 this process (engine.VLLMEngine). Prompt log-probs come from the raw logits (no temperature,
 no top-k) and never read the prefix cache, so both compute c alike.
@@ -31,6 +33,7 @@ import json
 import math
 import os
 import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -208,13 +211,24 @@ class ServerTransport:
         )
 
     def check_tokens(self, text: str, ids: list[int], ckpt: str) -> None:
-        """The server must tokenize `text` as the checkpoint does: it serves that checkpoint."""
-        served = self.post("/tokenize", {"prompt": text, "add_special_tokens": False}).get("tokens")
+        """The server must tokenize `text` as the checkpoint does: it serves that checkpoint. A
+        mismatch is one line naming what the server serves and where the two first differ."""
+        served = self.post("/tokenize", {"prompt": text, "add_special_tokens": False}).get("tokens") or []
         if served != ids:
+            first = next((i for i, (a, b) in enumerate(zip(served, ids)) if a != b), min(len(served), len(ids)))
             raise ClientError(
-                f"the server at {self.base_url} tokenizes {text!r} as {served}, the checkpoint {ckpt} as "
-                f"{ids}: it serves another model; start it with `bash run.sh serve {ckpt}`"
+                f"the server at {self.base_url} serves {self.served_model()}, not the checkpoint {ckpt}: their "
+                f"tokenizers differ (token {first} of a {len(ids)}-token probe prompt); start a server for it "
+                f"with `bash run.sh serve {ckpt}`, or pass --ckpt the checkpoint the server serves"
             )
+
+    def served_model(self) -> str:
+        """What the server names its model (GET /v1/models), for an error message."""
+        try:
+            with urllib.request.urlopen(self.base_url + "/v1/models", timeout=self.timeout_s) as response:
+                return repr(json.loads(response.read())["data"][0]["id"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return "another model (GET /v1/models did not name it)"
 
     def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
         """One sampled completion's token ids and finish reason ("stop" or "length")."""
@@ -423,6 +437,21 @@ def server_program(ckpt: str) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", ckpt]
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Refuse an address something already listens on, before vLLM spends its load time (the
+    probe binds as the server will, with SO_REUSEADDR, and closes at once)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as err:
+        raise ClientError(
+            f"cannot serve on {host}:{port} ({err.strerror or err}): another server may hold the port; stop it, or "
+            f"choose a free one with --port N"
+        ) from err
+
+
 def serve_command(ckpt: str, host: str = "127.0.0.1", port: int = 8000, extra: list[str] = ()) -> list[str]:
     """`vllm serve` for a checkpoint with its training engine's settings: its dtype, the tokenizer
     beside the weights (reserved tokens included), max model len = prompt + completion budgets,
@@ -478,6 +507,19 @@ def print_answer(result: Answer, as_json: bool) -> None:
         print(f"c: {result.c:.4f}{extra}\nabstain: {'yes' if result.abstain else 'no'}")
 
 
+def check_question(question: str, threshold: float) -> None:
+    """`ask`'s own input, before any model loads: a question, and a threshold that c in [0, 1]
+    can fall below."""
+    if not question.strip():
+        raise ClientError(
+            'the question is empty: pass one in quotes, e.g. `bash run.sh ask --ckpt <ckpt> "<question>"`'
+        )
+    if not 0 <= threshold <= 1:
+        raise ClientError(
+            f"--threshold {threshold:g} is outside [0, 1]: c is a probability (abstain when c < threshold)"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -502,9 +544,14 @@ def main(argv: list[str] | None = None) -> None:
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "serve":
-            os.execv(sys.executable, serve_command(args.ckpt, args.host, args.port, extra))
+            check_port_free(args.host, args.port)
+            command = serve_command(args.ckpt, args.host, args.port, extra)
+            url = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+            subprocess.Popen([sys.executable, str(Path(__file__).with_name("ready.py")), url, args.ckpt])
+            os.execv(sys.executable, command)  # the watcher prints the listening line once /health answers
         if extra:
             raise ClientError(f"unknown arguments {extra}; see `bash run.sh ask --help`")
+        check_question(args.question, args.threshold)
         client = open_client(
             args.ckpt,
             args.server,

@@ -10,6 +10,7 @@ with the table rows it trains. Does not hold: the configs themselves (config.py)
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import textwrap
@@ -121,10 +122,13 @@ def table_commands(name: str) -> str:
 
 
 def description(yaml_text: str) -> str:
-    """The first sentence of a config file's leading comment block (which may span lines).
+    """The first sentence of a config file's leading comment block (which may span lines): up to
+    the first period that ends the text or is not followed by a lower-case word ("Digit-exp. emission").
 
     >>> description("# CREDO on code (tab:hyper): Qwen3-8B trained\\n# on DeepCoder. The rest.\\nmethod: credo")
     'CREDO on code (tab:hyper): Qwen3-8B trained on DeepCoder.'
+    >>> description("# Decomposition (row 'Digit-exp. emission'): CREDO. More.")
+    "Decomposition (row 'Digit-exp. emission'): CREDO."
     """
     words = []
     for line in yaml_text.splitlines():
@@ -132,8 +136,8 @@ def description(yaml_text: str) -> str:
             break
         words += line.lstrip("#").split()
     text = " ".join(words)
-    end = next((i + 1 for i in range(len(text)) if text[i] == "." and text[i + 1 : i + 2] in (" ", "")), len(text))
-    return text[:end]
+    end = re.search(r"\.(?=\s+[^a-z]|$)", text)
+    return text[: end.end()] if end else text
 
 
 def list_configs() -> str:

@@ -1,7 +1,12 @@
-"""Bad input on the command line (issue 19): every mistake a new user makes ends in one line
+"""Bad input on the command line (issues 19 and 60): every mistake a new user makes ends in one line
 that names the problem and the fix, never a traceback (unless --debug asks for one)."""
 
+import subprocess
+import sys
+import time
+
 import pytest
+from conftest import ROOT
 
 import credo
 import eval as ev
@@ -33,6 +38,11 @@ def one_line_exit(main, argv, capsys) -> str:
         (["tiny", "method=ppo"], ["method='ppo' is not supported"]),
         (["tiny", "report_to=jsonl,mlflow"], ["report_to", "mlflow"]),
         (["tiny", "resume=/nope/ckpt/step_000001"], ["resume=/nope/ckpt/step_000001", "not a complete checkpoint"]),
+        # issue 60's bad input: a count out of range names the key the user gave
+        (["tiny", "grad_accum=-1"], ["grad_accum=-1 must be a positive integer"]),
+        (["tiny", "max_steps=-1"], ["max_steps=-1 must be a positive integer (or null"]),
+        (["tiny", "per_device_batch_size=0"], ["per_device_batch_size=0 must be a positive integer"]),
+        (["tiny", "per_device_batch_size=-2"], ["per_device_batch_size=-2 must be a positive integer"]),
     ],
 )
 def test_credo_bad_input_is_one_line(argv, names, capsys):
@@ -50,6 +60,51 @@ def test_list_and_table_bad_input_is_one_line(argv, says, capsys):
     """bash run.sh list / table (evaluation/tables.py)."""
     message = one_line_exit(tables.main, argv, capsys)
     assert message.startswith("credo: ") and says in message
+
+
+@pytest.mark.parametrize(
+    "text, names",
+    [
+        ("inherit: tiny\nlr: [1e-5\nseed: 3\n", ["broken YAML at line 3, column 5", "fix the file"]),
+        ('"just a string"\n', ["holds a YAML str ('just a string'), not a mapping of `key: value` lines"]),
+        ("- lr: 1e-5\n", ["holds a YAML list"]),
+    ],
+)
+def test_a_config_file_that_is_not_a_yaml_mapping_is_one_line(tmp_path, text, names, capsys):
+    """Broken YAML, or YAML that is a string or a list (issue 60): one line naming the file."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    message = one_line_exit(credo.main, [str(path), "--dry-run"], capsys)
+    assert message.startswith(f"credo: config file {path}")
+    for name in names:
+        assert name in message
+
+
+@pytest.mark.parametrize(
+    "override", ["grad_accum=-1", "max_steps=-1", "per_device_batch_size=0", "lrr=1", "method=credoo"]
+)
+def test_a_config_error_leaves_nothing_behind(tmp_path, override, capsys):
+    """Not a dry run: refused before any run directory or checkpoint is written (issue 60)."""
+    one_line_exit(credo.main, ["tiny", override, f"out_dir={tmp_path / 'runs'}"], capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_config_error_comes_before_the_heavy_libraries():
+    """run.sh checks a run's arguments (dataprep.data first-use) before credo.py starts: a typo
+    is one line from a process that never imports torch, transformers or vLLM, in well under the
+    2 s asked (about 0.6 s idle for the whole `bash run.sh tiny lrr=1`; 10 s allows a loaded machine)."""
+    check = (
+        "import sys\nfrom dataprep import data\n"
+        "try:\n    data.main(['first-use', 'tiny', 'lrr=1'])\n"
+        "finally:\n    print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))\n"
+    )
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 1 and result.stdout == "[]\n", (result.stdout, result.stderr[-2000:])
+    assert result.stderr.startswith("credo: unknown config key 'lrr' in the command line; did you mean lr?")
+    assert result.stderr.count("\n") == 1
+    assert elapsed < 10, f"{elapsed:.1f} s"
 
 
 def test_credo_debug_gives_the_traceback():
@@ -92,12 +147,78 @@ def test_eval_bad_input_is_one_line(argv, names, capsys):
 )
 def test_the_other_commands_answer_bad_input_in_one_line(argv, starts):
     """What run.sh's prepare, toy, bench, plot targets and infra/parallel.py's fit run (as processes)."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
     result = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(starts) and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def fresh_clone(root, into):
+    """The checkout's tracked files under `into`, with this checkout's .venv (`after pip`), and
+    nothing built: no .cache/, no data/, no runs/."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    for name in files.decode().split("\0"):
+        if name and (root / name).is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            (into / name).write_bytes((root / name).read_bytes())
+    (into / ".venv").symlink_to(root / ".venv")
+    return into
+
+
+@pytest.mark.slow
+def test_commands_that_need_no_model_build_nothing_in_a_fresh_clone(tmp_path):
+    """`bash run.sh list`, `table`, `--help-config` and a `--dry-run` take seconds in a fresh clone:
+    no tiny model is built for them, and a dry run downloads no training split (issue 60)."""
+    clone = fresh_clone(ROOT, tmp_path)
+    for command in (["list"], ["table", "sens"], ["--help-config"], ["math", "--dry-run"]):
+        result = subprocess.run(["bash", "run.sh", *command], cwd=clone, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+        assert not (clone / ".cache" / "tiny").exists() and not (clone / "data").exists(), command
+    assert "# run directory: runs/math-s43" in result.stdout
+
+
+def test_the_sample_errors_in_usage_md_are_what_run_sh_prints():
+    """docs/usage.md's bad-input block, run as printed (issue 60: it named a command the program
+    does not print)."""
+    text = (ROOT / "docs" / "usage.md").read_text()
+    block = text.split("Bad input on any command line", 1)[1].split("```\n", 2)[1]
+    lines = block.splitlines()
+    samples = [(line[2:], lines[i + 1]) for i, line in enumerate(lines) if line.startswith("$ bash run.sh ")]
+    assert len(samples) >= 3
+    for command, printed in samples:
+        result = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode != 0 and result.stdout == "" and result.stderr == printed + "\n", (command, result)
+
+
+def test_run_sh_eval_is_eval_py_with_its_one_line_errors():
+    """`bash run.sh eval` (issue 60: evaluation had no run.sh target, so run.sh's quiet library
+    logging never applied to it)."""
+    result = subprocess.run(
+        ["bash", "run.sh", "eval", "--ckpt", "/nonexistent", "--sets", "math500"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr == (
+        "eval: --ckpt=/nonexistent: no such directory, and not a hub id (org/name) (--debug shows the traceback)\n"
+    )
+
+
+def test_ctrl_c_outside_the_loop_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    """A KeyboardInterrupt while the run loads (the loop's own guard stops after a step instead):
+    one line, exit 128 + SIGINT, no traceback (issue 60)."""
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(credo, "train", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        credo.main(["tiny", f"out_dir={tmp_path}"])
+    assert stop.value.code == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "credo: interrupted (Ctrl-C); the same command with resume=auto continues from the last checkpoint "
+        f"under {tmp_path / 'tiny-s43'}, if there is one"
+    )

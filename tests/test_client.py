@@ -8,12 +8,14 @@ loaded 2-core machine, most of it the training step and the two engines' start-u
 
 import contextlib
 import doctest
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -24,7 +26,7 @@ from processes import end_with_parent
 
 import policy as pol
 import rollout as ro
-from evaluation import client
+from evaluation import client, ready
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is 12 + 39?"
@@ -274,6 +276,107 @@ def test_a_closed_port_is_refused():
         client.ClientError, match=rf"^nothing listens at {url} \(connection refused\): start the server"
     ):
         client.ServerTransport(url, timeout_s=5).post("/tokenize", {"prompt": "1 + 1"})
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["ask", "--ckpt", "/nonexistent", ""],
+            "ask: the question is empty: pass one in quotes, e.g. `bash run.sh ask",
+        ),
+        (["ask", "--ckpt", "/nonexistent", "  "], "ask: the question is empty"),
+        (["ask", "--ckpt", "/nonexistent", "--threshold", "2", QUESTION], "ask: --threshold 2 is outside [0, 1]"),
+        (["ask", "--ckpt", "/nonexistent", "--threshold", "-0.1", QUESTION], "ask: --threshold -0.1 is outside"),
+    ],
+)
+def test_ask_refuses_an_empty_question_and_a_threshold_outside_0_1(argv, says, capsys):
+    """Checked before the checkpoint is read or a model loads (issue 60)."""
+    with pytest.raises(SystemExit) as exit_info:
+        client.main(argv)
+    assert exit_info.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(says), line
+
+
+def test_serve_on_a_port_in_use_is_one_line_before_any_model_loads(capsys):
+    """The port is checked before the checkpoint is read and vLLM starts (issue 60)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as exit_info:
+            client.main(["serve", "/nonexistent", "--port", str(port)])
+    assert exit_info.value.code == 2 and time.monotonic() - started < 5
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"serve: cannot serve on 127.0.0.1:{port} (Address already in use): another server")
+    assert "--port N" in line
+
+
+@contextlib.contextmanager
+def fake_server(routes: dict[str, dict]):
+    """An HTTP server on loopback answering each path of `routes` with its JSON (GET or POST)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def answer(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.dumps(routes[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_listening_line_comes_once_the_server_is_healthy_and_never_after_it_ended(capsys):
+    """evaluation/ready.py, the watcher `serve` starts before it execs into vLLM (issue 60)."""
+    with fake_server({"/health": {}}) as url:
+        assert ready.announce_when_ready(url, "runs/x/ckpt/step_000002", os.getppid(), poll_s=0.05)
+    assert capsys.readouterr().out == (
+        f"[serve] listening on {url} (serving runs/x/ckpt/step_000002; ask it with `bash run.sh ask --server {url}`)\n"
+    )
+    assert not ready.announce_when_ready(url, "ckpt", os.getppid() + 1, poll_s=0.05)  # not our parent: gone
+    assert capsys.readouterr().out == ""
+
+
+def test_serve_says_where_it_listens_once_ready(server_process, server):
+    _, url, log = server_process
+    deadline = time.monotonic() + 30  # the watcher polls once a second
+    while f"[serve] listening on {url} (serving " not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert f"[serve] listening on {url} (serving " in log.read_text(), log.read_text()[-3000:]
+
+
+def test_a_server_serving_another_model_is_one_short_line():
+    """Not the two token-id lists (about 3,000 characters, issue 60): what the server serves and
+    where the tokenizers first differ."""
+    routes = {"/tokenize": {"tokens": [1, 2, 9, 4] * 200}, "/v1/models": {"data": [{"id": "Qwen/Qwen3-1.7B"}]}}
+    with fake_server(routes) as url:
+        with pytest.raises(client.ClientError) as error:
+            client.ServerTransport(url, timeout_s=10).check_tokens(
+                "probe", [1, 2, 3, 4] * 200, "runs/x/ckpt/step_000002"
+            )
+    message = str(error.value)
+    assert message.startswith(
+        f"the server at {url} serves 'Qwen/Qwen3-1.7B', not the checkpoint runs/x/ckpt/step_000002"
+    )
+    assert "(token 2 of a 800-token probe prompt)" in message and "bash run.sh serve runs/x/ckpt/step_000002" in message
+    assert "\n" not in message and len(message) < 400
 
 
 def test_a_checkpoint_without_the_reserved_tokens(tiny_dir, capsys):

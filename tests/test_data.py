@@ -500,11 +500,21 @@ def test_training_prepares_a_missing_paper_split_first(tmp_path, hub_offline, ca
     assert "[data] " + str(split) + " does not exist yet: preparing deepscaler_train" in capsys.readouterr().out
 
 
-def test_first_use_leaves_what_is_not_a_paper_split_or_not_a_config_alone(tmp_path, tiny_dir, capsys):
-    """A split that exists, a file that is not one of tab:data's, and arguments that do not load
-    as a config (credo.py reports those) prepare nothing."""
+def test_first_use_leaves_what_is_not_a_paper_split_alone(tmp_path, tiny_dir, capsys):
+    """A split that exists, a file that is not one of tab:data's, a help request and a dry run
+    prepare nothing."""
     assert data.prepare_training_split(["tiny"]) is False  # .cache/tiny/math_train.jsonl exists
     assert data.prepare_training_split(["tiny", f"train_data={tmp_path / 'mine.jsonl'}"]) is False
-    assert data.prepare_training_split(["tiny", "lr=abc"]) is False
     assert data.prepare_training_split(["--help-config"]) is False
-    assert data.main(["first-use", "nope"]) == 0 and capsys.readouterr().out == ""
+    split = tmp_path / "data" / "math" / "deepscaler_train.jsonl"  # a paper split, absent (issue 60)
+    assert data.prepare_training_split(["tiny", f"train_data={split}", "--dry-run"]) is False
+    assert not split.parent.exists() and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("run_args", [["nope"], ["tiny", "lr=abc"], ["tiny", "lrr=1"]])
+def test_first_use_reports_bad_run_arguments_as_credo_does(run_args, capsys):
+    """run.sh's check before credo.py: the same one line credo.py prints (issue 60)."""
+    with pytest.raises(SystemExit) as stop:
+        data.main(["first-use", *run_args])
+    assert str(stop.value).startswith("credo: ") and str(stop.value).count("\n") == 0
+    assert capsys.readouterr().out == ""

@@ -167,9 +167,15 @@ def test_every_module_opens_with_a_docstring():
     assert [name for name, path in MODULES.items() if not ast.get_docstring(ast.parse(path.read_text()))] == []
 
 
+# The one import of ours inside a function, and why: config.py validates a run's file, keys and
+# values before it reads methods.py's registries, so that `import config` loads no torch and run.sh
+# reports a config mistake in a second, before the heavy libraries load (config._methods).
+IMPORTS_INSIDE_A_FUNCTION = {("config", "methods")}
+
+
 def test_no_module_imports_ours_inside_a_function():
-    inside = [(name, imported, line) for name in MODULES for imported, line, nested in imports_of_ours(name) if nested]
-    assert inside == []
+    inside = {(name, imported) for name in MODULES for imported, line, nested in imports_of_ours(name) if nested}
+    assert inside == IMPORTS_INSIDE_A_FUNCTION
 
 
 def test_no_import_cycle():

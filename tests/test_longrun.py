@@ -139,7 +139,8 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
     assert json.loads((stopped / "trainer_state.json").read_text())["step"] == stopped_at
     assert f"SIGTERM: stopped after step {stopped_at} of 3" in output and "resume=auto" in output
 
-    tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto", "report_to=tensorboard,wandb")
+    resumed = tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto", "report_to=tensorboard,wandb")
+    assert f"[credo] resumed from step {stopped_at} of 3: " in resumed.stdout  # issue 60
     assert metrics(run_dir) == metrics(straight)  # the same losses, rewards, questions
     assert max(logprob_gaps(run_dir)) < SYNCED_GAP  # the resumed engine got the checkpoint's weights
     assert rollouts(run_dir) == rollouts(straight)  # ... and the same samples, byte for byte
