@@ -310,6 +310,8 @@ def validate_config(cfg: Config) -> None:
     for key, registry, register in (
         ("target", methods.TARGETS, "register_target"),
         ("calibration_loss", methods.CALIBRATION_LOSSES, "register_calibration_loss"),
+        ("advantage", methods.ADVANTAGES, "register_advantage"),
+        ("loss_agg", methods.LOSS_AGGREGATIONS, "register_loss_agg"),
     ):
         if getattr(cfg, key) not in registry:
             raise ValueError(
@@ -393,7 +395,8 @@ def _validate_counts(cfg: Config) -> None:
 
 
 def _methods() -> types.ModuleType:
-    """methods.py, whose registries (METHODS, TARGETS, CALIBRATION_LOSSES) validation reads.
+    """methods.py, whose registries (METHODS, TARGETS, CALIBRATION_LOSSES, ADVANTAGES,
+    LOSS_AGGREGATIONS) validation reads.
     Imported here, on purpose, not at the top: methods imports torch (seconds), and `import config`
     stays free of it, so that a mistake in a config's file, keys or values is reported before the
     heavy libraries load (run.sh checks a run's arguments with dataprep.data first-use)."""
@@ -450,6 +453,11 @@ def _validate_open_choices(cfg: Config, reads: str) -> None:
         )
     if cfg.adv_std == "sample" and cfg.group_size < 2:
         raise ValueError(f"adv_std=sample divides by G - 1: group_size={cfg.group_size} needs adv_std=population")
+    if cfg.advantage == "rloo" and cfg.group_size < 2:
+        raise ValueError(
+            f"advantage=rloo's baseline is the mean of the group's other rollouts: group_size={cfg.group_size} "
+            f"has none; raise group_size"
+        )
     if cfg.dcpo_conf_reward != "absolute" and cfg.method != "dcpo":
         raise ValueError(
             f"dcpo_conf_reward={cfg.dcpo_conf_reward} is DCPO's reward; method={cfg.method} does not read it"

@@ -175,6 +175,7 @@ def update(
     |V| = 0 leaves the calibration loss a zero."""
     n_valid_total = n_valid_total if n_valid_total > 0 else 1.0
     calibration_loss = methods.entry_of(methods.CALIBRATION_LOSSES, "calibration_loss", cfg.calibration_loss)
+    token_norm = methods.entry_of(methods.LOSS_AGGREGATIONS, "loss_agg", cfg.loss_agg)
     # Statistics stay on the device until the last backward: reading one back after each
     # backward would stall the GPU before every micro-batch.
     terms, logp_of = [], []  # [(pg, cal) weighted], [(rows, logp [n_mb, L-1], completion mask)]
@@ -187,8 +188,9 @@ def update(
             *(pol.to_device(t, dev) for t in (mb_credit.adv_ans, mb_credit.adv_conf, mb_credit.w)),
             *(pol.to_device(t, dev) for t in (mb.ans_mask, mb.conf_mask)),
         )  # [n_mb, L-1]
+        completion = pol.to_device(mb.completion_mask, dev)  # [n_mb, L-1]
         pg = losses.clipped_policy_loss(
-            fwd.logp, fwd.logp.detach(), adv_tok, pol.to_device(mb.completion_mask, dev), cfg.clip_eps
+            fwd.logp, fwd.logp.detach(), adv_tok, completion, cfg.clip_eps, token_norm(completion, cfg)
         )
         valid = out.valid[rows]  # [n_mb] V: the rollouts with a slot
         cal = calibration_loss(

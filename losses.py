@@ -93,6 +93,20 @@ def group_standardize(
     return adv.reshape(-1)
 
 
+def leave_one_out(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO's advantage r_i - mean_{j != i} r_j: each rollout's baseline is the mean of the
+    other G - 1 rollouts of its group (REINFORCE Leave-One-Out; verl's `rloo`, which writes it as
+    (G r_i - sum_j r_j) / (G - 1)). Needs G >= 2. Not an equation of the paper: a registered
+    alternative to `eq:grpo`'s standardisation.
+
+    >>> leave_one_out(torch.tensor([1., 0., 0., 2., 2., 2.]), 3)
+    tensor([ 1.0000, -0.5000, -0.5000,  0.0000,  0.0000,  0.0000])
+    """
+    r = _grouped(rewards.float(), group_size)  # [B, G]
+    others = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)  # [B, G]
+    return (r - others).reshape(-1)
+
+
 def hybrid_target(correct: torch.Tensor, gamma: float, group_size: int) -> torch.Tensor:
     """Regression target t_i = gamma * a_i + (1 - gamma) * mean_group(a) (`eq:calloss`).
 
@@ -305,26 +319,55 @@ def token_advantages(
 
 
 def clipped_policy_loss(
-    logp: torch.Tensor, old_logp: torch.Tensor, adv_tok: torch.Tensor, mask: torch.Tensor, eps: float
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv_tok: torch.Tensor,
+    mask: torch.Tensor,
+    eps: float,
+    token_norm: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Negative clipped surrogate -J of `eq:grpo`, with per-token advantages.
 
     J = mean_i [ (1/|o_i|) sum_{k in o_i} min(rho A, clip(rho, 1-eps, 1+eps) A) ],
-    rho = exp(logp - old_logp). The token mean is taken per sequence over `mask`
-    (the completion tokens o_i), then averaged over sequences, as written in the
-    paper. A sequence with no completion token contributes 0.
+    rho = exp(logp - old_logp). The token sum is taken per sequence over `mask` (the
+    completion tokens o_i) and divided by `token_norm` [N], then averaged over sequences.
+    By default `token_norm` is |o_i|, the token mean the paper writes (`sequence_token_mean`);
+    Dr. GRPO divides by a constant instead (`sequence_token_sum_norm`). A sequence with no
+    completion token contributes 0.
 
     logp, old_logp, adv_tok, mask: [N, T]. Returns a scalar to *minimise*.
 
     >>> lp = torch.log(torch.tensor([[0.5, 0.5]]))
     >>> clipped_policy_loss(lp, lp, torch.tensor([[1., 3.]]), torch.tensor([[1, 1]]), eps=0.2)
     tensor(-2.)
+    >>> clipped_policy_loss(lp, lp, torch.tensor([[1., 3.]]), torch.tensor([[1, 1]]), 0.2, torch.tensor([8.]))
+    tensor(-0.5000)
     """
     mask = mask.float()
     ratio = torch.exp(logp - old_logp)  # [N, T]
     surrogate = torch.minimum(ratio * adv_tok, ratio.clamp(1 - eps, 1 + eps) * adv_tok)
-    per_seq = (surrogate * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [N]
+    norm = sequence_token_mean(mask) if token_norm is None else token_norm.to(mask)  # [N]
+    per_seq = (surrogate * mask).sum(dim=1) / norm  # [N]
     return -per_seq.mean()
+
+
+def sequence_token_mean(mask: torch.Tensor) -> torch.Tensor:
+    """The divisor of a sequence's token sum in `eq:grpo`: |o_i|, its completion tokens (at least 1).
+
+    >>> sequence_token_mean(torch.tensor([[1, 1, 0], [0, 0, 0]]))
+    tensor([2., 1.])
+    """
+    return mask.float().sum(dim=1).clamp(min=1)
+
+
+def sequence_token_sum_norm(mask: torch.Tensor, constant: float) -> torch.Tensor:
+    """Dr. GRPO's divisor: one constant for every sequence (its code: the generation budget), so a
+    long completion's tokens weigh as much as a short one's, removing eq:grpo's 1/|o_i| length bias.
+
+    >>> sequence_token_sum_norm(torch.tensor([[1, 1, 0], [0, 0, 0]]), 3.0)
+    tensor([3., 3.])
+    """
+    return torch.full((mask.shape[0],), float(constant), device=mask.device)
 
 
 def readout_logits(h_slot: torch.Tensor, lm_head: torch.Tensor, high_id: int, low_id: int) -> torch.Tensor:

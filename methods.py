@@ -3,6 +3,8 @@
     rewards            method:            (g: GroupOutcomes, cfg: Config) -> Rewards       register_method
     confidence target  target:            (correct [N], cfg: Config) -> t [N]               register_target
     calibration loss   calibration_loss:  (c [N], t [N], valid [N]) -> scalar               register_calibration_loss
+    advantages         advantage:         (r [N], cfg: Config) -> A [N]                     register_advantage
+    loss aggregation   loss_agg:          (completion mask [N, T], cfg: Config) -> norm [N]  register_loss_agg
 
 The fourth, the confidence channel (how c is obtained), is chosen by channel, confidence and
 conf_train through config.confidence_plan, and read by policy.MODEL_READS (c from a forward:
@@ -18,10 +20,11 @@ derives from it what a run must produce:
   nothing  no confidence: the rewards score the answer only
 
 Everything else about credit is shared by every method and lives in `credit` below: the
-target t, the group standardisation of both rewards (eq:grpo, read as adv_std, adv_eps and
-adv_min_std say), eq:sw's discrepancy weights on the answer advantage, the A^conf ablation, and
-truncated_completions=mask. docs/forking.md adds one entry to each of the first three
-registries, with a test that follows it literally.
+target t, the advantages of both rewards (the `advantage` registry: eq:grpo's group
+standardisation as adv_std, adv_eps and adv_min_std read it, RLOO, Dr. GRPO's), eq:sw's
+discrepancy weights on the answer advantage, the A^conf ablation, and truncated_completions=mask.
+docs/forking.md adds one entry to each of the first three registries, with a test that follows
+it literally.
 
 Does not hold: the equations themselves (losses.py), which confidence is read where
 (config.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
@@ -173,6 +176,58 @@ def register_calibration_loss(name: str) -> Callable:
     return registrar(CALIBRATION_LOSSES, "calibration loss", name)
 
 
+# ============================================================================================
+# Advantages and the policy loss's aggregation.
+# ============================================================================================
+
+ADVANTAGES: dict[str, Callable[[torch.Tensor, Config], torch.Tensor]] = {}
+LOSS_AGGREGATIONS: dict[str, Callable[[torch.Tensor, Config], torch.Tensor]] = {}
+
+
+def register_advantage(name: str) -> Callable:
+    """Register the decorated `(rewards [N], cfg) -> advantages [N]` as `advantage: name`, applied
+    to r^ans and r^conf alike; `rewards` holds whole groups (rollout i of question q is row q*G + i)."""
+    return registrar(ADVANTAGES, "advantage estimator", name)
+
+
+def register_loss_agg(name: str) -> Callable:
+    """Register the decorated `(completion mask [N, T], cfg) -> norm [N]` as `loss_agg: name`: the
+    divisor of each sequence's token sum in eq:grpo's J (losses.clipped_policy_loss), before the
+    mean over the batch's sequences."""
+    return registrar(LOSS_AGGREGATIONS, "loss aggregation", name)
+
+
+@register_advantage("grpo")
+def grpo_advantage(rewards: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """(r - mean_group) / (std_group + adv_eps) (eq:grpo), the std as adv_std reads it."""
+    return losses.group_standardize(rewards, cfg.group_size, cfg.adv_std, cfg.adv_eps, cfg.adv_min_std)
+
+
+@register_advantage("rloo")
+def rloo_advantage(rewards: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """r_i - mean of the group's other rollouts (RLOO; verl's `rloo`)."""
+    return losses.leave_one_out(rewards, cfg.group_size)
+
+
+@register_advantage("dr_grpo")
+def dr_grpo_advantage(rewards: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """r - mean_group, never divided by the std (Dr. GRPO; grpo with adv_std=none)."""
+    return losses.group_standardize(rewards, cfg.group_size, "none", 0.0, cfg.adv_min_std)
+
+
+@register_loss_agg("token_mean")
+def token_mean(mask: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """Each sequence's token mean, then the mean over sequences, as eq:grpo writes J."""
+    return losses.sequence_token_mean(mask)
+
+
+@register_loss_agg("token_sum_norm")
+def token_sum_norm(mask: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """Each sequence's token sum over max_completion_tokens, one constant (Dr. GRPO; verl's
+    seq-mean-token-sum-norm): no 1/|o_i| length bias."""
+    return losses.sequence_token_sum_norm(mask, cfg.max_completion_tokens)
+
+
 def entry_of(registry: dict, key: str, name: str):
     """The registered entry `name` of `registry`, or one line naming the known ones."""
     if name not in registry:
@@ -216,8 +271,8 @@ class Credit(NamedTuple):
     r_ans: torch.Tensor  # r^ans (the method's rewards)
     r_conf: torch.Tensor  # r^conf
     w: torch.Tensor  # eq:sw's discrepancy weight of the answer advantage
-    adv_ans: torch.Tensor  # A^ans, group-standardised
-    adv_conf: torch.Tensor  # A^conf, group-standardised (0 with conf_advantage=false)
+    adv_ans: torch.Tensor  # A^ans (the advantage registry; group-standardised by default)
+    adv_conf: torch.Tensor  # A^conf, as A^ans (0 with conf_advantage=false)
 
     def select(self, rows: list[int]) -> Credit:
         return Credit(*(value[rows] for value in self))
@@ -242,9 +297,9 @@ def credit(
 ) -> Credit:
     """Target, rewards, discrepancy weights and group-standardised advantages, for whole groups.
 
-    correct, fmt: [N] a_i and F_i (rollout i of question q is row q*G + i). The target and the
-    rewards come from their registries (cfg.target, cfg.method); the rest is every method's:
-    eq:grpo's standardisation as adv_std, adv_eps and adv_min_std read it, eq:sw's weights on
+    correct, fmt: [N] a_i and F_i (rollout i of question q is row q*G + i). The target, the
+    rewards and the advantages come from their registries (cfg.target, cfg.method,
+    cfg.advantage: eq:grpo's standardisation by default); the rest is every method's: eq:sw's weights on
     the answer advantage (w = 1 where there is no confidence, and when kappa = 0),
     conf_advantage=false zeroing A^conf (the ablation), and truncated_completions=mask zeroing
     both advantages of the rollouts `truncated` [N] marks (after the group statistics, which
@@ -256,10 +311,8 @@ def credit(
     r_ans, r_conf = method_of(cfg.method).rewards(outcomes_in, cfg)
     weights_valid = ~torch.isnan(conf.weights)
 
-    def standardize(rewards: torch.Tensor) -> torch.Tensor:
-        return losses.group_standardize(rewards, group, cfg.adv_std, cfg.adv_eps, cfg.adv_min_std)
-
-    adv_ans, adv_conf = standardize(r_ans), standardize(r_conf)
+    advantage = entry_of(ADVANTAGES, "advantage", cfg.advantage)
+    adv_ans, adv_conf = advantage(r_ans, cfg), advantage(r_conf, cfg)
     if not cfg.conf_advantage:
         adv_conf = torch.zeros_like(adv_conf)
     if cfg.truncated_completions == "mask":

@@ -134,6 +134,20 @@ class Config:
         "(DeepSpeed gradient_clipping) and DCPO's code (verl) all clip at 1.0, so 1.0 here (docs/choices.md)",
     )
     # --- choices the paper leaves open (docs/choices.md): each reading named, with whose code reads it so
+    advantage: str = _field(
+        "grpo",
+        "how rewards become advantages: grpo (eq:grpo's group standardisation, as adv_std reads it) | rloo (r_i "
+        "minus the mean of the group's others; verl's rloo) | dr_grpo (r - mean, no std; Dr. GRPO), or any name "
+        "registered with methods.register_advantage",
+        "eq:grpo",
+    )
+    loss_agg: str = _field(
+        "token_mean",
+        "how eq:grpo's J sums a sequence's tokens before the mean over sequences: token_mean (divide by |o_i|, as "
+        "the paper writes J) | token_sum_norm (divide by max_completion_tokens, one constant: Dr. GRPO, verl's "
+        "seq-mean-token-sum-norm), or any name registered with methods.register_loss_agg",
+        "eq:grpo",
+    )
     adv_std: Literal["sample", "population", "none"] = _field(
         "sample",
         "eq:grpo's std(r), 'the standard deviation of the group's rewards': sample (divide by G - 1: torch.std, "

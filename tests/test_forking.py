@@ -1,7 +1,8 @@
-"""docs/forking.md, followed as the page says. Its three worked examples (a reward, a target, a
-calibration loss) are checked by hand here; the slow test applies the page literally to a copy of
-the repository (its Python blocks appended to methods.py, its YAML files written), then runs lint,
-the config and method tests and one tiny training step with each new config there."""
+"""docs/forking.md, followed as the page says. Its four worked examples (a reward, a target, a
+calibration loss, an advantage estimator) are checked by hand here; the slow test applies the page
+literally to a copy of the repository (its Python blocks appended to methods.py, its YAML files
+written), then runs lint, the config and method tests and one tiny training step with each new
+config there."""
 
 import json
 import math
@@ -34,7 +35,7 @@ def new_configs() -> dict[str, dict]:
     return {Path(file).stem: yaml.safe_load(text) for file, language, text in page_steps() if language == "yaml"}
 
 
-def test_the_page_has_three_worked_examples():
+def test_the_page_has_four_worked_examples():
     steps = page_steps()
     assert [(file, language) for file, language, _ in steps] == [
         ("methods.py", "python"),
@@ -43,11 +44,14 @@ def test_the_page_has_three_worked_examples():
         ("configs/credo_loo.yaml", "yaml"),
         ("methods.py", "python"),
         ("configs/credo_bce.yaml", "yaml"),
+        ("methods.py", "python"),
+        ("configs/credo_positive.yaml", "yaml"),
     ]
     assert new_configs() == {
         "credo_brier": {"inherit": "credo", "method": "brier"},
         "credo_loo": {"inherit": "credo", "target": "leave_one_out"},
         "credo_bce": {"inherit": "credo", "calibration_loss": "bce"},
+        "credo_positive": {"inherit": "credo", "advantage": "positive"},
     }
     assert not set(new_configs()) & set(config.config_names())  # the page adds them; the repository does not
 
@@ -72,7 +76,12 @@ def examples():
 
 
 def registries() -> dict[str, dict]:
-    return {"methods": methods.METHODS, "targets": methods.TARGETS, "losses": methods.CALIBRATION_LOSSES}
+    return {
+        "methods": methods.METHODS,
+        "targets": methods.TARGETS,
+        "losses": methods.CALIBRATION_LOSSES,
+        "advantages": methods.ADVANTAGES,
+    }
 
 
 def test_the_brier_reward_by_hand(examples):
@@ -109,6 +118,13 @@ def test_the_bce_calibration_loss_by_hand(examples):
     none = torch.tensor([0.3], requires_grad=True)
     empty = bce(none, torch.tensor([1.0]), torch.tensor([False]))
     assert float(empty) == 0.0 and empty.requires_grad
+
+
+def test_the_positive_advantage_by_hand(examples):
+    cfg = config.Config(group_size=4, adv_std="population")
+    # group 1: r = 1, 0, 0, 0 -> mean 1/4, population std sqrt(3)/4 -> sqrt(3), -1/sqrt(3) x 3 -> kept sqrt(3), 0, 0, 0
+    advantages = methods.ADVANTAGES["positive"](torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]), cfg)
+    assert advantages.tolist() == pytest.approx([3**0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 
 
 def test_each_example_config_is_a_credo_run_with_one_thing_changed(examples, tmp_path):
@@ -189,6 +205,8 @@ def test_the_page_followed_literally_in_a_copy(tmp_path, tiny_dir):
                 a = [r["a"] for r in rows[q : q + 4]]
                 for i, row in enumerate(rows[q : q + 4]):
                     assert row["t"] == pytest.approx(0.5 * a[i] + 0.5 * (sum(a) - a[i]) / 3, abs=1e-6)
+        if name == "credo_positive":
+            assert all(row["adv_ans"] >= 0 and row["adv_conf"] >= 0 for row in rows)
         if name == "credo_bce" and with_c:
             expected = sum(-(r["t"] * math.log(r["c"]) + (1 - r["t"]) * math.log(1 - r["c"])) for r in with_c)
             assert metrics["loss_cal"] == pytest.approx(expected / len(with_c), rel=1e-4)

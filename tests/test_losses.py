@@ -15,10 +15,13 @@ from losses import (
     discrepancy_weights,
     group_standardize,
     hybrid_target,
+    leave_one_out,
     readout,
     readout_logits,
     rlcr_gated_reward,
     rlcr_reward,
+    sequence_token_mean,
+    sequence_token_sum_norm,
     token_advantages,
 )
 
@@ -237,6 +240,24 @@ def test_clipped_policy_loss_clips_and_averages_per_sequence():
     adv = T([[1.0, -1.0], [2.0, 100.0]])
     mask = T([[1, 1], [1, 0]])
     close(clipped_policy_loss(logp, old, adv, mask, eps=0.2), -(0.2 + 1.8) / 2)
+
+
+def test_dr_grpo_s_aggregation_divides_every_sequence_by_one_constant():
+    # the sequences above: token sums 0.4 and 1.8, each over 4 (a budget of 4 tokens), not over |o_i|
+    old = torch.zeros(2, 2)
+    logp = torch.log(T([[1.5, 0.5], [0.9, 7.0]]))
+    adv = T([[1.0, -1.0], [2.0, 100.0]])
+    mask = T([[1, 1], [1, 0]])
+    norm = sequence_token_sum_norm(mask, 4.0)
+    close(clipped_policy_loss(logp, old, adv, mask, 0.2, norm), -(0.4 / 4 + 1.8 / 4) / 2)
+    assert clipped_policy_loss(logp, old, adv, mask, 0.2, sequence_token_mean(mask)) == clipped_policy_loss(
+        logp, old, adv, mask, eps=0.2
+    )  # the default is the paper's token mean, exactly
+
+
+def test_leave_one_out_by_hand():
+    # group [3, 1, 2]: baselines (1 + 2) / 2, (3 + 2) / 2, (3 + 1) / 2 -> advantages 1.5, -1.5, 0
+    close(leave_one_out(T([3.0, 1.0, 2.0, 5.0, 5.0, 5.0]), 3), [1.5, -1.5, 0.0, 0.0, 0.0, 0.0])
 
 
 def test_clipped_policy_loss_gradient_on_policy_is_advantage_weighted_logprob():

@@ -190,6 +190,41 @@ def test_credit_standardises_as_adv_std_adv_eps_and_adv_min_std_say():
     assert adv(adv_min_std=0.6).tolist() == [0.0] * 4  # a floor above the group's std
 
 
+def test_credit_reads_the_configured_advantage_estimator():
+    """RLOO's baseline is the mean of the other three rollouts; Dr. GRPO's advantage is r - mean."""
+    correct, conf = torch.tensor([1.0, 0.0, 0.0, 0.0]), read(torch.full((4,), NAN), torch.zeros(4, dtype=torch.bool))
+    base = Config(group_size=4, method="grpo", channel="verbalized", alpha=0.0, kappa=0)
+
+    def adv(**change):
+        return methods.credit(correct, torch.ones(4), conf, dataclasses.replace(base, **change), kappa=0.0).adv_ans
+
+    assert adv(advantage="rloo").tolist() == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3])  # 1 - 0; 0 - 1/3
+    assert adv(advantage="dr_grpo").tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
+    assert adv(advantage="dr_grpo").tolist() == adv(adv_std="none").tolist()
+
+
+def test_an_advantage_estimator_and_a_loss_aggregation_are_one_registered_function_each(monkeypatch):
+    monkeypatch.setattr(methods, "ADVANTAGES", dict(methods.ADVANTAGES))
+    monkeypatch.setattr(methods, "LOSS_AGGREGATIONS", dict(methods.LOSS_AGGREGATIONS))
+
+    @methods.register_advantage("sign")
+    def sign(rewards, cfg):
+        return torch.sign(rewards - 0.5)
+
+    @methods.register_loss_agg("halves")
+    def halves(mask, cfg):
+        return torch.full((mask.shape[0],), 2.0)
+
+    correct, conf = torch.tensor([1.0, 0.0]), read(torch.full((2,), NAN), torch.zeros(2, dtype=torch.bool))
+    cfg = Config(group_size=2, method="grpo", channel="verbalized", alpha=0.0, kappa=0, advantage="sign")
+    assert methods.credit(correct, torch.ones(2), conf, cfg, kappa=0.0).adv_ans.tolist() == [1.0, -1.0]
+    assert methods.entry_of(methods.LOSS_AGGREGATIONS, "loss_agg", "halves") is halves
+    with pytest.raises(ValueError, match="advantage estimator 'rloo' is registered twice"):
+        methods.register_advantage("rloo")(sign)
+    with pytest.raises(ValueError, match=r"loss_agg='mean' is not registered; choose one of \('token_mean'"):
+        methods.entry_of(methods.LOSS_AGGREGATIONS, "loss_agg", "mean")
+
+
 def test_truncated_completions_mask_zeroes_both_advantages_after_the_group_statistics():
     cfg = Config(group_size=4, gamma=0.5, method="credo", adv_std="population", truncated_completions="mask")
     correct, truncated = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([False, True, False, False])
