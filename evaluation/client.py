@@ -47,6 +47,7 @@ import config
 import engine
 import losses
 import rollout as ro
+import verifier
 from schema import Config
 
 ANSWER_MARKERS = {"math": "\\boxed{", "code": "```python"}
@@ -64,7 +65,8 @@ class Answer:
     """One answer and its confidence."""
 
     text: str  # the completion as generated (special tokens kept)
-    answer: str  # the answer segment (before <analysis>): what a verifier grades
+    solution: str  # the answer segment (before <analysis>), the whole worked solution: what a verifier grades
+    final_answer: str | None  # what the verifier compares: the last \boxed{...} (math) or python block (code)
     # the checkpoint's confidence: the readout, or on the verbalized channel the numeral
     # (eq:digitexp for a CREDO digit-expectation checkpoint); None: see reason
     c: float | None
@@ -376,7 +378,8 @@ class Client:
         channel = self.cfg.channel if self.source != "digit_exp" else "readout"  # digit_exp stops at the slot
         rule = config.numeral_rule(self.cfg)  # how a verbalized report is read (conf_tag, conf_number, ...)
         seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain], rule)
-        answer = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
+        solution = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
+        final_answer = final_answer_of(solution, self.cfg.domain)
         max_tokens = self.settings["max_tokens"]
         c = c_digit = numeral = reason = None
         if self.source == "numeral":
@@ -398,7 +401,7 @@ class Client:
         else:
             c = c_digit = self.digit_expectation(prompt + ids[: seg.slot])
         abstain = None if c is None else c < threshold
-        return Answer(text, answer, c, c_digit, numeral, abstain, reason, finish, ids)
+        return Answer(text, solution, final_answer, c, c_digit, numeral, abstain, reason, finish, ids)
 
     def close(self) -> None:
         if isinstance(self.transport, LocalTransport):
@@ -497,7 +500,8 @@ def print_answer(result: Answer, as_json: bool) -> None:
     if as_json:
         print(json.dumps({k: v for k, v in asdict(result).items() if k != "completion_ids"}))
         return
-    print(f"answer: {result.answer}")
+    final = result.final_answer if result.final_answer is not None else "none (nothing the verifier could grade)"
+    print(f"final answer: {final}")
     if result.c is None:  # the reason says why, also where the text shows a <confidence> that is not the slot
         print(f"c: none ({result.reason})\nabstain: undecided, there is no confidence")
     else:
@@ -505,6 +509,20 @@ def print_answer(result: Answer, as_json: bool) -> None:
             f" (numeral {result.numeral}, digit expectation {result.c_digit:.4f})" if result.c_digit is not None else ""
         )
         print(f"c: {result.c:.4f}{extra}\nabstain: {'yes' if result.abstain else 'no'}")
+    print(f"solution: {result.solution}")
+
+
+def final_answer_of(solution: str, domain: str) -> str | None:
+    """What the verifier compares in a solution: its last boxed answer (math; several boxes joined as
+    the verifier groups them) or its last python block (code); None when it has none.
+
+    >>> final_answer_of(r"so \\boxed{1} and \\boxed{2}", "math"), final_answer_of("no box", "math")
+    ('1, 2', None)
+    """
+    if domain == "code":
+        return verifier.extract_program(solution)
+    boxes = verifier.extract_boxed_answers(solution)
+    return None if boxes is None else ", ".join(boxes)
 
 
 def check_question(question: str, threshold: float) -> None:

@@ -428,3 +428,29 @@ def test_doctests():
 )
 def test_a_completion_that_shows_confidence_but_has_no_slot_says_why(text, says):
     assert client.missing_slot_reason(text, "stop", 64, "readout").endswith(says)
+
+
+def test_ask_prints_the_final_answer_and_the_solution_named_as_such(capsys):
+    """The answer a verifier compares (the last box) and the whole solution, each under its name."""
+    solution = r"12 + 39 = 51, so the answer is \boxed{51}."
+    answer = client.Answer(
+        text=solution + " <analysis>sure</analysis> <confidence>",
+        solution=solution,
+        final_answer=client.final_answer_of(solution, "math"),
+        c=0.9,
+        c_digit=None,
+        numeral=None,
+        abstain=False,
+        reason=None,
+        finish_reason="stop",
+        completion_ids=[],
+    )
+    client.print_answer(answer, as_json=False)
+    assert capsys.readouterr().out.splitlines() == [
+        "final answer: 51",
+        "c: 0.9000",
+        "abstain: no",
+        f"solution: {solution}",
+    ]
+    assert client.final_answer_of("```python\nprint(1)\n```", "code") == "print(1)\n"
+    assert client.final_answer_of("no box here", "math") is None
