@@ -229,8 +229,8 @@ def test_each_baseline_s_code_readings_load():
         ("tiny", ["group_size=1", "per_device_batch_size=1", "grad_accum=1"], "adv_std=sample divides by G - 1"),
         ("tiny", ["adv_std=none", "adv_eps=1e-4"], "adv_eps=0.0001 is added to the std that adv_std divides by"),
         ("tiny", ["adv_std=median"], "adv_std='median' is not supported"),
-        ("tiny", ["advantage=ppo"], "advantage='ppo' is not supported; choose one of ('grpo', 'rloo', 'dr_grpo')"),
-        ("tiny", ["loss_agg=sum"], "loss_agg='sum' is not supported; choose one of ('token_mean', 'token_sum_norm')"),
+        ("tiny", ["advantage=ppo"], "advantage='ppo' is not supported; choose one of ('grpo', 'rloo', 'dr_grpo'"),
+        ("tiny", ["loss_agg=sum"], "loss_agg='sum' is not supported; choose one of ('token_mean', 'token_sum_norm'"),
         (
             "tiny",
             ["group_size=1", "per_device_batch_size=1", "grad_accum=1", "adv_std=population", "advantage=rloo"],

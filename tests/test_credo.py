@@ -530,7 +530,7 @@ MALFORMED_TESTS = {"kind": "stdio", "inputs": ["3\n", "10\n"], "outputs": ["6\n"
 def test_a_rollout_the_grader_fails_on_costs_only_itself(tiny_dir, tmp_path, capsys):
     """One code step through the loop's own helpers (outcomes graded in the sandbox, the tiny
     model's update, the run log): programs printing numerals whose exponent no Decimal holds
-    (issue 58: the judge raised InvalidOperation, and the step with it) are wrong; a question
+    (the judge raised InvalidOperation, and the step with it, before) are wrong; a question
     whose tests are malformed costs its own rollouts only: a = 0, the reason in
     rollouts/step_*.jsonl, counted in metrics.jsonl and said on stderr; the step goes on."""
     policy = tiny_policy(tiny_dir)
@@ -570,10 +570,10 @@ def test_a_rollout_the_grader_fails_on_costs_only_itself(tiny_dir, tmp_path, cap
     assert warning in capsys.readouterr().err.splitlines()
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # minutes: the step above holds the same, in process
 def test_a_run_goes_on_past_a_question_whose_tests_are_malformed(tmp_path, tiny_dir):
     """The real loop (bash run.sh tiny) in the code domain, one of its two questions with malformed
-    tests: before issue 58 its grading raised out of the step and the run died; now the step
+    tests: before, its grading raised out of the step and the run died; now the step
     completes, each of that question's rollouts has a = 0 and the reason in its record, the step
     counts them in metrics.jsonl and says so on stderr."""
     data = tmp_path / "code_train.jsonl"

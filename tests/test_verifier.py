@@ -708,7 +708,7 @@ def test_real_golds_grade_themselves_and_only_the_widened_ones_change(real_part)
 def decoded_stdout_matches(expected: str, actual: bytes, numbers_equal=lambda a, b: Decimal(a) == Decimal(b)) -> bool:
     """The stdio comparison as it was before issue 48, on decoded text: the reference the judge,
     which never decodes, must agree with (within its size bounds); numbers_equal compares two
-    numeric tokens (as Decimal: the comparison before issue 58)."""
+    numeric tokens (as Decimal: the comparison before it compared exactly)."""
     try:
         text = actual.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -826,7 +826,7 @@ def test_long_whitespace_runs_are_skipped_as_str_lstrip_would():
 
 
 # ---------------------------------------------------------------------------
-# Issue 58: every comparison is total, and a grading failure costs its completion only
+# Every comparison is total, and a grading failure costs its completion only
 # ---------------------------------------------------------------------------
 
 ATTACK_NUMERALS = ["1e-99999999999999999999", "2469134e99999999999999999999"]  # Decimal raised on both
@@ -907,7 +907,7 @@ def nudged(rng: random.Random, numeral: str) -> str:
 
 
 def test_the_stdout_judge_compares_numbers_exactly_at_any_exponent():
-    """A property of the stdio comparison (issue 58): on 20,000 outputs of arbitrary bytes against
+    """A property of the stdio comparison: on 20,000 outputs of arbitrary bytes against
     arbitrary expectations, numbers written in every spelling with exponents of up to 26 digits
     among words, whitespace and invalid bytes, the judge never raises, returns a bool, and agrees
     with the comparison on decoded text whose numbers are compared exactly as rationals
@@ -973,7 +973,7 @@ def test_numbers_with_exponents_beyond_decimals_compare_exactly(expected, actual
 
 
 def test_numerals_with_huge_exponents_are_judged_through_the_sandbox(any_mode):
-    """The programs of issue 58, printing numerals whose exponent no Decimal holds, through
+    """Programs printing numerals whose exponent no Decimal holds, through
     verify_code's stdio path: a wrong answer is False (before: InvalidOperation out of the
     grader), an equal number written otherwise is True."""
     echo = completion("print(input())")
