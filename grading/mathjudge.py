@@ -48,14 +48,13 @@ REL_TOL = "1e-6"  # a decimal answer's relative distance from a gold that is not
 ABS_FLOOR = "1e-30"  # ... plus this absolute distance
 DIGITS = 40  # the digits an irrational gold is evaluated to (strictly) for that comparison
 _PRIMES = re.compile(r"(?<!\\)(?:'|\")+")
-# A unit written as words at the end: \text{...}/\mbox{...} of letters (or the plain words below,
-# after a space), an optional ^2 or ^3 and a full stop.
+# A unit written as words at the end: \text{...}/\mbox{...} of letters (or a plain word of _UNIT_WORDS,
+# tried only where a word starts), an optional ^2 or ^3 and a full stop. Searched, not matched with
+# a lazy prefix: every start position costs at most the unit's own length, so a long answer is linear.
 _TEXT_UNIT = re.compile(
-    r"^(?P<value>.*?)(?:\s|\\[,;: !]|~)*"
-    r"(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*(?P<word>[A-Za-z][A-Za-z .]*?)\s*\}"
-    r"|(?<=[\s}0-9])(?P<plain>[A-Za-z]{3,}))"
-    r"(?:\s*\^\s*(?:[23]|\{\s*[23]\s*\}))?\s*\.?\s*$",
-    re.DOTALL,
+    r"(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*(?P<word>[A-Za-z][A-Za-z .]*)\}"
+    r"|(?<=[\s}0-9])(?<![A-Za-z])(?P<plain>[A-Za-z]{3,}))"
+    r"(?:\s*\^\s*(?:[23]|\{\s*[23]\s*\}))?\s*\.?\s*\Z"
 )
 # Plain words taken for a unit (after a space): math-verify's unit list, minus what a formula could be.
 _UNIT_WORDS = frozenset(
@@ -110,10 +109,11 @@ def strip_unit(text: str) -> str:
     >>> strip_unit(r"5\\text{ apples}+3\\text{ apples}"), strip_unit(r"2\\pi r \\text{ cm}"), strip_unit("2 abc")
     ('5\\\\text{ apples}+3\\\\text{ apples}', '2\\\\pi r \\\\text{ cm}', '2 abc')
     """
-    match = _TEXT_UNIT.match(text)
+    match = _TEXT_UNIT.search(text)
     if match is None:
         return text
-    value, word = match.group("value").strip(), match.group("word") or match.group("plain")
+    value = text[: _end_before_spaces(text, match.start())].strip()
+    word = (match.group("word") or match.group("plain")).strip()
     words = set(word.lower().replace(".", " ").split())
     plain_ok = match.group("plain") is None or word.lower() in _UNIT_WORDS
     if not value or words & _NOT_UNITS or not plain_ok or _LETTER_OUTSIDE_COMMANDS.search(value):
@@ -121,6 +121,23 @@ def strip_unit(text: str) -> str:
     if "\\text" in value or "\\mbox" in value or value.endswith(("\\", "^", "_", "{")):
         return text
     return value
+
+
+def _end_before_spaces(text: str, end: int) -> int:
+    """Where ``text[:end]`` ends without its trailing spaces: whitespace, ``~`` and the LaTeX spaces
+    ``\\,`` ``\\;`` ``\\:`` ``\\!`` ``\\ `` (walked back one at a time: linear).
+
+    >>> _end_before_spaces("5 \\, ~x", 6), _end_before_spaces("a\\ ", 3)
+    (1, 1)
+    """
+    while end > 0:
+        if end >= 2 and text[end - 2] == "\\" and text[end - 1] in ",;:! " and (end < 3 or text[end - 3] != "\\"):
+            end -= 2
+        elif text[end - 1].isspace() or text[end - 1] == "~":
+            end -= 1
+        else:
+            break
+    return end
 
 
 def _keep_primes(text: str) -> str:

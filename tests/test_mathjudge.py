@@ -9,6 +9,7 @@ tests/test_mathjudge.py`): every attack against every real gold.
 
 import doctest
 import itertools
+import time
 
 import pytest
 from math_attacks import (
@@ -114,6 +115,19 @@ LENIENCIES = [
 def test_the_leniencies_that_remain_still_hold():
     pairs = [(boxed(answer), gold) for answer, gold in LENIENCIES]
     assert [pair for pair, verdict in zip(pairs, grade(pairs)) if not verdict] == []
+
+
+def test_reading_a_long_answer_is_linear():
+    """The unit strip runs before math-verify's alarms: it must not backtrack. Before, an answer of
+    '1', 30,000 spaces and 'x' took 80 s (a lazy prefix before an anchored unit); each of these
+    takes milliseconds, so 20 of them together stay far below a second on any machine we run."""
+    n = 30_000
+    answers = ["1" + " " * n + "x", "a " * n, r"\text{a" + " " * n, "5" + r"\," * n + r"\text{ cm}", "1 " + "ab" * n]
+    started = time.process_time()
+    for _ in range(4):
+        stripped = [mathjudge.strip_unit(answer) for answer in answers]
+    assert time.process_time() - started < 5.0  # quadratic would be minutes
+    assert stripped == answers[:3] + ["5", answers[4]]
 
 
 def test_the_proofs_are_the_only_paths_to_true():
