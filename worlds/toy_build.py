@@ -36,34 +36,31 @@ SHIPPED = ROOT / "worlds" / "toy_world"  # the world every run uses unless told 
 
 # --- the world's recipe (a change needs a new build: load_world refuses a world of another) ----
 WORLD = {
-    # 3: prompts end with Qwen3's empty thinking block; 4: two solution styles; 5: the addition
-    # check below (the warm start itself is version 4's, step for step); 6: the steps style's
-    # accuracy falls faster with the level (version 5's let no level-and-style confidence rank
-    # at AUROC 0.80 once RL had removed the direct style: 0.794 on the solver's own rates);
-    # 7: twice the warm start, in batches of one level, and the check at level 2 too (warm
-    # starts that carried badly at level 2 left RL and the readout little to work with);
-    # (8-10 were tried and not adopted: docs/toy.md) 11: in the readout format the warm start
-    # goes on past the slot with "high" or "low", "high" with the solver's rate, so that the
-    # slot's hidden state carries a confidence and the rows that <CONF_HIGH>/<CONF_LOW> copy
-    # (policy.RESERVED_INIT_WORDS) mean something, as on a real model (the loop stops at the slot);
-    # 12: held-out means unseen. A fixed part of level 1's 81 problems (`held_out_level1` of them,
-    # a seeded choice) is never trained on, and the held-out generator skips every training
-    # problem (before, every level-1 problem and about 45% of level 2 were training problems)
-    # 13: level L chains L + 1 additions (two to six). Version 12 held out 27 of level 1's 81
-    # one-addition problems, and they were a memorisation test: the model miscopied an unseen pair
-    # as a trained one (0.86 right before RL, 0.74 after, where the readout read 0.98), which alone
-    # cost the readout about 0.1 of AUROC. Two additions give 729 problems to hold out from. And the
-    # warm start states its confidence as a real model does, not as an oracle: overconfident by
-    # `overconfidence` logits in both channels, and aware of `noticed` of its slips (then "low" and
-    # the numeral 0.1), so that a readout calibrated after RL is one the loop made
-    # (docs/journal/toy-protocol-v13.md: candidates A-C and how C was chosen)
+    # What the recipe makes, and why (docs/toy.md; docs/journal/toy-protocol-v13.md compares the
+    # candidates it was chosen from). `version` names the recipe: load_world refuses a world built
+    # from another, and any change to a value here needs a new build and a new version.
+    # - Problems: level L chains L + 1 additions of one-digit operands (two to six), so level 1 has
+    #   729 problems to hold out from. With one addition at level 1 (81 problems), held-out pairs
+    #   were a memorisation test: the model miscopied an unseen pair as a trained one, which alone
+    #   cost the readout about 0.1 of AUROC. Held-out means unseen: the held-out generator skips
+    #   every training problem (make_splits).
+    # - The warm start states its confidence as a real model does, not as an oracle: overconfident
+    #   by `overconfidence` logits in both channels, and aware of `noticed` of its slips (then "low"
+    #   and the numeral 0.1), so that a readout calibrated after RL is one the loop made.
+    # - In the readout format the warm start goes on past the slot with "high" or "low" ("high"
+    #   with the solver's rate), so that the slot's hidden state carries a confidence and the rows
+    #   that <CONF_HIGH>/<CONF_LOW> copy (policy.RESERVED_INIT_WORDS) mean something, as on a real
+    #   model (the loop stops at the slot).
+    # - The steps style's accuracy falls with the level steeply enough that, once RL has removed
+    #   the direct style, a confidence from level and style can rank at AUROC 0.80 (gentler rates
+    #   cap it below: 0.794 for 0.95 / 0.85 / 0.7 / 0.5 / 0.3).
     "version": 13,
     "seed": 1,  # the shipped build's (seed 0's warm start failed its addition check)
     "levels": 5,  # level L: L + first_additions - 1 additions of one-digit operands
-    "first_additions": 2,  # additions at level 1 (version 12: 1)
+    "first_additions": 2,  # additions at level 1
     "n_train": 2000,
     "n_test": 250,
-    "held_out_level1": 0,  # where level 1 is one addition: how many of its 81 are held out (12: 27)
+    "held_out_level1": 0,  # where level 1 is one addition: how many of its 81 are held out (a seeded choice)
     "overconfidence": 1.0,  # the warm start states a rate p as sigmoid(logit(p) + this) (stated_rate)
     "noticed": 0.5,  # the share of its slips the solver notices: it then says "low", or the numeral 0.1
     # The scripted solver writes one of two styles, each half of the time (the first token
@@ -89,7 +86,7 @@ WORLD = {
     "kv_heads": 1,
     "head_dim": 32,
     "intermediate": 256,
-    "sft_steps": 1600,  # 800 left some worlds adding badly at level 2 (docs/toy.md, version 7)
+    "sft_steps": 1600,  # 800 left some worlds adding badly at level 2 (docs/toy.md)
     "sft_batch": 32,
     "sft_lr": 3e-3,
     # The warm start's channels, in turn: the readout and verbalized formats of the toy's runs.
@@ -98,7 +95,8 @@ WORLD = {
     "sft_channels": ["readout", "verbalized"],
     # The addition check: a warm start that does not add (sampled accuracy at T = 0.7 on training
     # problems of levels 1 and 2 in the steps style; the solver is right 0.98 and 0.9)
-    # gives RL nothing to select and the readout little to read (docs/toy.md, versions 4 and 6).
+    # gives RL nothing to select and the readout little to read (docs/toy.md); level 2 is checked
+    # too, since a warm start that adds at level 1 may still carry badly there.
     # Below a bar, more warm-start steps, at most `check_rounds` times; still below, the build
     # fails and says so.
     "check_min_acc": {"1": 0.85, "2": 0.8},
@@ -404,8 +402,8 @@ def addition_accuracy(
     """Accuracy on the first `n` problems of `level` in `rows`, `samples` each, sampled as the
     toy's runs sample (T = 0.7, top-k 50; seeded), through the verbalized prompt; of a problem of
     two or more additions, of the steps-style samples only (the direct style is meant to be unreliable). Whether a warm
-    start learned to add: greedy decoding is a weaker test (a development build of version 5 was
-    right 1.00 greedy and 0.93 sampled on level 1, 0.58 and 0.51 on level 2). Prompts of one
+    start learned to add: greedy decoding is a weaker test (a development build was right 1.00
+    greedy and 0.93 sampled on level 1, 0.58 and 0.51 on level 2). Prompts of one
     length are generated together, without padding."""
     chosen = [r for r in rows if r["level"] == level][:n]
     by_length: dict[int, list[tuple[list[int], str, bool]]] = {}

@@ -125,8 +125,8 @@ def problem_interval(pools: list[list[dict]], resamples: int = RESAMPLES, seed: 
     draw takes as many problems as were evaluated, with replacement, every sample of a problem with
     it, the same problems for every seed (`pools`: one job's samples per seed, over the same
     problems). The t-interval over seeds counts how training seeds differ; this counts which
-    problems the split happened to hold (docs/toy-protocol-extra.md). None where a draw has no
-    (correct, wrong) pair to rank or `pools` is empty.
+    problems the split happened to hold (git show a544024:docs/journal/toy-protocol-extra.md). None
+    where a draw has no (correct, wrong) pair to rank or `pools` is empty.
 
     >>> cases = [("x", 1, 0.9), ("x", 0, 0.2), ("y", 1, 0.8), ("y", 0, 0.1)]
     >>> pool = [{"problem_id": p, "a": a, "c": c} for p, a, c in cases]
