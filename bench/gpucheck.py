@@ -30,8 +30,8 @@ duration; nothing is left out silently. Needs no network.
     vllm_tiny_run   where vllm imports: `bash run.sh tiny max_steps=2 precision=bf16` and its gap
     pytest_suite    python -m pytest -m "not slow" on this machine: counts (junit XML) and the failures
 
-A benchmark check passes when it ran; its figures say whether the issue's targets are met
-(`meets_target`). The numerical and smoke checks pass on their tolerances.
+A benchmark check passes when it ran; its figures say whether the performance targets (`TARGETS`)
+are met (`meets_target`). The numerical and smoke checks pass on their tolerances.
 
 Without CUDA the command says so in one line and exits 2. Test hooks (tests/test_gpucheck.py,
 not for users): `--allow-cpu --device cpu` runs the checks on the CPU (GPUs hidden from

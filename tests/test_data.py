@@ -506,14 +506,14 @@ def test_first_use_leaves_what_is_not_a_paper_split_alone(tmp_path, tiny_dir, ca
     assert data.prepare_training_split(["tiny"]) is False  # .cache/tiny/math_train.jsonl exists
     assert data.prepare_training_split(["tiny", f"train_data={tmp_path / 'mine.jsonl'}"]) is False
     assert data.prepare_training_split(["--help-config"]) is False
-    split = tmp_path / "data" / "math" / "deepscaler_train.jsonl"  # a paper split, absent (issue 60)
+    split = tmp_path / "data" / "math" / "deepscaler_train.jsonl"  # a paper split, absent: a dry run fetches nothing
     assert data.prepare_training_split(["tiny", f"train_data={split}", "--dry-run"]) is False
     assert not split.parent.exists() and capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize("run_args", [["nope"], ["tiny", "lr=abc"], ["tiny", "lrr=1"]])
 def test_first_use_reports_bad_run_arguments_as_credo_does(run_args, capsys):
-    """run.sh's check before credo.py: the same one line credo.py prints (issue 60)."""
+    """run.sh's check before credo.py: the same one line credo.py prints."""
     with pytest.raises(SystemExit) as stop:
         data.main(["first-use", *run_args])
     assert str(stop.value).startswith("credo: ") and str(stop.value).count("\n") == 0

@@ -1,4 +1,4 @@
-"""Long runs (issue 19): a run's checkpoint holds what an exact resume needs; a preempted
+"""Long runs: a run's checkpoint holds what an exact resume needs; a preempted
 run checkpoints and resumes (resume=auto) to the same steps as a straight run; a run already
 in the directory is never overwritten silently; report_to writes TensorBoard events and an
 offline Weights & Biases run across the resume. Real tiny runs."""
@@ -140,7 +140,7 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
     assert f"SIGTERM: stopped after step {stopped_at} of 3" in output and "resume=auto" in output
 
     resumed = tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto", "report_to=tensorboard,wandb")
-    assert f"[credo] resumed from step {stopped_at} of 3: " in resumed.stdout  # issue 60
+    assert f"[credo] resumed from step {stopped_at} of 3: " in resumed.stdout  # the resume says where it starts
     assert metrics(run_dir) == metrics(straight)  # the same losses, rewards, questions
     assert max(logprob_gaps(run_dir)) < SYNCED_GAP  # the resumed engine got the checkpoint's weights
     assert rollouts(run_dir) == rollouts(straight)  # ... and the same samples, byte for byte

@@ -59,7 +59,7 @@ def test_stuck_worker_is_killed_and_replaced():
 
 def test_an_item_whose_worker_dies_fails_with_that_reason():
     """A worker that dies while it grades an item costs that item only, and says so: its verdict
-    is a grading error naming the dead worker, not a timeout (issue 58), and the pool grades on."""
+    is a grading error naming the dead worker, not a timeout, and the pool grades on."""
     verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1)
     verdicts = []
     tower = [r"\boxed{2^{2^{2^{2^{2^{2}}}}}}"]  # 10-s alarms inside the worker at timeout_s=30

@@ -276,7 +276,7 @@ def test_report_with_all_correct_and_all_wrong_bins(tmp_path, capsys):
         "riskcov_math_in.png",
     } <= names
     points = reliability_points([r["c"] for r in confident], [r["a"] for r in confident])
-    assert points[0]["acc"] == 0.0 and points[-1]["acc"] == 1.0  # the bins the issue found
+    assert points[0]["acc"] == 0.0 and points[-1]["acc"] == 1.0  # an all-wrong and an all-right bin
     assert all(p["lo"] <= p["acc"] <= p["hi"] for p in points)
 
 

@@ -1133,7 +1133,7 @@ def test_control_always_equal_beats_a_naive_comparison():
 
 
 # ---------------------------------------------------------------------------
-# Channels between rollouts (issue 27): a writer sandbox and a reader sandbox,
+# Channels between rollouts: a writer sandbox and a reader sandbox,
 # sequential and concurrent; the reader prints the right answer only if the
 # channel carried the writer's signal, so its verdict must stay False.
 # ---------------------------------------------------------------------------
@@ -1481,7 +1481,7 @@ def test_no_futex_channel_under_a_non_root_trainer():
 
 # ---------------------------------------------------------------------------
 # The grader never raises on what a program does; every resource is bounded
-# per sandbox (issue 27)
+# per sandbox
 # ---------------------------------------------------------------------------
 
 
@@ -1737,7 +1737,7 @@ def test_the_seccomp_search_tree_decides_every_call():
 
 
 # ---------------------------------------------------------------------------
-# Fourth round (issue 48): one program's output never costs the grader more than its own size,
+# The cost of output: one program's output never costs the grader more than its own size,
 # and never costs a concurrent program its verdict
 # ---------------------------------------------------------------------------
 
@@ -1767,8 +1767,8 @@ def _peak_growth_mb(action):
 
 BIG_EXPECTED = "3\n" + "4 " * (2 << 20)  # 4 MiB: the stdio bound (16 times, plus 64 KiB) admits 60 MiB
 BIG_STDIO = {"kind": "stdio", "inputs": [""], "outputs": [BIG_EXPECTED]}
-# Programs and the size of what each prints: valid UTF-8 four bytes a character (the decoded text of
-# the judge before issue 48 was 4 bytes a character, and it made two more copies of it), a 60 MiB
+# Programs and the size of what each prints: valid UTF-8 four bytes a character (an earlier judge
+# decoded it to text of 4 bytes a character, and made two more copies of it), a 60 MiB
 # number, 60 MiB of whitespace around the right answer, and a 60 MiB answer to a 2-byte
 # expectation (refused from its frame's header: the sandbox never reads it).
 OUTPUT_COSTS = {
@@ -1788,8 +1788,8 @@ OUTPUT_COSTS = {
 @pytest.mark.parametrize("case", sorted(OUTPUT_COSTS))
 def test_grading_one_program_grows_the_grader_by_at_most_its_output_plus_16_mb(every_mode, case):
     """Measured as the process's peak resident memory (VmHWM, reset before the call), around one
-    verify_code call. Before issue 48 every case failed, in every mode: 174 to 285 MB for 58 to
-    60 MiB of output (the frame was copied twice, then decoded and copied again)."""
+    verify_code call. An earlier grader failed every case, in every mode: 174 to 285 MB for 58 to
+    60 MiB of output (it copied the frame twice, then decoded and copied it again)."""
     source, output_bytes, tests, verdict = OUTPUT_COSTS[case]
     result, growth = _peak_growth_mb(lambda: verifier.verify_code(completion(source), tests, timeout_s=20.0))
     assert result is verdict
@@ -1803,8 +1803,8 @@ def test_the_parents_slowness_is_not_charged_to_the_program(every_mode, monkeypa
     late for each read of its frame by 0.6 s (1.2 s in all, made here by a sleep before each
     receive, so the premise holds on any machine), and another thread of the grader holds the
     interpreter lock in C calls of about 0.3 s, as judges of other programs did. The program was
-    done on time, so it passes. Before issue 48 the deadline was checked between the reads of
-    one frame: False."""
+    done on time, so it passes. An earlier grader checked the deadline between the reads of one
+    frame: False."""
     expected = "x" * (4 << 20)
     tests = {"kind": "stdio", "inputs": [""], "outputs": [expected]}
     program = completion(f"print('x' * {4 << 20})")
@@ -1842,8 +1842,8 @@ def test_the_parents_slowness_is_not_charged_to_the_program(every_mode, monkeypa
 
 
 # Seven adversaries of one expected output (a number, then 4 MiB: a correct answer takes 64 pipe
-# buffers), each within the output's bound (64 MiB + 64 KiB), each the kind of output that cost the
-# judge before issue 48 C calls holding the interpreter lock (a 14 MiB number: 0.2-0.3 s), or the CPU.
+# buffers), each within the output's bound (64 MiB + 64 KiB), each the kind of output that cost an
+# earlier judge C calls holding the interpreter lock (a 14 MiB number: 0.2-0.3 s), or the CPU.
 FAIR_EXPECTED = "7\n" + "x" * (4 << 20)
 FAIR_CORRECT = "import time\ntime.sleep(0.4)\nprint('7'); print('x' * (4 << 20))"  # done as the judging starts
 FAIR_ADVERSARIES = [
@@ -1860,12 +1860,12 @@ FAIR_ADVERSARIES = [
 @pytest.mark.slow
 def test_a_correct_program_passes_beside_seven_adversaries_every_time(every_mode):
     """Eight graders at once (verifier.grade runs 8), seven of them adversarial: in 20 rounds the
-    correct program passes every time and every adversary fails. Before issue 48 the correct
+    correct program passes every time and every adversary fails. On an earlier grader the correct
     program failed in 8 of 20 rounds (the parent, busy judging the adversaries, read its 4 MiB late
     and was charged for it), and the 14 MiB number equal to 7 passed in 7. What this guards is the
     parent's reading and judging, the same code in every mode: the 20 rounds run in namespaces mode
     (the sandbox's choice wherever user namespaces work, as on CI), 5 in each plain mode, where
-    the failure rate before issue 48 is caught with probability 1 - 0.6^5 = 92% a run."""
+    that failure rate is caught with probability 1 - 0.6^5 = 92% a run."""
     tests = {"kind": "stdio", "inputs": [""], "outputs": [FAIR_EXPECTED]}
     programs = [FAIR_CORRECT, *FAIR_ADVERSARIES]
     assert verifier.verify_code(completion(FAIR_CORRECT), tests) is True

@@ -49,5 +49,5 @@ def test_the_listing_gives_each_config_s_first_sentence_whole():
     for name, lines in entries.items():
         text = " ".join(lines)
         assert text.endswith("."), (name, text)  # never cut mid-sentence
-    # not cut at the period of an abbreviation (issue 60: "row 'Digit-exp." was the whole line)
+    # not cut at the period of an abbreviation ("row 'Digit-exp." must not be the whole line)
     assert " ".join(entries["credo_digitexp"]).endswith("instead of the {H, L} readout.")

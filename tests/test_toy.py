@@ -170,7 +170,7 @@ def level_only_auroc(rates: dict[str, float]) -> float:
 
 def test_the_steps_style_rates_leave_room_for_the_auroc_claim():
     # Once RL has removed most of the direct style, what predicts correctness on the toy is the
-    # level. Version 5's steps rates capped issue 24's AUROC >= 0.80 claim by construction (0.794 by
+    # level. Version 5's steps rates capped the toy's AUROC >= 0.80 claim by construction (0.794 by
     # hand: sum over level pairs i < j of p_i (1 - p_j), plus half the ties, over 3.3 x 1.7).
     version5 = {"1": 0.95, "2": 0.85, "3": 0.7, "4": 0.5, "5": 0.3}
     assert level_only_auroc(version5) == pytest.approx(0.7941, abs=1e-4)
@@ -412,7 +412,7 @@ def test_trainings_run_at_once_and_a_failure_stops_the_others(tmp_path):
         os.kill(int(pid.read_text()), 0)
 
 
-# The loop learns (issue 24): GRPO on a task whose answers the verifier knows, the four
+# The loop learns: GRPO on a task whose answers the verifier knows, the four
 # first level-3 problems of the world's training split, every step (4 questions x G = 8). The
 # warm start gets them right about half the time; a loop whose credit and update have the
 # right sign learns their answers (and the partial-sum style, toy_build.WORLD["styles"]) and the

@@ -169,7 +169,7 @@ def test_the_final_is_of_the_shipped_world_on_fresh_seeds(toy_world):
     assert plan["world"] == toy.model_digest(toy_world) and plan["overrides"] == [] and "split" not in plan
     rows = final_rows()
     for row in ("base", "base_readout", "grpo", "rlcr", "credo"):
-        assert rows[row]["seeds"] == [72, 73, 74, 75, 76], row  # docs/journal/toy-protocol-v13.md's alpha round
+        assert rows[row]["seeds"] == [72, 73, 74, 75, 76], row  # fresh seeds (docs/journal/toy-protocol-v13.md)
     assert toy_build.load_world(toy_world)[0]["version"] == 13
 
 

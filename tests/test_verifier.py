@@ -397,7 +397,7 @@ def test_bad_arguments_raise_value_error():
 
 
 # ---------------------------------------------------------------------------
-# Second round: false passes, trainer stalls, leftovers and limits
+# False passes, trainer stalls, leftovers and limits
 # ---------------------------------------------------------------------------
 
 
@@ -457,7 +457,7 @@ FLOOD_EXPECTED = "3\n" + "4 " * (1 << 19)  # 1 MiB: its bound admits the 15 MB f
 )
 def test_stdio_floods_are_linear(actual):
     """A flood of short lines, tokens or blank lines costs one scan, not an object per line, and
-    no copy of the output (before issue 48: a decoded copy, then a stripped one)."""
+    no copy of the output (an earlier judge made a decoded copy, then a stripped one)."""
     want = judge._expect_stdout(0, FLOOD_EXPECTED)
     start = time.process_time()
     verdict = judge._stdout_matches(want, actual)
@@ -548,11 +548,11 @@ def test_every_warm_up_item_of_a_math_worker_grades_correct():
 
 
 # ---------------------------------------------------------------------------
-# Fourth round (issue 48): the gold is never widened
+# The gold is never widened
 # ---------------------------------------------------------------------------
 
 PIECEWISE = r"x+1 \text{ if } x>0 \text{ and } 0 \text{ otherwise}"
-# (answer, gold, verdict). Each family of the issue, with the answer it must keep accepting.
+# (answer, gold, verdict). Each family of widening attack, with the answer it must keep accepting.
 NEVER_WIDENED = [
     # letters of the gold are kept (math-verify's unit list has t, h, c, ab, ...)
     ("4", "4t", False),
@@ -634,9 +634,9 @@ NEVER_WIDENED = [
 
 
 def test_the_gold_is_never_widened():
-    """The attack families of issue 48, each with exact verdicts on both sides: on the code before,
-    24 of these wrong answers were graded True, and 4 right answers (stating the gold's letters)
-    False."""
+    """The widening attack families, each with exact verdicts on both sides: on an earlier
+    verifier, 24 of these wrong answers were graded True, and 4 right answers (stating the gold's
+    letters) False."""
     pairs = [(rf"\boxed{{{answer}}}", gold) for answer, gold, _ in NEVER_WIDENED]
     verdicts = verifier.verify_math_batch(pairs, workers=2, timeout_s=10 * verifier.DEFAULT_MATH_TIMEOUT_S)
     wrong = [case for case, verdict in zip(NEVER_WIDENED, verdicts) if verdict is not case[2]]
@@ -665,8 +665,8 @@ def test_another_math_verify_version_is_refused(monkeypatch):
         mathjudge.install()
 
 
-# The real golds that math-verify's default normalization (what the verifier applied to golds before
-# issue 48) changes in substance: primes deleted, letters and words dropped. Graded against what that
+# The real golds that math-verify's default normalization (what an earlier verifier applied to golds)
+# changes in substance: primes deleted, letters and words dropped. Graded against what that
 # normalization made of them, these are False; 11^{\text{th}} became "11^{", which never parsed. Its
 # other changes are forms (".35625" as "0.35625") or a trailing unit after a value with no letter
 # ("9 \text{ inches}" as "9"), which the judge itself drops from both sides: those grade True.
@@ -701,12 +701,12 @@ def test_real_golds_grade_themselves_and_only_the_widened_ones_change(real_part)
 
 
 # ---------------------------------------------------------------------------
-# Fourth round (issue 48): what a program's output may cost the grader is set by the expectation
+# What a program's output may cost the grader is set by the expectation
 # ---------------------------------------------------------------------------
 
 
 def decoded_stdout_matches(expected: str, actual: bytes, numbers_equal=lambda a, b: Decimal(a) == Decimal(b)) -> bool:
-    """The stdio comparison as it was before issue 48, on decoded text: the reference the judge,
+    """The stdio comparison of an earlier judge, on decoded text: the reference the judge,
     which never decodes, must agree with (within its size bounds); numbers_equal compares two
     numeric tokens (as Decimal: the comparison before it compared exactly)."""
     try:
