@@ -2,7 +2,7 @@
 overrides, its validation, the confidence plan of a method, and run names.
 
     >>> cfg = load_config("tiny", ["lr=3e-5"])
-    >>> cfg.lr, cfg.run_name, confidence_plan(cfg).source
+    >>> cfg.lr, cfg.run_name, confidence_plan(cfg).read.name
     (3e-05, 'tiny-lr3e-5-s43', 'readout')
 
 Every key a run can set is a field of `schema.Config`, with its default (tab:hyper's value where the
@@ -12,12 +12,15 @@ configs/<domain>.yaml. Anything else is an error naming the nearest keys. `load_
 returns a frozen `Config` with every `by_domain` key and every `auto` that the configuration
 alone decides resolved; the `auto`s that the machine decides (precision, compile_layers,
 adam_fused, activation_checkpointing, wandb_mode) are resolved by one named function each when
-the device is known. `confidence_plan` decides, once, everything that depends on how a method
-gets its confidence (the swap point of a new channel).
+the device is known. `confidence_plan` decides, once, how a run gets its confidence: the
+registered read the `confidence` key names (confidence.py), as the run's method and conf_train
+use it.
 
-`import config` loads no torch: methods.py's registries are imported when a config is
-validated, after its file, keys, values and counts are checked (`_methods`), so that run.sh
-(dataprep.data first-use) reports a mistake in those before the heavy libraries load.
+`import config` loads no torch: methods.py's and confidence.py's registries are imported when a
+config is validated (`_methods`, `_confidence`), after its file, keys, values and counts are
+checked, and after a name no registry can hold is refused (`_refuse_unregistered_names`, from
+methods.py's text), so that run.sh (dataprep.data first-use) reports a mistake in those before
+the heavy libraries load.
 
 Does not hold: reading data (dataprep/data.py), the model (policy.py), or the loop (credo.py).
 """
@@ -30,16 +33,20 @@ import difflib
 import functools
 import importlib.util
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 
 from rollout import DOMAINS, NumeralRule
 from schema import BY_DOMAIN, Config, hints
+
+if TYPE_CHECKING:
+    from confidence import Read
 
 ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = ROOT / "configs"
@@ -239,6 +246,7 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> Config:
     path = _config_path(name_or_path)
     from_file = _read_config_file(path)
     from_file.pop("config_name", None)  # recorded in a run's resolved config.yaml; derived, not set
+    from_file = without_retired_keys(from_file, str(path))  # a config.yaml saved before a key was retired
     values = {key: f.default for key, f in FIELDS.items()}
     for key, value in from_file.items():
         _check_key(key, str(path))
@@ -281,12 +289,28 @@ def resolve(values: dict, config_name: str) -> dict:
     return out
 
 
+# Keys that had one allowed value and were removed, with that value: a config.yaml saved before
+# holds them. config_from_values drops one that has its value and refuses any other (docs/choices.md).
+RETIRED_KEYS = {"lr_schedule": "constant", "optimizer": "adamw"}
+
+
+def without_retired_keys(values: dict, where: str) -> dict:
+    """`values` less each retired key that holds its one value; any other value is refused."""
+    for key, value in values.items():
+        if key in RETIRED_KEYS and value != RETIRED_KEYS[key]:
+            raise ValueError(
+                f"{where} sets {key}={value!r}; {key} was retired with its only value {RETIRED_KEYS[key]!r}, "
+                f"so this loop cannot run that setting"
+            )
+    return {key: value for key, value in values.items() if key not in RETIRED_KEYS}
+
+
 def config_from_values(values: dict, config_name: str = "") -> Config:
     """A Config from plain values (a saved config.yaml, a client's settings): Config's defaults
     under them, each key checked and typed, then resolved; not validated (a derived setting may
     be one no run trains with, e.g. a checkpoint read through another channel)."""
     merged = {key: f.default for key, f in FIELDS.items()}
-    for key, value in values.items():
+    for key, value in without_retired_keys(values, "the saved config").items():
         if key in DERIVED:
             continue
         _check_key(key, "the saved config")
@@ -301,6 +325,7 @@ def validate_config(cfg: Config) -> None:
     _validate_loop_support(cfg)
     if cfg.domain not in DOMAINS:
         raise ValueError(f"domain={cfg.domain!r} is not supported; choose one of {DOMAINS}")
+    _refuse_unregistered_names(cfg)  # a misspelt name in well under a second, before torch loads
     methods = _methods()
     if cfg.method not in methods.METHODS:
         raise ValueError(
@@ -318,13 +343,23 @@ def validate_config(cfg: Config) -> None:
                 f"{key}={getattr(cfg, key)!r} is not supported; choose one of {tuple(registry)} (or {register} "
                 f"in methods.py, docs/forking.md)"
             )
-    method, channel, source = cfg.method, cfg.channel, confidence_source(cfg)
+    names = methods.term_names(cfg)
+    unknown = [name for name in names if name not in methods.LOSS_TERMS]
+    if unknown or len(set(names)) < len(names):
+        raise ValueError(
+            f"loss_terms={cfg.loss_terms!r}: {'unknown ' + str(unknown) if unknown else 'a term listed twice'}; "
+            f"choose from {tuple(methods.LOSS_TERMS)} (or register_loss_term in methods.py, docs/forking.md)"
+        )
+    if not cfg.kl_coef >= 0:
+        raise ValueError(f"kl_coef={cfg.kl_coef!r} must be >= 0 (0: no KL term, no reference model)")
+    method, channel, read = cfg.method, cfg.channel, confidence_read(cfg)
     reads = methods.method_of(method).reads  # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")
-    if readout_channel and source != "readout":
-        raise ValueError(f"confidence={cfg.confidence} needs the verbalized channel; channel={channel} has a readout")
-    if not readout_channel and source == "readout":
-        raise ValueError("confidence=readout needs a readout channel, not channel=verbalized")
+    if channel not in read.prompts:
+        raise ValueError(
+            f"confidence={read.name} needs the {' or '.join(read.prompts)} channel (the prompts it is read on), "
+            f"not channel={channel}"
+        )
     if reads == "report" and readout_channel:
         raise ValueError(
             f"method={method} needs the verbalized channel (its reward scores the sampled numeral), "
@@ -335,14 +370,16 @@ def validate_config(cfg: Config) -> None:
             f"method={method} on a readout channel is only the auxiliary-head arm (conf_train=head); "
             f"plain {method} uses channel=verbalized"
         )
-    if reads == "model" and source == "numeral":
+    model_reads = tuple(r.name for r in _confidence().reads_of(channel) if r.model)
+    if reads == "model" and not read.model:
         raise ValueError(
-            f"method={method} needs a confidence with logits (readout or digit_exp), not the parsed numeral"
+            f"method={method} needs a confidence with logits (a model read of channel={channel}: {model_reads}), "
+            f"not confidence={read.name}, read from the text"
         )
-    if cfg.alpha != 0 and source == "numeral":
+    if cfg.alpha != 0 and not read.model:
         raise ValueError(
-            "alpha > 0 needs a differentiable confidence: the parsed numeral has none "
-            "(use confidence=digit_exp with method=credo for regression on the verbalized slot)"
+            f"alpha > 0 needs a differentiable confidence: confidence={read.name} is read from the text "
+            f"(a model read of channel={channel}: {model_reads}, with method=credo)"
         )
     if cfg.alpha != 0 and reads != "model" and cfg.conf_train != "head":
         raise ValueError(
@@ -394,6 +431,14 @@ def _validate_counts(cfg: Config) -> None:
             raise ValueError(f"{key}={value!r} must be {kind}{null}")
 
 
+def _confidence() -> types.ModuleType:
+    """confidence.py, whose registry of reads (READS) the `confidence` key names. Imported here, as
+    methods.py is (`_methods`): it imports torch, and `import config` stays free of it."""
+    import confidence
+
+    return confidence
+
+
 def _methods() -> types.ModuleType:
     """methods.py, whose registries (METHODS, TARGETS, CALIBRATION_LOSSES, ADVANTAGES,
     LOSS_AGGREGATIONS) validation reads.
@@ -403,6 +448,36 @@ def _methods() -> types.ModuleType:
     import methods
 
     return methods
+
+
+# The registries a config names, each with the decorator that fills it in methods.py.
+REGISTERED = (
+    ("method", "register_method"),
+    ("target", "register_target"),
+    ("calibration_loss", "register_calibration_loss"),
+    ("advantage", "register_advantage"),
+    ("loss_agg", "register_loss_agg"),
+)
+
+
+def _refuse_unregistered_names(cfg: Config) -> None:
+    """A misspelt method, target, calibration loss, advantage or aggregation, refused before methods.py
+    loads (it imports torch: seconds). While methods is not imported, its registries can only hold
+    what its source registers, so a name that is not even a quoted string in methods.py cannot be
+    registered; the choices are read from its `@register_...("name"` lines. Anything else (a name
+    the source holds, a decorator the source does not use) is left to the registries themselves."""
+    if "methods" in sys.modules:  # imported: a name may have been registered since (a fork, a test)
+        return
+    spec = importlib.util.find_spec("methods")
+    source = Path(spec.origin).read_text() if spec and spec.origin else ""
+    for key, register in REGISTERED:
+        value = str(getattr(cfg, key))
+        names = tuple(re.findall(rf"@{register}\(\s*[\"']([^\"']+)[\"']", source))
+        if names and not re.search(rf"[\"']{re.escape(value)}[\"']", source):
+            how = "register one" if key == "method" else register
+            raise ValueError(
+                f"{key}={value!r} is not supported; choose one of {names} (or {how} in methods.py, docs/forking.md)"
+            )
 
 
 def _validate_loop_support(cfg: Config) -> None:
@@ -416,8 +491,6 @@ def _validate_loop_support(cfg: Config) -> None:
             raise ValueError(
                 f"report_to={name} needs the {package} package: pip install {package} (or drop it from report_to)"
             )
-    if cfg.kl_coef != 0:
-        raise ValueError("kl_coef must be 0: the paper trains without a KL term and this loop has no reference model")
     if cfg.train_data is None:
         raise ValueError("train_data is not set (a local JSONL file or a Hugging Face dataset id)")
     full_length = cfg.max_prompt_tokens + cfg.max_completion_tokens + 2
@@ -478,50 +551,54 @@ def _validate_open_choices(cfg: Config, reads: str) -> None:
         raise ValueError(f"{', '.join(changed)} reads a verbalized report; channel={cfg.channel} has none")
 
 
-def confidence_source(cfg: Config) -> str:
-    """What c is: readout (eq:readout), digit_exp (eq:digitexp) or numeral (the parsed report)."""
+def confidence_read(cfg: Config) -> Read:
+    """The registered read (confidence.py) the `confidence` key names; for auto, the one its
+    channel's prompt asks for (the readout on the readout prompts, the numeral on the verbalized)."""
+    reads = _confidence()
     if cfg.confidence != "auto":
-        return cfg.confidence
-    return "readout" if cfg.channel.startswith("readout") else "numeral"
+        return reads.read_of(cfg.confidence)
+    read = reads.auto_read(cfg.channel)
+    if read is None:
+        raise ValueError(f"confidence=auto: no registered read is auto on channel={cfg.channel}; name one")
+    return read
 
 
 @dataclass(frozen=True)
 class ConfidencePlan:
-    """How a run gets, rewards and trains its confidence: every decision that depends on the
-    method's confidence channel, made once (`confidence_plan`) and read by the loop, the
-    policy and evaluation. A new channel is a new plan plus the read it names.
+    """How a run gets, rewards and records its confidence, decided once (`confidence_plan`): the
+    registered read `read` (confidence.py) as the run's method and conf_train use it. Read by
+    the loop, the engines and evaluation.
 
-    prompt:        the answer format of the system prompt (app:model)
+    read:          the registered read the `confidence` key names (auto: its prompt's)
+    prompt:        the answer format of the system prompt (app:model): the channel
     segments:      the rules that split a rollout (rollout.parse_segments): the prompt's, or
-                   `readout` when a verbalized rollout ends at the slot (digit expectation)
-    source:        what the model's c is: readout (eq:readout), digit_exp (eq:digitexp),
-                   or numeral (the parsed report; no logits, nothing to regress)
-    model_read:    the read of the model's c from a forward (policy.MODEL_READS): readout,
-                   or digit_exp where the batch teacher-forces "0."
-    rewards_read:  model (the model's c, from the no-grad pass), or a text read
-                   (sampling.TEXT_READS): numeral (the baselines' report, eq:verb) or
-                   slot_token (a sampled <CONF_HIGH>/<CONF_LOW>, conf_train=sampled)
-    weights_read:  what eq:sw's discrepancy weights read: model, numeral, or digit_pass (a
-                   baseline's eq:digitexp from a no-grad pass, tab:sw_baseline)
-    teacher_digits: the training forward teacher-forces "0." after the slot (eq:digitexp)
-    detach_readout: the readout reads the detached final hidden state, so that alpha's loss
-                   trains only the head (the two output rows; conf_train=head, tab:decompose)
-    record:        the confidence a step logs: model (c) or report (the sampled report)
+                   `readout` when a verbalized rollout ends at the slot (eq:digitexp)
+    model_read:    the model read whose c the training forward gives (and the no-grad pass
+                   before it): `read`, where the run's c is the model's (its method's rewards
+                   read it, or conf_train=head trains it); None for a baseline
+    report_read:   the text read of a confidence sampled as text (sampling.Outcomes.reported):
+                   a baseline's report (eq:verb), or the sampled slot token of conf_train=sampled
+    rewards_read:  what the method's rewards read: model (model_read's c) or report (report_read's)
+    weights_read:  what eq:sw's discrepancy weights read: model, report, or pass (a baseline's
+                   model read from a no-grad pass over its rollouts cut at the slot, tab:sw_baseline)
+    record:        the confidence a step logs as c: model or report
+    detach_readout: the slot's hidden state is detached, so that alpha's loss trains only the head
+                   (conf_train=head, tab:decompose)
     stops_at_slot: rollouts end at the slot (a stop string, or a cut with thinking on)
     cuts_at_slot:  ... cut there after generation (thinking on: a trace may mention the tag)
     samples_slot_token: the slot token itself is sampled and must be one of the reserved
                    pair for F_i (conf_train=sampled)
     """
 
+    read: Read
     prompt: Literal["readout", "readout_noanalysis", "verbalized"]
     segments: Literal["readout", "readout_noanalysis", "verbalized"]
-    source: Literal["readout", "digit_exp", "numeral"]
-    model_read: Literal["readout", "digit_exp"]
-    rewards_read: Literal["model", "numeral", "slot_token"]
-    weights_read: Literal["model", "numeral", "digit_pass"]
-    teacher_digits: bool
-    detach_readout: bool
+    model_read: Read | None
+    report_read: Read | None
+    rewards_read: Literal["model", "report"]
+    weights_read: Literal["model", "report", "pass"]
     record: Literal["model", "report"]
+    detach_readout: bool
     stops_at_slot: bool
     cuts_at_slot: bool
     samples_slot_token: bool
@@ -531,37 +608,46 @@ class ConfidencePlan:
         """Credit needs the model's c of every group member (from a forward)."""
         return "model" in (self.rewards_read, self.weights_read)
 
+    @property
+    def forced(self) -> tuple[str, ...]:
+        """The tokens the training batch teacher-forces after each slot: model_read's ("0." for eq:digitexp)."""
+        return self.model_read.forced if self.model_read is not None else ()
+
 
 def confidence_plan(cfg: Config) -> ConfidencePlan:
     """The ConfidencePlan of a validated config.
 
-    >>> confidence_plan(load_config("rlcr")).rewards_read, confidence_plan(load_config("credo_digitexp")).teacher_digits
-    ('numeral', True)
+    >>> plan = confidence_plan(load_config("credo_digitexp"))
+    >>> plan.model_read.name, plan.forced, plan.segments, confidence_plan(load_config("rlcr_swd")).weights_read
+    ('digit_exp', ('0', '.'), 'readout', 'pass')
     """
-    source, sampled = confidence_source(cfg), cfg.conf_train == "sampled"
-    baseline = _methods().method_of(cfg.method).reads != "model"
-    # Rollouts end at the slot where c is read from the logits there: the readout channels, and
-    # a method reading the model's c on the verbalized prompt (eq:digitexp); not where the slot
-    # token itself is sampled. With thinking on they are cut there after generation instead of
-    # stopped by the string `<confidence>` (a reasoning trace may mention the tag).
-    stops = not sampled and (cfg.channel.startswith("readout") or (not baseline and source == "digit_exp"))
-    rewards = "slot_token" if sampled else "numeral" if cfg.channel == "verbalized" and baseline else "model"
-    if baseline and source == "digit_exp":
-        weights = "digit_pass"
-    elif source == "numeral":
-        weights = rewards
-    else:
-        weights = "model"
+    read, sampled, auto = confidence_read(cfg), cfg.conf_train == "sampled", _confidence().auto_read(cfg.channel)
+    # The run's c is the model's where its read is a model read that the method's rewards read,
+    # that conf_train=head trains as an auxiliary head, or that its prompt asks for (a readout
+    # prompt, whatever the method); otherwise it is the report the prompt asks for (a baseline's,
+    # or a checkpoint read through the verbalized prompt).
+    reads = _methods().method_of(cfg.method).reads
+    model_c = read.model and (reads == "model" or cfg.conf_train == "head" or auto.model)
+    # Rollouts end at the slot where the model's c is read there; not where the slot token itself
+    # is sampled. With thinking on they are cut there after generation instead of stopped by the
+    # string `<confidence>` (a reasoning trace may mention the tag).
+    stops = model_c and not sampled
+    if model_c:
+        report = _confidence().SAMPLED_SLOT_TOKEN if sampled else None
+        rewards, weights, record = ("report" if sampled else "model"), "model", "model"
+    else:  # a baseline: the report its prompt asks for; eq:sw's weights from a model read's own pass
+        report = auto if read.model else read
+        rewards, weights, record = "report", ("pass" if read.model else "report"), "report"
     return ConfidencePlan(
+        read=read,
         prompt=cfg.channel,
         segments="readout" if cfg.channel == "verbalized" and stops else cfg.channel,
-        source=source,
-        model_read="digit_exp" if not baseline and source == "digit_exp" else "readout",
+        model_read=read if model_c else None,
+        report_read=report,
         rewards_read=rewards,
         weights_read=weights,
-        teacher_digits=not baseline and source == "digit_exp",
+        record=record,
         detach_readout=cfg.conf_train == "head",
-        record="report" if rewards != "model" and cfg.channel == "verbalized" else "model",
         stops_at_slot=stops,
         cuts_at_slot=stops and bool(cfg.enable_thinking),
         samples_slot_token=sampled,

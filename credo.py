@@ -15,21 +15,25 @@ One step, as in section 3 of the paper (equations by their labels), is `train`'s
                 group-standardised A^ans and A^conf, discrepancy weights w (`eq:sw`)
                 (methods.credit)
   6. update     per micro-batch, the same for every method: ONE forward (log-probs and c with
-                its gradient), the clipped objective (`eq:grpo`) + alpha * L_cal (`eq:calloss`),
+                its gradient), the loss terms (`eq:grpo`'s clipped objective + alpha * L_cal of
+                `eq:calloss` + kl_coef * KL to the starting model, methods.LOSS_TERMS),
                 backward; then AdamW (`update`)
   7. sync       weights pushed into the engine in memory; prefix cache reset
 
 The baselines (GRPO, RLCR, DCPO on the verbalized channel) and the ablations are the same loop
-with other config values: what research changes is a registry in methods.py (rewards, target,
-calibration loss), and config.confidence_plan derives once how a run gets its confidence
-(docs/forking.md). Everything around the step (the world, resume, memory fit, compile,
-preemption) is `setup`.
+with other config values: what research changes is a registry (methods.py: rewards, target,
+calibration loss, advantages, loss aggregation, loss terms; confidence.py: how c is read), and
+config.confidence_plan derives once how a run gets its confidence (docs/forking.md). A step's
+context (`Step`: its batch, micro-batches, outcomes, denominators, loss terms and credit) is
+built once by `make_step`; what persists across steps is the `Learner`. Everything around the
+step (the world, resume, memory fit, compile, preemption) is `setup`.
 
 Simplifications, on purpose (read them before forking):
   * One optimizer step per rollout batch, so the update is on-policy: the "old" log-probs of
     `eq:grpo` are the detached current ones (rho = 1), and the clip only matters if you add
     inner epochs.
-  * No KL term and no reference model (the paper's KL coefficient is 0).
+  * No KL term by default (tab:hyper's KL coefficient is 0): kl_coef > 0 loads the starting
+    model a second time, frozen, in the compute dtype (`load_reference`).
   * Credit needs every group member's c before any gradient: step 4 is a no-grad pass of its
     own (no vocabulary projection), which costs a forward but keeps one credit path for every
     method and micro-batch (docs/performance.md measures it).
@@ -44,6 +48,9 @@ forward and every confidence read (policy.py), steps 1-3 (sampling.py), generati
 
 from __future__ import annotations
 
+from infra import startup  # noqa: F401  first: library logging and Ctrl-C, before torch and vLLM load
+
+# isort: split
 import random
 import signal
 import sys
@@ -56,7 +63,6 @@ import yaml
 from tqdm import tqdm
 
 import config
-import losses
 import methods
 import policy as pol
 import problems
@@ -115,12 +121,12 @@ def detached_confidences(
 
     The model's c comes from a no-grad pass over the training batch, micro-batch by micro-batch
     as the update will run it, so it is the c the update's forward computes (to float rounding).
-    A report sampled as text (out.reported) and a baseline's no-grad digit expectation
-    (tab:sw_baseline) are read as ConfidencePlan.rewards_read and weights_read say."""
+    A report sampled as text (out.reported) and a baseline's model read from a no-grad pass over
+    its rollouts (tab:sw_baseline) are read as ConfidencePlan.rewards_read and weights_read say."""
     c_model = pol.confidences(policy, batch, micro, cfg.pack_sequences, plan.model_read) if plan.reads_model else None
-    reads = {"model": c_model, "numeral": out.reported, "slot_token": out.reported}
-    if plan.weights_read == "digit_pass":
-        reads["digit_pass"] = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences)
+    reads = {"model": c_model, "report": out.reported}
+    if plan.weights_read == "pass":
+        reads["pass"] = pol.slot_confidences(policy, rollouts, plan.read, cfg.micro_batch_tokens, cfg.pack_sequences)
     return Confidences(rewards=reads[plan.rewards_read], weights=reads[plan.weights_read]), c_model
 
 
@@ -145,72 +151,127 @@ def make_optimizer(model, cfg: Config, device_type: str) -> torch.optim.AdamW:
 
 
 @dataclass
+class Learner:
+    """What the update reads and changes from step to step."""
+
+    policy: Policy
+    optimizer: torch.optim.Optimizer
+    cfg: Config
+    plan: ConfidencePlan | None = None  # None: config.confidence_plan(cfg)
+    reference: Policy | None = None  # the frozen starting model, where a loss term needs it
+
+    def __post_init__(self):
+        self.plan = self.plan or config.confidence_plan(self.cfg)
+
+
+@dataclass
+class Step:
+    """One step's context, named once (make_step): its batch and micro-batches, its outcomes, the
+    denominators of its batch means, the loss terms with their coefficients, and its credit."""
+
+    index: int  # from 0: the warm-ups read it
+    batch: Batch
+    micro: list[list[int]]  # row indices of each micro-batch (policy.micro_batches)
+    outcomes: sampling.Outcomes
+    rollouts: list | None  # what a baseline's no-grad pass for eq:sw's weights reads (tab:sw_baseline)
+    counts: dict[str, float]  # {"rows": N, "valid": |V|}: the batch means' denominators
+    terms: list[tuple[methods.LossTerm, float]]  # the run's loss terms and their coefficients now
+    kappa: float  # eq:sw's, after its warm-up
+    credit: Credit | None = None  # step 5 (train_step)
+
+
+def coefficient(term: methods.LossTerm, cfg: Config, step: int) -> float:
+    """A loss term's coefficient at `step`: its config value, warmed up where it says so (alpha)."""
+    value = methods.base_coefficient(term, cfg)
+    return warmup(value, step, cfg.warmup_steps, cfg.warmup_shape) if term.warms_up else value
+
+
+def make_step(
+    cfg: Config,
+    index: int,
+    batch: Batch,
+    outcomes: sampling.Outcomes,
+    rollouts: list | None = None,
+    counts: dict[str, float] | None = None,
+) -> Step:
+    """The context of step `index` on a batch. counts: the denominators of the batch means of the
+    loss terms, {"rows": N, "valid": |V|}; by default this batch's. Under data parallelism
+    gradients are averaged over ranks, so the loop passes the global counts / world size."""
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=cfg.pack_sequences)
+    counts = counts or {"rows": float(len(batch)), "valid": float(outcomes.valid.sum())}
+    terms = [(term, coefficient(term, cfg, index)) for term in methods.loss_terms(cfg)]
+    kappa = warmup(cfg.kappa, index, cfg.warmup_steps, cfg.warmup_shape)
+    return Step(index, batch, micro, outcomes, rollouts, counts, terms, kappa)
+
+
+@dataclass
 class Update:
     """What one update reports besides the new weights."""
 
-    loss_pg: float  # J of eq:grpo, as a batch mean
-    loss_cal: float  # the calibration loss, as a mean over V
+    terms: dict[str, float]  # each loss term's batch mean, before its coefficient
     grad_norm: float  # before clipping
     completion_logp: list  # [N] of [completion tokens]: the trainer's log-probs (engine/trainer agreement)
 
 
-def update(
-    policy: Policy,
-    optimizer,
-    batch: Batch,
-    micro: list[list[int]],
-    step_credit: Credit,
-    out: sampling.Outcomes,
-    cfg: Config,
-    plan: ConfidencePlan,
-    alpha: float,
-    n_total: float,
-    n_valid_total: float,
-) -> Update:
-    """Forward, loss, backward per micro-batch; then one optimizer step.
+def term_inputs(learner: Learner, step: Step, rows: list[int], mb: Batch, fwd: pol.Forward) -> methods.TermInputs:
+    """What the loss terms read on the micro-batch `rows` (mb), on the forward's device: c and
+    the reference's log-probs only where a term of the run needs them."""
+    needs = set().union(*(term.needs for term, _ in step.terms))
+    dev = fwd.logp.device
+    ref_logp = None
+    if "reference" in needs:
+        with torch.no_grad():
+            ref_logp = pol.forward(learner.reference, mb, packed=learner.cfg.pack_sequences).logp  # [n, T]
+    return methods.TermInputs(
+        logp=fwd.logp,
+        conf=pol.model_confidence(fwd, learner.plan.model_read) if "confidence" in needs else None,
+        ref_logp=ref_logp,
+        credit=Credit(*(pol.to_device(value, dev) for value in step.credit.select(rows))),
+        completion=pol.to_device(mb.completion_mask, dev),
+        ans_mask=pol.to_device(mb.ans_mask, dev),
+        conf_mask=pol.to_device(mb.conf_mask, dev),
+        valid=pol.to_device(step.outcomes.valid[rows], dev),
+    )
 
-    n_total, n_valid_total: the denominators of the batch means of J (sequences) and of the
-    calibration loss (|V|, the rollouts with a slot). Under data parallelism gradients are
-    averaged over ranks, so the caller passes the global counts divided by the world size.
-    |V| = 0 leaves the calibration loss a zero."""
-    n_valid_total = n_valid_total if n_valid_total > 0 else 1.0
-    calibration_loss = methods.entry_of(methods.CALIBRATION_LOSSES, "calibration_loss", cfg.calibration_loss)
-    token_norm = methods.entry_of(methods.LOSS_AGGREGATIONS, "loss_agg", cfg.loss_agg)
+
+def update(learner: Learner, step: Step) -> Update:
+    """Forward, the loss terms, backward per micro-batch; then one optimizer step.
+
+    Each term is a batch mean over its rows (all, or V): a micro-batch's mean is weighted by its
+    share of step.counts. A term over V with |V| = 0 contributes a zero."""
+    policy, cfg = learner.policy, learner.cfg
     # Statistics stay on the device until the last backward: reading one back after each
     # backward would stall the GPU before every micro-batch.
-    terms, logp_of = [], []  # [(pg, cal) weighted], [(rows, logp [n_mb, L-1], completion mask)]
+    values, logp_of = [], []  # [[term value x share]], [(rows, logp [n_mb, L-1], completion mask)]
     policy.model.train()
-    for rows in micro:
-        mb, mb_credit = batch.select(rows), step_credit.select(rows)
-        fwd = pol.forward(policy, mb, packed=cfg.pack_sequences, detach_readout=plan.detach_readout)
-        dev = fwd.logp.device
-        adv_tok = losses.token_advantages(
-            *(pol.to_device(t, dev) for t in (mb_credit.adv_ans, mb_credit.adv_conf, mb_credit.w)),
-            *(pol.to_device(t, dev) for t in (mb.ans_mask, mb.conf_mask)),
-        )  # [n_mb, L-1]
-        completion = pol.to_device(mb.completion_mask, dev)  # [n_mb, L-1]
-        pg = losses.clipped_policy_loss(
-            fwd.logp, fwd.logp.detach(), adv_tok, completion, cfg.clip_eps, token_norm(completion, cfg)
-        )
-        valid = out.valid[rows]  # [n_mb] V: the rollouts with a slot
-        cal = calibration_loss(
-            pol.model_confidence(fwd, plan.model_read), pol.to_device(mb_credit.target, dev), pol.to_device(valid, dev)
-        )
-        # both terms are means over the whole rollout batch: sequences for J, V for L_cal
-        pg_share, cal_share = len(rows) / n_total, float(valid.sum()) / n_valid_total
-        (pg * pg_share + alpha * cal * cal_share).backward()
-        terms.append(torch.stack([pg.detach() * pg_share, cal.detach() * cal_share]))
+    if learner.reference is not None:
+        parallel.gather_root(learner.reference.model)
+    for rows in step.micro:
+        mb = step.batch.select(rows)
+        fwd = pol.forward(policy, mb, packed=cfg.pack_sequences, detach_readout=learner.plan.detach_readout)
+        inputs = term_inputs(learner, step, rows, mb, fwd)
+        count = {"rows": float(len(rows)), "valid": float(step.outcomes.valid[rows].sum())}
+        # each term's micro-batch mean, weighted by the micro-batch's share of its batch mean
+        shared = [
+            term.loss(inputs, cfg) * (count[term.over] / (step.counts[term.over] or 1.0)) for term, _ in step.terms
+        ]
+        sum(coef * value for (_, coef), value in zip(step.terms, shared)).backward()
+        values.append(torch.stack([value.detach() for value in shared]))
         logp_of.append((rows, fwd.logp.detach(), mb.completion_mask))
+    if learner.reference is not None:
+        parallel.release_root(learner.reference.model)
 
-    loss_pg, loss_cal = torch.stack(terms).sum(dim=0).tolist()  # host sync: after the last backward
-    completion_logp: list[torch.Tensor | None] = [None] * len(batch)
+    totals = torch.stack(values).sum(dim=0).tolist()  # host sync: after the last backward
+    completion_logp: list[torch.Tensor | None] = [None] * len(step.batch)
     for rows, logp, mask in logp_of:
         for row, row_logp, row_mask in zip(rows, logp.cpu(), mask):
             completion_logp[row] = row_logp[row_mask]
     grad_norm = parallel.clip_gradients(policy.model, cfg.max_grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return Update(loss_pg=loss_pg, loss_cal=loss_cal, grad_norm=grad_norm, completion_logp=completion_logp)
+    learner.optimizer.step()
+    learner.optimizer.zero_grad(set_to_none=True)
+    terms = {term.name: value for (term, _), value in zip(step.terms, totals)}
+    return Update(terms=terms, grad_norm=grad_norm, completion_logp=completion_logp)
 
 
 # ============================================================================================
@@ -218,49 +279,33 @@ def update(
 # ============================================================================================
 
 
-def train_step(
-    policy: Policy,
-    optimizer,
-    batch: Batch,
-    out: sampling.Outcomes,
-    cfg: Config,
-    plan: ConfidencePlan,
-    step: int,
-    rollouts: list | None = None,
-    n_total: float | None = None,
-    n_valid_total: float | None = None,
-) -> StepStats:
+def train_step(learner: Learner, step: Step) -> StepStats:
     """Steps 4-6 on a step's batch: the detached confidences, credit, the update. Returns the
-    step's statistics. rollouts: the batch's, which a baseline's digit pass reads
-    (tab:sw_baseline). n_total, n_valid_total: as `update` takes them; by default this batch's
-    N and |V|."""
-    lengths = batch.attention_mask.sum(dim=1).tolist()
-    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=cfg.pack_sequences)
-    if plan.weights_read == "digit_pass" and rollouts is None:
-        raise ValueError("a baseline's digit pass (confidence=digit_exp) reads the rollouts: pass rollouts=")
+    step's statistics."""
+    policy, cfg, plan, out = learner.policy, learner.cfg, learner.plan, step.outcomes
+    if plan.weights_read == "pass" and step.rollouts is None:
+        raise ValueError("a baseline's no-grad pass for eq:sw's weights reads the rollouts: make_step(rollouts=)")
     # 4. what credit reads, detached
-    conf, c_model = detached_confidences(policy, batch, rollouts, out, micro, cfg, plan)
+    conf, c_model = detached_confidences(policy, step.batch, step.rollouts, out, step.micro, cfg, plan)
     # 5. credit, once, for the whole batch
-    alpha, kappa = (warmup(value, step, cfg.warmup_steps, cfg.warmup_shape) for value in (cfg.alpha, cfg.kappa))
-    step_credit = methods.credit(out.correct, out.fmt, conf, cfg, kappa, truncated=out.truncated)
+    step.credit = methods.credit(out.correct, out.fmt, conf, cfg, step.kappa, truncated=out.truncated)
     # 6. the update
-    n_total = float(len(batch)) if n_total is None else n_total
-    n_valid_total = float(out.valid.sum()) if n_valid_total is None else n_valid_total
-    done = update(policy, optimizer, batch, micro, step_credit, out, cfg, plan, alpha, n_total, n_valid_total)
+    done = update(learner, step)
     if plan.record == "report":  # the confidence a step logs: a baseline's report, or the model's c
         record_conf, record_valid = out.reported.float(), ~torch.isnan(out.reported)
     else:
         record_conf, record_valid = c_model, out.valid
+    lengths = step.batch.attention_mask.sum(dim=1).tolist()
     return StepStats(
-        loss_pg=done.loss_pg,
-        loss_cal=done.loss_cal,
-        alpha=alpha,
-        kappa=kappa,
+        terms={name: done.terms.get(name) for name in methods.term_names(cfg)},  # None: left out at coefficient 0
+        coefs={term.name: coef for term, coef in step.terms},
+        alpha=warmup(cfg.alpha, step.index, cfg.warmup_steps, cfg.warmup_shape),
+        kappa=step.kappa,
         grad_norm=done.grad_norm,
-        pad_fraction=0.0 if cfg.pack_sequences else pol.pad_fraction(lengths, micro),
-        micro_batches=len(micro),
-        readout_pass_rows=len(batch) if c_model is not None else 0,
-        credit=step_credit,
+        pad_fraction=0.0 if cfg.pack_sequences else pol.pad_fraction(lengths, step.micro),
+        micro_batches=len(step.micro),
+        readout_pass_rows=len(step.batch) if c_model is not None else 0,
+        credit=step.credit,
         conf=record_conf,
         conf_valid=record_valid,
         completion_logp=done.completion_logp,
@@ -318,21 +363,11 @@ def train(cfg: Config) -> Path:
             # 4-6. the detached confidences, credit for the whole batch, the update. Gradients are
             # averaged over ranks, so the batch means take the global counts / W.
             with runlog.timed(timings, "train"):
-                batch = pol.training_batch(rollouts, policy.tokenizer, plan.teacher_digits, plan.samples_slot_token)
-                counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
+                batch = pol.training_batch(rollouts, policy.tokenizer, plan)
+                counts = parallel.all_reduce({"rows": len(rollouts), "valid": float(out.valid.sum())}, world)
+                counts = {key: value / world.world_size for key, value in counts.items()}
                 parallel.gather_root(policy.model)
-                stats = train_step(
-                    policy,
-                    run.optimizer,
-                    batch,
-                    out,
-                    cfg,
-                    plan,
-                    step,
-                    rollouts=rollouts,
-                    n_total=counts["n"] / world.world_size,
-                    n_valid_total=counts["valid"] / world.world_size,
-                )
+                stats = train_step(run.learner, make_step(cfg, step, batch, out, rollouts, counts))
                 logp_gap = runlog.engine_logprob_gap(rollouts, stats.completion_logp, world)
 
             # 7. weights into the engine
@@ -357,7 +392,7 @@ def train(cfg: Config) -> Path:
                 )
             stop = guard.requested(world)  # collective: every rank agrees
             if (step + 1) % cfg.save_every == 0 or step + 1 == run.total_steps or stop:
-                ckpt = save_checkpoint(run.dir, step + 1, policy, run.optimizer, run.stream.cursor, cfg, world)
+                ckpt = save_checkpoint(run.dir, step + 1, policy, run.learner.optimizer, run.stream.cursor, cfg, world)
             if stop:
                 break
     engine.close()
@@ -386,7 +421,7 @@ class Run:
     dir: Path  # runs/<name>
     policy: Policy
     engine: object | None  # engine.VLLMEngine or engine.HFEngine; None: the run is complete
-    optimizer: torch.optim.Optimizer | None
+    learner: Learner | None  # the policy, its optimizer and any reference model; None: the run is complete
     rows: list[dict]  # the training problems that fit the prompt budget
     prompts: list[list[int]]  # their prompt ids
     stream: sampling.QuestionStream
@@ -448,11 +483,24 @@ def setup(cfg: Config) -> Run:
         cfg, plan, policy.model, policy.tokenizer, str(resume or cfg.model), engine_dir, policy.dtype
     )
     policy.model = parallel.shard_model(policy.model, world, policy.dtype)
-    run.optimizer = make_optimizer(policy.model, cfg, world.device.type)
+    run.learner = Learner(policy, make_optimizer(policy.model, cfg, world.device.type), cfg, plan)
+    if methods.needs_reference(cfg):
+        run.learner.reference = load_reference(cfg, world, policy)
     if resume:
-        run.start_step, stream.cursor = restore_state(resume, run.optimizer, policy.model, world)
+        run.start_step, stream.cursor = restore_state(resume, run.learner.optimizer, policy.model, world)
         parallel.main_print(world, f"[credo] resumed from step {run.start_step} of {total_steps}: {resume}", flush=True)
     return run
+
+
+def load_reference(cfg: Config, world: parallel.World, policy: Policy) -> Policy:
+    """The frozen reference of a KL term: the run's starting model (cfg.model, also on resume),
+    with the reserved tokens as the policy got them, its weights in the policy's compute dtype
+    (nothing trains them), no gradients, sharded like the policy."""
+    reference = pol.load_policy(str(cfg.model), world.load_device, policy.dtype, cfg.temperature, policy.dtype)
+    reference.model.requires_grad_(False)
+    reference.model.eval()
+    reference.model = parallel.shard_model(reference.model, world, policy.dtype)
+    return reference
 
 
 def main(argv: list[str] | None = None) -> None:

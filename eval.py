@@ -5,13 +5,14 @@ and write the records, tables and figures (the paper's `app:data`).
     python eval.py --ckpt CREDO=runs/credo-s43,RLCR=runs/rlcr-s43 --sets math500 --out runs/tables/x
 
 Generation goes through the training engine (rollout.make_engine), correctness through
-verifier.grade, and each confidence source is read as the paper defines it, by policy.py's
-reads (the same forward as training's):
-  readout     c = sigmoid(z_H - z_L) at the slot (eq:readout)
-  verbalized  the parsed numeral inside <confidence>...</confidence> (eq:verb)
-  digit       p1 + p0 * E[d] / 10 from the logits at the numeral's positions (eq:digitexp)
-No temperature scaling is applied to any of them. One record per (sample, source) goes to
-samples.jsonl; evaluation/report.py aggregates them into tables and evaluation/figures.py draws the figures.
+verifier.grade, and c through every read registered for the evaluation prompt (confidence.py),
+each by the same forward as training's; a record's source is the read's label:
+  readout     the readout prompt's: c = sigmoid(z_H - z_L) at the slot (eq:readout)
+  verbalized  the verbalized prompt's: the parsed numeral inside <confidence>...</confidence> (eq:verb)
+  digit       on the verbalized prompt: p1 + p0 * E[d] / 10 at the numeral's positions (eq:digitexp)
+and any read a fork registers, by its own label. No temperature scaling is applied to any of
+them. One record per (sample, source) goes to samples.jsonl; evaluation/report.py aggregates
+them into tables and evaluation/figures.py draws the figures.
 
 Holds: checkpoint description, evaluation sets, the generate-grade-read pass and the CLI.
 Does not hold: metrics (evaluation/metrics.py), tables (evaluation/report.py), figures (evaluation/figures.py).
@@ -19,6 +20,9 @@ Does not hold: metrics (evaluation/metrics.py), tables (evaluation/report.py), f
 
 from __future__ import annotations
 
+from infra import startup  # noqa: F401  first: library logging and Ctrl-C, before torch and vLLM load
+
+# isort: split
 import argparse
 import dataclasses
 import json
@@ -30,6 +34,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+import confidence
 import config
 import policy as pol
 import problems
@@ -67,6 +72,8 @@ def describe_checkpoint(path: str, channel: str | None, method: str | None, base
     if (Path(path) / "ckpt").is_dir():
         path = str(latest_checkpoint(Path(path)))
     config_file = Path(path) / "config.yaml"
+    if not config_file.exists() and Path(path).parent.name == "ckpt":  # the run's, beside ckpt/
+        config_file = Path(path).parent.parent / "config.yaml"
     if config_file.exists():
         cfg = config.load_config(str(config_file))
         run = Path(path).resolve().parent.parent.name
@@ -80,7 +87,33 @@ def describe_checkpoint(path: str, channel: str | None, method: str | None, base
             cfg,
         )
     cfg = config.load_config(base_config, [f"model={path}"])
+    check_positions(path, cfg, base_config)
     return Checkpoint(path, Path(path).name, method or "Base", channel or "verbalized", None, None, cfg)
+
+
+def check_positions(path: str, cfg: Config, config_name: str) -> None:
+    """A base model evaluated with `--config NAME` must hold NAME's prompt + completion budgets in
+    its positions (max_position_embeddings of a local config.json; a hub id is not read): vLLM
+    refuses a longer max_model_len with a traceback, after loading. The error names the configs
+    whose `model` is this one."""
+    model_config = Path(path) / "config.json"
+    if not model_config.is_file():
+        return
+    positions = json.loads(model_config.read_text()).get("max_position_embeddings")
+    budget = cfg.max_prompt_tokens + cfg.max_completion_tokens
+    if positions is None or budget <= positions:
+        return
+    naming = [
+        name
+        for name in config.config_names()
+        if Path(str(config.load_config(name).model)).resolve() == Path(path).resolve()
+    ]
+    fix = f"--config {naming[0]}" if naming else "--config with the budgets it was trained with"
+    raise ValueError(
+        f"--ckpt {path}: --config {config_name} asks for {cfg.max_prompt_tokens} + {cfg.max_completion_tokens} = "
+        f"{budget} tokens, more than the model's {positions} positions (max_position_embeddings); pass {fix}"
+        + (f" (configs/{naming[0]}.yaml trains this model)" if naming else "")
+    )
 
 
 def resolve_set(spec: str) -> tuple[str, str, Path]:
@@ -188,26 +221,7 @@ def evaluate(
                 failures = verifier.failure_summary(verdicts)
                 if failures is not None:
                     print(f"[eval] {name}: {failures}", file=sys.stderr)
-                # per source: c of each rollout, and whether close_slot ended its slot at the tag
-                if ckpt.channel == "readout":
-                    sources = {
-                        "readout": (
-                            _or_none(pol.readouts(policy, rollouts, budget, packed)),
-                            [r.slot_repaired > 0 for r in rollouts],
-                        )
-                    }
-                else:
-                    at_slot = pol.at_slot(tokenizer, rollouts)
-                    sources = {
-                        "verbalized": (
-                            [None if math.isnan(r.segments.report) else r.segments.report for r in rollouts],
-                            [False] * len(rollouts),
-                        ),
-                        "digit": (
-                            _or_none(pol.digit_expectations(policy, at_slot, budget, packed)),
-                            [r.slot_repaired > 0 for r in at_slot],
-                        ),
-                    }
+                sources = read_confidences(policy, rollouts, cfg.channel, budget, packed)
                 for source, (confs, repaired) in sources.items():
                     for i, (r, a, c, fixed) in enumerate(zip(rollouts, correct, confs, repaired)):
                         record = {
@@ -230,6 +244,24 @@ def evaluate(
             del model, policy
     engine.close()
     return records
+
+
+def read_confidences(
+    policy: pol.Policy, rollouts: list[ro.Rollout], prompt: str, budget: int, packed: bool
+) -> dict[str, tuple[list[float | None], list[bool]]]:
+    """Every registered read of `prompt` (confidence.reads_of) on the rollouts, by its label (the
+    records' source): the c of each rollout (None where it has none), and whether its slot was
+    closed at the tag (close_slot, or at_slot where a numeral merged with it). A model read reads
+    each rollout up to its slot (policy.slot_confidences); a text read parses it."""
+    at_slot = pol.at_slot(policy.tokenizer, rollouts)
+    sources = {}
+    for read in confidence.reads_of(prompt):
+        if read.model:
+            c = pol.slot_confidences(policy, at_slot, read, budget, packed)  # [N]
+            sources[read.label] = (_or_none(c), [r.slot_repaired > 0 for r in at_slot])
+        else:
+            sources[read.label] = (_or_none(read.from_text(rollouts, policy.tokenizer)), [False] * len(rollouts))
+    return sources
 
 
 def _or_none(conf: torch.Tensor) -> list[float | None]:

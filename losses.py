@@ -351,6 +351,25 @@ def clipped_policy_loss(
     return -per_seq.mean()
 
 
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, token_norm: torch.Tensor) -> torch.Tensor:
+    """The KL penalty to a frozen reference policy: the k3 estimator of KL(pi || pi_ref) per sampled
+    token, exp(r) - r - 1 with r = log pi_ref - log pi (non-negative, unbiased; TRL's per-token KL
+    and verl's `low_var_kl`), aggregated as eq:grpo's J is: each sequence's token sum over `mask`
+    divided by `token_norm` [N], then the mean over sequences. The paper trains without it
+    (tab:hyper's KL coefficient is 0); DCPO's code uses it with a coefficient of 1e-3.
+
+    logp (with the gradient), ref_logp, mask: [N, T]. Returns a scalar to minimise.
+
+    >>> lp, ref = torch.log(torch.tensor([[0.5, 0.25]])), torch.log(torch.tensor([[0.25, 0.25]]))
+    >>> kl_k3(lp, ref, torch.tensor([[1, 1]]), torch.tensor([2.]))  # (0.5 - log 0.5 - 1 + 0) / 2
+    tensor(0.0966)
+    """
+    mask = mask.float()
+    log_ratio = ref_logp - logp  # [N, T]
+    per_token = torch.exp(log_ratio) - log_ratio - 1.0  # [N, T]
+    return ((per_token * mask).sum(dim=1) / token_norm.to(mask)).mean()
+
+
 def sequence_token_mean(mask: torch.Tensor) -> torch.Tensor:
     """The divisor of a sequence's token sum in `eq:grpo`: |o_i|, its completion tokens (at least 1).
 

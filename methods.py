@@ -5,11 +5,10 @@
     calibration loss   calibration_loss:  (c [N], t [N], valid [N]) -> scalar               register_calibration_loss
     advantages         advantage:         (r [N], cfg: Config) -> A [N]                     register_advantage
     loss aggregation   loss_agg:          (completion mask [N, T], cfg: Config) -> norm [N]  register_loss_agg
+    loss terms         loss_terms:        (x: TermInputs, cfg: Config) -> scalar            register_loss_term
 
-The fourth, the confidence channel (how c is obtained), is chosen by channel, confidence and
-conf_train through config.confidence_plan, and read by policy.MODEL_READS (c from a forward:
-readout, digit_exp; the auxiliary head is the readout of a detached trunk) or sampling.TEXT_READS
-(a report sampled as text: numeral, slot_token): those hold the tensors they read.
+The confidence channel (how c is obtained) is the registry of confidence.py, chosen by the
+`confidence` key.
 
 A method's rewards say which confidence they score (`reads`), and config.confidence_plan
 derives from it what a run must produce:
@@ -23,8 +22,10 @@ Everything else about credit is shared by every method and lives in `credit` bel
 target t, the advantages of both rewards (the `advantage` registry: eq:grpo's group
 standardisation as adv_std, adv_eps and adv_min_std read it, RLOO, Dr. GRPO's), eq:sw's
 discrepancy weights on the answer advantage, the A^conf ablation, and truncated_completions=mask.
-docs/forking.md adds one entry to each of the first three registries, with a test that follows
-it literally.
+The objective is the sum of the terms loss_terms lists (`pg`, `cal`, `kl`), each declaring its
+coefficient key and what it needs (c with its gradient, a frozen reference's log-probs); the
+loop provides those and logs each as loss_<name>. docs/forking.md adds one entry to a registry
+per worked example, with a test that follows it literally.
 
 Does not hold: the equations themselves (losses.py), which confidence is read where
 (config.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
@@ -152,7 +153,7 @@ CALIBRATION_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor
 
 def registrar(registry: dict, kind: str, name: str) -> Callable[[Entry], Entry]:
     """A decorator that registers a function as `name` in `registry`; a second `name` is refused
-    (every registry of the project is built with it: these, policy.MODEL_READS, sampling.TEXT_READS)."""
+    (every registry of the project is built with it: these, and confidence.READS)."""
 
     def register(function: Entry) -> Entry:
         if name in registry:
@@ -228,6 +229,105 @@ def token_sum_norm(mask: torch.Tensor, cfg: Config) -> torch.Tensor:
     return losses.sequence_token_sum_norm(mask, cfg.max_completion_tokens)
 
 
+# ============================================================================================
+# The objective: a list of registered loss terms.
+# ============================================================================================
+
+
+class TermInputs(NamedTuple):
+    """What a loss term reads on one micro-batch of n rollouts, on the device."""
+
+    logp: torch.Tensor  # [n, T] the trainer's log-probs of the completion tokens, with their gradient
+    conf: torch.Tensor | None  # [n] the model's c with its gradient (terms that need "confidence")
+    ref_logp: torch.Tensor | None  # [n, T] the frozen reference's log-probs (terms that need "reference")
+    credit: Credit  # the rows' credit, [n] each
+    completion: torch.Tensor  # [n, T] bool: the completion tokens o_i
+    ans_mask: torch.Tensor  # [n, T] bool: the answer segment
+    conf_mask: torch.Tensor  # [n, T] bool: the analysis segment
+    valid: torch.Tensor  # [n] bool: V, the rollouts with a slot
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    """One term of the objective: coefficient x loss(inputs, cfg), a batch mean over `over`."""
+
+    name: str  # logged as loss_<name>
+    loss: Callable[[TermInputs, Config], torch.Tensor]  # the micro-batch's mean over its `over` rows
+    coef: str | float | None  # a config key, or a number (None: 1); 0 leaves the term out of the run
+    warms_up: bool  # the coefficient follows warmup_steps / warmup_shape
+    over: Literal["rows", "valid"]  # the batch mean runs over all rollouts, or over V
+    needs: frozenset[str]  # what the loop provides: "confidence" (c with its gradient), "reference"
+    help: str
+
+
+LOSS_TERMS: dict[str, LossTerm] = {}
+NEEDS = ("confidence", "reference")
+
+
+def register_loss_term(
+    name: str, coef: str | float | None = None, warms_up: bool = False, over: str = "rows", needs: tuple = ()
+) -> Callable:
+    """Register the decorated `(x: TermInputs, cfg) -> scalar` as the loss term `name` (listed by
+    the loss_terms key): its mean over the micro-batch's `over` rows (rows or valid); the loop
+    weights it by their share of the batch and by the config key `coef`."""
+    if over not in ("rows", "valid") or set(needs) - set(NEEDS):
+        raise ValueError(f"loss term {name!r}: over must be rows or valid and needs a subset of {NEEDS}")
+
+    def register(loss: Callable) -> Callable:
+        help_line = (loss.__doc__ or name).strip().splitlines()[0]
+        term = LossTerm(name, loss, coef, warms_up, over, frozenset(needs), help_line)
+        registrar(LOSS_TERMS, "loss term", name)(term)
+        return loss
+
+    return register
+
+
+def term_names(cfg: Config) -> list[str]:
+    """The names loss_terms lists (`pg,cal,kl` or a YAML list), in order."""
+    names = cfg.loss_terms if isinstance(cfg.loss_terms, list) else str(cfg.loss_terms).split(",")
+    return [str(name).strip() for name in names if str(name).strip()]
+
+
+def base_coefficient(term: LossTerm, cfg: Config) -> float:
+    """A term's coefficient before any warm-up: its config key's value, its number, or 1."""
+    if isinstance(term.coef, str):
+        return float(getattr(cfg, term.coef))
+    return 1.0 if term.coef is None else float(term.coef)
+
+
+def loss_terms(cfg: Config) -> list[LossTerm]:
+    """The run's terms: those loss_terms lists, less any whose coefficient is 0 (never computed,
+    so a KL term at kl_coef 0 builds no reference model)."""
+    terms = [entry_of(LOSS_TERMS, "loss_terms", name) for name in term_names(cfg)]
+    return [term for term in terms if base_coefficient(term, cfg) != 0]
+
+
+def needs_reference(cfg: Config) -> bool:
+    """Whether a term of the run reads a frozen reference model's log-probs."""
+    return any("reference" in term.needs for term in loss_terms(cfg))
+
+
+@register_loss_term("pg")
+def policy_term(x: TermInputs, cfg: Config) -> torch.Tensor:
+    """-J of eq:grpo with eq:total's per-token advantages, aggregated as loss_agg says."""
+    adv_tok = losses.token_advantages(x.credit.adv_ans, x.credit.adv_conf, x.credit.w, x.ans_mask, x.conf_mask)
+    token_norm = entry_of(LOSS_AGGREGATIONS, "loss_agg", cfg.loss_agg)(x.completion, cfg)  # [n]
+    return losses.clipped_policy_loss(x.logp, x.logp.detach(), adv_tok, x.completion, cfg.clip_eps, token_norm)
+
+
+@register_loss_term("cal", coef="alpha", warms_up=True, over="valid", needs=("confidence",))
+def calibration_term(x: TermInputs, cfg: Config) -> torch.Tensor:
+    """alpha x the calibration loss of c toward t over V (the calibration_loss registry; eq:calloss)."""
+    return entry_of(CALIBRATION_LOSSES, "calibration_loss", cfg.calibration_loss)(x.conf, x.credit.target, x.valid)
+
+
+@register_loss_term("kl", coef="kl_coef", needs=("reference",))
+def kl_term(x: TermInputs, cfg: Config) -> torch.Tensor:
+    """kl_coef x the k3 estimate of KL(pi || pi_ref) to the frozen starting model (losses.kl_k3)."""
+    token_norm = entry_of(LOSS_AGGREGATIONS, "loss_agg", cfg.loss_agg)(x.completion, cfg)  # [n]
+    return losses.kl_k3(x.logp, x.ref_logp, x.completion, token_norm)
+
+
 def entry_of(registry: dict, key: str, name: str):
     """The registered entry `name` of `registry`, or one line naming the known ones."""
     if name not in registry:
@@ -281,7 +381,7 @@ class Credit(NamedTuple):
 class Confidences(NamedTuple):
     """The detached confidences credit reads, [N] each, NaN where a rollout has none: the
     model's c (from a no-grad pass over the batch), a report sampled as text, or a baseline's
-    no-grad digit expectation, as ConfidencePlan.rewards_read and weights_read say."""
+    model read from a no-grad pass over its rollouts, as ConfidencePlan.rewards_read and weights_read say."""
 
     rewards: torch.Tensor  # what the method's rewards read
     weights: torch.Tensor  # what eq:sw's discrepancy weights read

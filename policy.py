@@ -3,21 +3,21 @@ pass, and every read of the model's confidence, shared by training and evaluatio
 
     policy = load_policy("Qwen/Qwen3-1.7B", device, torch.bfloat16)   # fp32 weights, bf16 compute
     batch = collate(rollouts, policy.tokenizer.pad_token_id)           # [N, L] right-padded
-    fwd = forward(policy, batch)                                       # logp [N, L-1], z_diff [N]
-    c = model_confidence(fwd)                                          # [N] sigmoid(z_H - z_L), eq:readout
+    fwd = forward(policy, batch)                                       # logp [N, L-1], the slot
+    c = model_confidence(fwd, plan.model_read)                         # [N] the run's read of c (confidence.py)
 
 Holds: `<CONF_HIGH>`/`<CONF_LOW>` as special tokens with initialised rows; `Batch` (collate),
 the micro-batch plan (cut by tokens, whole groups); compiled decoder layers for the update;
-the one forward, padded or packed, that gives per-token log-probs, the readout `z_H - z_L`
-at the slot and eq:digitexp (indexing computed on the host, so it never waits for the GPU);
-the no-grad confidence reads of evaluation.
-Does not hold: the packed row's layout and attention (kernels/packing.py), the losses (losses.py),
-credit or the update (credo.py), sharding (infra/parallel.py).
+the one forward, padded or packed, that gives per-token log-probs and the slot's hidden
+states (after a read's teacher-forced tokens too), from which a registered model read gives c
+(indexing computed on the host, so it never waits for the GPU); the no-grad passes that read c.
+Does not hold: the reads themselves (confidence.py), the packed row's layout and attention
+(kernels/packing.py), the losses (losses.py), credit or the update (credo.py), sharding
+(infra/parallel.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -25,11 +25,11 @@ import torch
 from torch._dynamo.decorators import mark_static, mark_unbacked  # not re-exported by torch._dynamo in 2.13
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import losses
+import confidence
 import rollout as ro
+from config import ConfidencePlan
 from kernels import logprobs as logprob_kernels
 from kernels.packing import pack_rows, use_sequence_attention
-from methods import registrar
 from schema import Config
 
 RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
@@ -102,6 +102,11 @@ class Policy:
     logprob_blocks: logprob_kernels.LogprobBlocks | None = None  # compiled (compile_update); None: eager
     temperature: float = 1.0  # log pi_T = log_softmax(logits / T) of the sampled tokens (sampling_temperature)
 
+    def token_id(self, text: str) -> int:
+        """The id of one token: the reserved pair's as this policy holds them, any other's by its tokenizer."""
+        reserved = {ro.CONF_HIGH: self.high_id, ro.CONF_LOW: self.low_id}
+        return reserved[text] if text in reserved else confidence.token_id(self.tokenizer, text)
+
 
 def sampling_temperature(temperature: float) -> float:
     """The T of the trainer's log-probs for rollouts sampled at `temperature`: that T itself, so
@@ -111,14 +116,19 @@ def sampling_temperature(temperature: float) -> float:
 
 
 def load_policy(
-    model_dir: str, device: torch.device, dtype: torch.dtype = torch.float32, temperature: float = 1.0
+    model_dir: str,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    temperature: float = 1.0,
+    weights_dtype: torch.dtype = torch.float32,
 ) -> Policy:
-    """The policy model (fp32 master weights) and its tokenizer, with the reserved tokens in place;
-    `temperature`: the rollouts' sampling temperature (sampling_temperature)."""
+    """The policy model and its tokenizer, with the reserved tokens in place; `temperature`: the
+    rollouts' sampling temperature (sampling_temperature). Weights in fp32 (the master weights
+    AdamW needs), or `weights_dtype` for a model nothing trains (a frozen reference)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=weights_dtype).to(device)
     high_id, low_id = add_reserved_tokens(model, tokenizer)
     use_sequence_attention(model)
     return Policy(model, tokenizer, high_id, low_id, dtype, temperature=sampling_temperature(temperature))
@@ -144,8 +154,7 @@ class Batch:
     conf_mask: torch.Tensor  # [N, L-1] analysis segment (and a sampled slot token, conf_train=sampled)
     slot_pos: torch.Tensor  # [N]      position whose next-token distribution is the slot; -1: none
     prompt_len: torch.Tensor  # [N]    prompt tokens of each row (its first prompt_len ids)
-    digit_pos: torch.Tensor | None = None  # [N] decimal position after a teacher-forced "0." (eq:digitexp); -1: none
-    digit_ids: torch.Tensor | None = None  # [10] token ids of "0".."9"
+    forced: int = 0  # tokens teacher-forced after each slot (a model read's, e.g. "0." for eq:digitexp)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -162,8 +171,7 @@ class Batch:
             self.conf_mask[index, : width - 1],
             self.slot_pos[index],
             self.prompt_len[index],
-            None if self.digit_pos is None else self.digit_pos[index],
-            self.digit_ids,
+            self.forced,
         )
 
 
@@ -220,36 +228,22 @@ def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
     return 1.0 - sum(lengths) / slots
 
 
-def digit_token_ids(tokenizer) -> tuple[list[int], int]:
-    """Ids of "0".."9" and of "." (each must be a single token) for eq:digitexp."""
-
-    def single(text: str) -> int:
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) != 1:
-            raise ValueError(f"the digit expectation needs {text!r} to be one token; this tokenizer gives {ids}")
-        return ids[0]
-
-    return [single(str(d)) for d in range(10)], single(".")
-
-
 def collate(
-    rollouts: list[ro.Rollout],
-    pad_id: int,
-    teacher_digits: tuple[list[int], int] | None = None,
-    slot_token_scored: bool = False,
+    rollouts: list[ro.Rollout], pad_id: int, forced: list[int] | None = None, slot_token_scored: bool = False
 ) -> Batch:
     """Right-pad rollouts into a Batch.
 
-    teacher_digits: (ids of "0".."9", id of "."): every rollout with a slot is cut at the slot
-    and "0." is appended (not completion tokens), so that the slot column gives the integer
-    position and the column two to its right the decimal position of eq:digitexp.
+    forced: token ids teacher-forced after the slot (a model read's, confidence.Read.forced):
+    every rollout with a slot is cut at the slot and they are appended (not completion tokens),
+    so that the slot column gives the first position the read reads and the p-th column to its
+    right the position after p forced tokens ("0." for eq:digitexp). None: rows as sampled.
     slot_token_scored: a sampled slot token belongs to the confidence segment (conf_train=sampled).
-    Only sampled tokens are scored: not the teacher-forced digits, nor a tail close_slot wrote.
+    Only sampled tokens are scored: not the teacher-forced tokens, nor a tail close_slot wrote.
     """
 
     def completion_of(r: ro.Rollout) -> list[int]:
-        if teacher_digits is not None and r.segments.slot is not None:
-            return r.completion_ids[: r.segments.slot] + [teacher_digits[0][0], teacher_digits[1]]
+        if forced is not None and r.segments.slot is not None:
+            return r.completion_ids[: r.segments.slot] + list(forced)
         return r.completion_ids
 
     n = len(rollouts)
@@ -259,10 +253,9 @@ def collate(
     attention = torch.zeros((n, width), dtype=torch.long)
     completion, ans, conf = (torch.zeros((n, width - 1), dtype=torch.bool) for _ in range(3))
     slot_pos = torch.full((n,), -1, dtype=torch.long)
-    digit_pos = torch.full((n,), -1, dtype=torch.long) if teacher_digits is not None else None
     for i, (r, ids) in enumerate(zip(rollouts, completions)):
         p, seg = len(r.prompt_ids), r.segments
-        c = min(len(ids) - (2 if digit_pos is not None and seg.slot is not None else 0), r.sampled_len)
+        c = min(len(ids) - (len(forced) if forced is not None and seg.slot is not None else 0), r.sampled_len)
         input_ids[i, : p + len(ids)] = torch.tensor(r.prompt_ids + ids)
         attention[i, : p + len(ids)] = 1
         # completion token j sits at position p + j and is predicted from column p + j - 1
@@ -272,11 +265,8 @@ def collate(
         conf[i, p - 1 + seg.analysis_start : p - 1 + min(seg.analysis_end + scored_slot, c)] = True
         if seg.slot is not None:
             slot_pos[i] = p - 1 + seg.slot  # position of completion token slot-1 (the end of <confidence>)
-            if digit_pos is not None:
-                digit_pos[i] = slot_pos[i] + 2  # the position of the appended "."
-    digits = torch.tensor(teacher_digits[0]) if teacher_digits is not None else None
     prompt_len = torch.tensor([len(r.prompt_ids) for r in rollouts], dtype=torch.long)
-    return Batch(input_ids, attention, completion, ans, conf, slot_pos, prompt_len, digit_pos, digits)
+    return Batch(input_ids, attention, completion, ans, conf, slot_pos, prompt_len, len(forced or ()))
 
 
 def compile_layers(model, backend: str = "inductor") -> None:
@@ -327,26 +317,27 @@ class Forward(NamedTuple):
     """What one forward pass gives the loss."""
 
     logp: torch.Tensor | None  # [N, L-1] log-probs of the completion tokens (fp32; 0 elsewhere)
-    z_diff: torch.Tensor  # [N] z_H - z_L at the slot (eq:readout)
-    c_digit: torch.Tensor | None  # [N] eq:digitexp at the slot, when the batch has teacher-forced digits
+    slot: confidence.Slot  # the hidden states at each slot (and after its forced tokens): what a read reads
+    has_slot: torch.Tensor  # [N] bool, on the device: the row has a slot
 
 
 def forward(
     policy: Policy, batch: Batch, packed: bool = False, detach_readout: bool = False, logprobs: bool = True
 ) -> Forward:
-    """One pass: per-token log-probs, the readout and (with teacher-forced digits) eq:digitexp.
+    """One pass: per-token log-probs and the slot, from which `model_confidence` reads c.
 
-    logprobs=False: a confidence-only pass (a no-grad readout or digit pass): no column goes
-    through the vocabulary projection, and Forward.logp is None.
+    logprobs=False: a confidence-only pass (a no-grad read of c): no column goes through the
+    vocabulary projection, and Forward.logp is None.
 
     packed: the micro-batch runs as one padding-free row (pack_rows) in which rows with the
     same prompt share its tokens, attended by sequence_attention (which this switches the
     model to), so no compute goes to padding and a group's prompt is computed once. The
     outputs are laid out as in the padded case.
-    detach_readout: z_diff is read from the detached final hidden state, so its gradient
-    reaches only the output rows of H and L (the auxiliary head of tab:decompose).
-    Computed in policy.dtype (autocast) over fp32 weights; every output is fp32."""
-    model, high_id, low_id, dtype = policy.model, policy.high_id, policy.low_id, policy.dtype
+    detach_readout: the slot's hidden states are detached, so the gradient of c reaches only
+    the output head (the readout's two rows of H and L: the auxiliary head of tab:decompose).
+    Computed in policy.dtype (autocast) over fp32 weights; logp is fp32, and so is every read of c
+    (confidence.Slot)."""
+    model, dtype = policy.model, policy.dtype
     device = model.device
     completion = batch.completion_mask  # [N, L-1] the scored columns (host)
     if not logprobs:
@@ -404,34 +395,33 @@ def forward(
             def hidden_at(pos: torch.Tensor) -> torch.Tensor:  # host [N] -> [N, H]
                 return hidden[torch.arange(len(batch), device=device), to_device(pos.clamp(min=0), device)]
 
-    # eq:readout in fp32, outside autocast: z_H - z_L is a difference of two close logits
-    h_slot = hidden_at(batch.slot_pos)  # [N, H]
-    z_diff = losses.readout_logits(h_slot.detach() if detach_readout else h_slot, lm_head, high_id, low_id)  # [N]
-    z_diff = torch.where(slot_pos >= 0, z_diff, 0.0)
-    c_digit = None
-    if batch.digit_pos is not None:
-        digits = to_device(batch.digit_ids, device)
-        h_int = h_slot.float()  # [N, H] before "0"
-        h_dec = hidden_at(batch.digit_pos).float()  # [N, H] after "0."
-        c_digit = losses.digit_expectation(h_int @ lm_head[digits[:2]].float().T, h_dec @ lm_head[digits].float().T)
-    return Forward(logp if logprobs else None, z_diff, c_digit)
+    # The slot, and the position after each teacher-forced token: a read of c computes on them in
+    # fp32, outside autocast (eq:readout's z_H - z_L is a difference of two close logits)
+    hidden_slot = tuple(hidden_at(batch.slot_pos + p) for p in range(batch.forced + 1))  # P x [N, H]
+    if detach_readout:
+        hidden_slot = tuple(h.detach() for h in hidden_slot)
+    slot = confidence.Slot(hidden_slot, lm_head, policy.token_id)
+    return Forward(logp if logprobs else None, slot, slot_pos >= 0)
 
 
-def training_batch(rollouts: list[ro.Rollout], tokenizer, teacher_digits: bool, slot_token_scored: bool) -> Batch:
-    """The Batch the update trains on: with "0." teacher-forced after the slot for the
-    digit-expectation emission (ConfidencePlan.teacher_digits), and the sampled slot token in
-    the confidence segment for conf_train=sampled (ConfidencePlan.samples_slot_token)."""
-    digits = digit_token_ids(tokenizer) if teacher_digits else None
-    return collate(rollouts, tokenizer.pad_token_id, teacher_digits=digits, slot_token_scored=slot_token_scored)
+def training_batch(rollouts: list[ro.Rollout], tokenizer, plan: ConfidencePlan) -> Batch:
+    """The Batch the update trains on: the model read's tokens teacher-forced after each slot
+    (plan.forced: "0." for eq:digitexp), and the sampled slot token in the confidence segment for
+    conf_train=sampled (plan.samples_slot_token)."""
+    forced = [confidence.token_id(tokenizer, token) for token in plan.forced]
+    return collate(rollouts, tokenizer.pad_token_id, forced=forced or None, slot_token_scored=plan.samples_slot_token)
 
 
 def at_slot(tokenizer, rollouts: list[ro.Rollout]) -> list[ro.Rollout]:
     """Rollouts whose numeral was sampled as text, cut right after <confidence> (ro.through_slot,
     closed where the numeral merged with the tag) and parsed like the readout channel: what
-    eq:digitexp teacher-forces "0." after. Idempotent: a rollout already ended at the slot
-    keeps its ids and its count of repaired tokens."""
+    eq:digitexp teacher-forces "0." after. A rollout that already ends at its slot (a readout
+    rollout, on any prompt) is kept as it was parsed, so this is idempotent."""
     out = []
     for r in rollouts:
+        if r.segments.slot is not None and r.segments.slot == len(r.completion_ids):
+            out.append(r)
+            continue
         ids, repaired = ro.through_slot(tokenizer, r.completion_ids)
         out.append(
             replace(
@@ -444,88 +434,37 @@ def at_slot(tokenizer, rollouts: list[ro.Rollout]) -> list[ro.Rollout]:
     return out
 
 
-# --- The confidence channel: how the model's c is read from a forward --------------------------
-# One registry entry per way of reading c off the logits, `(fwd: Forward) -> c [N]` with its
-# gradient; config.ConfidencePlan.model_read names the run's. (A confidence sampled as text is
-# read by sampling.TEXT_READS; a new channel adds an entry to one of them, and its prompt and
-# stopping rule to config.confidence_plan.)
-MODEL_READS: dict[str, Callable[[Forward], torch.Tensor]] = {}
+# --- The model's c: a registered model read (confidence.py) of a forward's slot -----------------
 
 
-def register_model_read(name: str) -> Callable:
-    """Register the decorated `(fwd: Forward) -> c [N]` as the model read `name`."""
-    return registrar(MODEL_READS, "model read", name)
+def model_confidence(fwd: Forward, read: confidence.Read) -> torch.Tensor:
+    """[N] the model's c from a forward by the model read `read` (ConfidencePlan.model_read),
+    with its gradient; 0.5 where a row has no slot (no c there: every consumer masks it)."""
+    return torch.where(fwd.has_slot, read.of_slot(fwd.slot), 0.5)
 
 
-@register_model_read("readout")
-def read_readout(fwd: Forward) -> torch.Tensor:
-    """c = sigmoid(z_H - z_L) at the slot (eq:readout); the auxiliary head's when the forward
-    read the detached hidden state (ConfidencePlan.detach_readout)."""
-    return losses.readout(fwd.z_diff, torch.zeros_like(fwd.z_diff))
-
-
-@register_model_read("digit_exp")
-def read_digit_expectation(fwd: Forward) -> torch.Tensor:
-    """eq:digitexp after the teacher-forced "0." (ConfidencePlan.teacher_digits)."""
-    if fwd.c_digit is None:
-        raise ValueError("the digit expectation needs a batch with teacher-forced digits (training_batch)")
-    return fwd.c_digit
-
-
-def model_confidence(fwd: Forward, read: str = "readout") -> torch.Tensor:
-    """[N] the model's own c from a forward, with its gradient, by the model read `read`."""
-    if read not in MODEL_READS:
-        raise ValueError(f"model read {read!r} is not registered; choose one of {tuple(MODEL_READS)}")
-    return MODEL_READS[read](fwd)
-
-
-# --- No-grad confidence reads (evaluation, and a baseline's eq:sw weights) --------------------
-
-
-def _no_grad_reads(policy: Policy, batch: Batch, plan: list[list[int]], packed: bool) -> Forward:
-    """A confidence-only pass (no vocabulary projection) over the micro-batches of `plan`:
-    z_diff [N] and, with teacher-forced digits, c_digit [N], in row order."""
-    n = len(batch)
-    z_diff = torch.zeros(n)
-    c_digit = torch.full((n,), float("nan")) if batch.digit_pos is not None else None
+def confidences(
+    policy: Policy, batch: Batch, micro: list[list[int]], packed: bool, read: confidence.Read
+) -> torch.Tensor:
+    """[N] the model's c of every row of a batch by the model read `read`, detached, on the host,
+    from a confidence-only pass (no vocabulary projection for the completion) over the
+    micro-batches `micro` (for a training batch, the update's own); NaN where a row has no slot."""
+    c = torch.full((len(batch),), float("nan"))
     with torch.no_grad():
-        for rows in plan:
-            fwd = forward(policy, batch.select(rows), packed=packed, logprobs=False)
-            z_diff[rows] = fwd.z_diff.float().cpu()
-            if c_digit is not None:
-                c_digit[rows] = fwd.c_digit.float().cpu()
-    return Forward(None, z_diff, c_digit)
-
-
-def confidences(policy: Policy, batch: Batch, micro: list[list[int]], packed: bool, read: str) -> torch.Tensor:
-    """[N] the model's c of every row of a training batch by the model read `read`, detached,
-    from a no-grad pass over the micro-batches `micro` (the update's own); NaN where a row has
-    no slot."""
-    c = model_confidence(_no_grad_reads(policy, batch, micro, packed), read)  # [N]
+        for rows in micro:
+            c[rows] = model_confidence(forward(policy, batch.select(rows), packed=packed, logprobs=False), read).cpu()
     return torch.where(batch.slot_pos >= 0, c, float("nan"))
 
 
-def digit_expectations(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bool) -> torch.Tensor:
-    """[N] eq:digitexp of each rollout: a no-grad pass over prompt + completion up to
-    <confidence> (at_slot: a tag that merged with the numeral is closed first) + a
-    teacher-forced "0."; NaN where there is no <confidence> tag (no position to read).
-
-    Integer position (right after <confidence>): candidates "0", "1", renormalised -> p0, p1.
-    Decimal position (after "0."): candidates "0".."9", renormalised -> q_d.
-    c = p1 * 1.0 + p0 * E[d] / 10 (losses.digit_expectation)."""
+def slot_confidences(
+    policy: Policy, rollouts: list[ro.Rollout], read: confidence.Read, budget: int, packed: bool
+) -> torch.Tensor:
+    """[N] c of each rollout by the model read `read`, from a no-grad pass over prompt +
+    completion up to its slot (at_slot: a tag that merged with a numeral sampled after it is
+    closed first) + the read's teacher-forced tokens; NaN where there is no slot. What eval.py
+    reads, and a baseline's eq:sw weights (tab:sw_baseline)."""
     tokenizer = policy.tokenizer
-    batch = collate(at_slot(tokenizer, rollouts), tokenizer.pad_token_id, teacher_digits=digit_token_ids(tokenizer))
+    forced = [policy.token_id(token) for token in read.forced]
+    batch = collate(at_slot(tokenizer, rollouts), tokenizer.pad_token_id, forced=forced or None)
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    plan = micro_batches(lengths, budget, 1, packed=packed)
-    c_digit = _no_grad_reads(policy, batch, plan, packed).c_digit  # [N]
-    return torch.where(batch.digit_pos >= 0, c_digit, float("nan"))
-
-
-def readouts(policy: Policy, rollouts: list[ro.Rollout], budget: int, packed: bool) -> torch.Tensor:
-    """[N] c = sigmoid(z_H - z_L) at each rollout's slot from a no-grad pass (eq:readout);
-    NaN where the rollout has no slot."""
-    batch = collate(rollouts, policy.tokenizer.pad_token_id)
-    lengths = batch.attention_mask.sum(dim=1).tolist()
-    plan = micro_batches(lengths, budget, 1, packed=packed)
-    c = torch.sigmoid(_no_grad_reads(policy, batch, plan, packed).z_diff)  # [N]
-    return torch.where(batch.slot_pos >= 0, c, float("nan"))
+    return confidences(policy, batch, micro_batches(lengths, budget, 1, packed=packed), packed, read)

@@ -10,8 +10,9 @@
 #                                       sha256-checked, into .cache/shared/ (docs/fixtures.md; needs the hub)
 #   bash run.sh prepare [--only a,b]    download and normalise the datasets of tab:data into data/
 #   bash run.sh toy [--quick]           the toy demonstration on the shipped world worlds/toy_world/ (checked,
-#                                       never rebuilt; ~8 min on 2 idle CPU cores; runs/toy/, replaced; its
-#                                       result set beside docs/toy.md's)
+#                                       never rebuilt; its time: docs/toy.md "Times"; runs/toy/, replaced; its
+#                                       result set beside docs/toy.md's). --quick: CREDO alone, 40 steps, a
+#                                       smaller evaluation, compared with nothing (the slow test's run)
 #   bash run.sh toy --tables [--rows a,b|all] [--seeds N] [--split dev]   tab:main in miniature on the toy
 #                                       (3 training seeds a row, resumable; --rows all adds tab:ablation;
 #                                       runs/toy-tables/, docs/toy.md; --split dev: on training problems)
@@ -36,8 +37,9 @@
 #     NPROC=8 bash run.sh <config>      ... on 8 GPUs of this node (torchrun + FSDP2; docs/distributed.md)
 #     NNODES=2 NODE_RANK=0|1 MASTER_ADDR=host0 NPROC=8 bash run.sh <config>   ... on 2 nodes (run on each)
 # Any target creates .venv first when it is missing; the tiny model (.cache/tiny) is built by the targets
-# that use it (setup, test, bench, gpucheck, and a run whose config names it). Library logging (vLLM, transformers) goes to stderr
-# and shows errors only; --verbose anywhere (or CREDO_VERBOSE=1) shows their INFO lines too.
+# that use it (setup, test, bench, gpucheck, and a run whose config names it). Library logging (vLLM, transformers,
+# torch) goes to stderr and shows errors only, also for `python credo.py` / `python eval.py` run directly;
+# --verbose anywhere (or CREDO_VERBOSE=1) shows their INFO lines and warnings too. Ctrl-C: one line, exit 130.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -115,11 +117,16 @@ for arg in "$@"; do
   if [ "$arg" = --verbose ]; then CREDO_VERBOSE=1; else verbose_args+=("$arg"); fi
 done
 set -- ${verbose_args[@]+"${verbose_args[@]}"}
-# Library logging (vLLM, transformers) goes to stderr, errors only unless asked: stdout is ours.
-if [ "${CREDO_VERBOSE:-0}" = 1 ]; then library_level=INFO; else library_level=ERROR; fi
+# Library logging (vLLM, transformers, torch's C++ warnings) goes to stderr, errors only unless asked:
+# stdout is ours. credo.py, eval.py and evaluation/client.py set the same themselves (infra/startup.py,
+# which also quiets the libraries' Python warnings), so that they are as quiet run directly; these
+# exports reach the other processes run.sh starts (tests, benchmarks, the toy's stages).
+export CREDO_VERBOSE="${CREDO_VERBOSE:-0}"
+if [ "$CREDO_VERBOSE" = 1 ]; then library_level=INFO; else library_level=ERROR; fi
 export VLLM_LOGGING_STREAM="${VLLM_LOGGING_STREAM:-ext://sys.stderr}"
 export VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-$library_level}"
 export TRANSFORMERS_VERBOSITY="${TRANSFORMERS_VERBOSITY:-$(echo "$library_level" | tr 'A-Z' 'a-z')}"
+if [ "$CREDO_VERBOSE" != 1 ]; then export TORCH_CPP_LOG_LEVEL="${TORCH_CPP_LOG_LEVEL:-ERROR}"; fi
 export VLLM_ENABLE_V1_MULTIPROCESSING=0           # in-process engine: weights are pushed in memory
 export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$PWD/.cache/vllm}"
 export TOKENIZERS_PARALLELISM=false

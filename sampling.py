@@ -7,19 +7,18 @@ rollouts earned.
 * `make_rollouts` (steps 1-2): G completions per question from the engine, each cut into its
   segments on token ids (rollout.py);
 * `outcomes` (step 3): a_i from the verifier and its reason, F_i, whether the slot was
-  reached, and any confidence sampled as text (`reported_confidence`: the parsed numeral or the
-  sampled slot token), as an `Outcomes` record for the credit of step 5.
+  reached, and any confidence sampled as text (the plan's report_read: the parsed numeral or
+  the sampled slot token), as an `Outcomes` record for the credit of step 5.
 
-Not here: reading the problems (problems.py), the confidence read from the model's logits
-(policy.py), the forward, the credit and the update (credo.py, methods.py), the engines
-(engine.py), segment parsing (rollout.py), grading itself (verifier.py).
+Not here: the reads of c (confidence.py), reading the problems (problems.py), the forward,
+the credit and the update (policy.py, credo.py, methods.py), the engines (engine.py), segment
+parsing (rollout.py), grading itself (verifier.py).
 """
 
 from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -28,7 +27,6 @@ import policy as pol
 import rollout as ro
 import verifier
 from config import ConfidencePlan, numeral_rule
-from methods import registrar
 from schema import Config
 
 
@@ -78,7 +76,7 @@ class Outcomes:
     verdicts: list[verifier.Verdict]  # [N] the grader's verdict: a_i (passed) and why; a grading error gives a_i = 0
     fmt: torch.Tensor  # [N] F_i in {0, 1}
     valid: torch.Tensor  # [N] bool: the slot was reached, so the model's c exists (V)
-    # [N] a confidence sampled as text (plan.rewards_read), NaN where none; None when the rewards read the model's c
+    # [N] a confidence sampled as text (plan.report_read), NaN where none; None where the run samples none
     reported: torch.Tensor | None
     truncated: torch.Tensor  # [N] bool: the completion hit max_completion_tokens (truncated_completions)
 
@@ -147,49 +145,6 @@ def outcomes(
         verdicts=verdicts,  # [N]
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),  # [N]
         valid=torch.tensor([r.segments.slot is not None for r in rollouts]),  # [N]
-        reported=reported_confidence(rollouts, plan.rewards_read, tokenizer),  # [N] or None
+        reported=None if plan.report_read is None else plan.report_read.from_text(rollouts, tokenizer).float(),
         truncated=torch.tensor([r.truncated for r in rollouts], dtype=torch.bool),  # [N]
     )
-
-
-# ============================================================================================
-# The confidence channel, when the confidence is sampled as text: one read per kind of report.
-# ============================================================================================
-
-# `(rollouts, tokenizer) -> q [N]`, NaN where a rollout reports none; ConfidencePlan.rewards_read
-# names the run's (the model's own c is read by policy.MODEL_READS).
-TEXT_READS: dict[str, Callable[[list[ro.Rollout], object], torch.Tensor]] = {}
-
-
-def register_text_read(name: str) -> Callable:
-    """Register the decorated `(rollouts, tokenizer) -> q [N]` as the text read `name`."""
-    return registrar(TEXT_READS, "text read", name)
-
-
-@register_text_read("numeral")
-def read_numeral(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
-    """The parsed numeral after <confidence> (the verbalized baselines, eq:verb), as parse_segments
-    read it with the run's NumeralRule (config.numeral_rule)."""
-    return torch.tensor([r.segments.report for r in rollouts])
-
-
-@register_text_read("slot_token")
-def read_slot_token(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
-    """The sampled slot token: 1 for <CONF_HIGH>, 0 for <CONF_LOW> (conf_train=sampled)."""
-    value = {tokenizer.convert_tokens_to_ids(ro.CONF_HIGH): 1.0, tokenizer.convert_tokens_to_ids(ro.CONF_LOW): 0.0}
-    return torch.tensor(
-        [
-            value.get(r.completion_ids[r.segments.slot], float("nan"))
-            if r.segments.slot is not None and r.segments.slot < len(r.completion_ids)
-            else float("nan")
-            for r in rollouts
-        ]
-    )
-
-
-def reported_confidence(rollouts: list[ro.Rollout], rewards_read: str, tokenizer) -> torch.Tensor | None:
-    """[N] the confidence each rollout reports as sampled text (TEXT_READS[rewards_read]), NaN
-    where it reports none; None when the rewards read the model's c (rewards_read == "model")."""
-    if rewards_read == "model":
-        return None
-    return TEXT_READS[rewards_read](rollouts, tokenizer)

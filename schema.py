@@ -60,18 +60,16 @@ class Config:
         "additive", "additive | gated | none: CREDO's r_ans", "app:rewardshape"
     )
     conf_advantage: bool = _field(True, "false: A^conf = 0 (the ablation)", "tab:ablation")
-    confidence: Literal["auto", "readout", "digit_exp", "numeral"] = _field(
+    confidence: str = _field(
         "auto",
-        "what c is: the readout (eq:readout), digit_exp (eq:digitexp, verbalized prompt) or the parsed "
-        "numeral; auto: the readout on readout channels, else the numeral. Baselines' rewards always read the "
-        "numeral; this sets what drives their discrepancy weights",
-        "tab:sw_baseline",
+        "what c is: readout | digit_exp | numeral, or a read registered in confidence.py; auto: the "
+        "channel's own. A baseline's rewards read its numeral: this sets its weights' c",
+        "eq:readout, eq:digitexp, eq:verb",
     )
     conf_train: Literal["regression", "sampled", "head"] = _field(
         "regression",
-        "how c learns: regression (alpha * calibration_loss through the model) | sampled (the slot token "
-        "sampled and scored by the reward; alpha=0) | head (alpha * calibration_loss of the readout on the "
-        "detached trunk; configs/grpo_head.yaml pairs it with target=correctness, calibration_loss=head_bce)",
+        "how c learns: regression (alpha x calibration_loss through the model) | sampled (the slot token sampled, "
+        "scored by the reward; alpha=0) | head (the readout on a detached trunk)",
         "tab:decompose",
     )
     target: str = _field(
@@ -95,9 +93,7 @@ class Config:
     )
     seed: int = _field(43, "the paper's seeds are 43, 44, 45; rank r samples with seed + r", "tab:hyper")
     group_size: int = _field(8, "G, rollouts per question", "tab:hyper")
-    lr: float = _field(2.0e-6, "AdamW learning rate", "tab:hyper")
-    lr_schedule: Literal["constant"] = _field("constant", "constant, no warm-up", "tab:hyper")
-    optimizer: Literal["adamw"] = _field("adamw", "AdamW", "tab:hyper")
+    lr: float = _field(2.0e-6, "AdamW learning rate, constant: no warm-up, no decay", "tab:hyper")
     adam_beta1: float = _field(0.9, "AdamW beta1 (torch's default; tab:hyper names AdamW only)")
     adam_beta2: float = _field(0.999, "AdamW beta2 (torch's default)")
     adam_eps: float = _field(1.0e-8, "AdamW epsilon (torch's default)")
@@ -105,7 +101,7 @@ class Config:
         "auto", "torch's fused AdamW kernel (one pass over weights, gradients, moments); auto: on CUDA only"
     )
     weight_decay: float = _field(
-        0.0, "AdamW weight decay: none (tab:hyper names AdamW only; TRL and RLCR's code 0, verl and DCPO's code 0.01)"
+        0.0, "AdamW weight decay: 0 (tab:hyper names AdamW only; the codes disagree: docs/choices.md)"
     )
     per_device_batch_size: int = _field(
         2,
@@ -126,90 +122,85 @@ class Config:
     max_prompt_tokens: int = _field(BY_DOMAIN, "1,024 math / 2,048 code", "tab:hyper")
     max_completion_tokens: int = _field(BY_DOMAIN, "8,192 math / 6,144 code", "tab:hyper")
     clip_eps: float = _field(0.2, "epsilon of the clipped ratio", "eq:grpo, tab:hyper")
-    kl_coef: float = _field(0.0, "the paper trains without a KL term; only 0 is supported", "tab:hyper")
+    kl_coef: float = _field(
+        0.0,
+        "coefficient of the kl loss term (k3 to the frozen starting model; DCPO's code: 1e-3); 0 builds no reference",
+        "tab:hyper",
+    )
+    loss_terms: str | list = _field(
+        "pg,cal,kl",
+        "the objective's terms (comma-separated), each registered in methods.LOSS_TERMS with its coefficient key",
+        "eq:total",
+    )
     max_grad_norm: float | None = _field(
         1.0,
-        "clip the global gradient norm at this value; null: no clipping (the norm is logged before clipping either "
-        "way). The paper gives none; TRL (the HF Trainer's max_grad_norm), verl (actor grad_clip), RLCR's code "
-        "(DeepSpeed gradient_clipping) and DCPO's code (verl) all clip at 1.0, so 1.0 here (docs/choices.md)",
+        "clip the global gradient norm at this (null: no clipping; logged before clipping). The paper gives none; "
+        "1.0 is RLCR's, DCPO's, TRL's and verl's (docs/choices.md)",
     )
     # --- choices the paper leaves open (docs/choices.md): each reading named, with whose code reads it so
     advantage: str = _field(
         "grpo",
-        "how rewards become advantages: grpo (eq:grpo's group standardisation, as adv_std reads it) | rloo (r_i "
-        "minus the mean of the group's others; verl's rloo) | dr_grpo (r - mean, no std; Dr. GRPO), or any name "
-        "registered with methods.register_advantage",
+        "rewards to advantages: grpo (eq:grpo's group standardisation; see adv_std) | rloo (leave-one-out mean) | "
+        "dr_grpo (r - mean), or a name registered with methods.register_advantage",
         "eq:grpo",
     )
     loss_agg: str = _field(
         "token_mean",
-        "how eq:grpo's J sums a sequence's tokens before the mean over sequences: token_mean (divide by |o_i|, as "
-        "the paper writes J) | token_sum_norm (divide by max_completion_tokens, one constant: Dr. GRPO, verl's "
-        "seq-mean-token-sum-norm), or any name registered with methods.register_loss_agg",
+        "how J sums a sequence's tokens: token_mean (divide by |o_i|, eq:grpo) | token_sum_norm (divide by "
+        "max_completion_tokens: Dr. GRPO), or a name registered with methods.register_loss_agg",
         "eq:grpo",
     )
     adv_std: Literal["sample", "population", "none"] = _field(
         "sample",
-        "eq:grpo's std(r), 'the standard deviation of the group's rewards': sample (divide by G - 1: torch.std, "
-        "as TRL, verl, DCPO's code and RLCR's code compute it; the paper is silent, so every code's reading) | "
-        "population (divide by G: sqrt(G/(G-1)) times larger advantages, 1.07x at G = 8; this project's reading "
-        "before, and the toy's) | none (r - mean, no division: RLCR's configs, scale_rewards: false; Dr. GRPO)",
+        "eq:grpo's std(r): sample (divide by G - 1) | population (by G) | none (r - mean, no division). The paper "
+        "is silent; sample is what every code that divides computes (docs/choices.md)",
         "eq:grpo",
     )
     adv_eps: float = _field(
         0.0,
-        "epsilon added to std(r) before dividing: 0, as eq:grpo writes it; TRL and RLCR's code add 1e-4, verl and "
-        "DCPO's code 1e-6",
+        "epsilon added to std(r) before dividing: 0, as eq:grpo writes it (the codes add 1e-4 or 1e-6: "
+        "docs/choices.md)",
         "eq:grpo",
     )
     adv_min_std: float = _field(
         1.0e-6,
-        "a group whose std(r) (population's with adv_std=none) is at most this gets advantage 0: its rewards are "
-        "equal to float rounding and rank nothing. TRL and verl zero no group (their epsilon keeps 0/0 away). A "
-        "continuous reward that barely varies (r^conf of a group whose readouts all sit near 0.99: std ~3e-5) is "
-        "still scaled to unit advantages, as eq:grpo says, unless this or adv_eps is raised (TRL's 1e-4: 0.23 of that)",
+        "a group whose std(r) is at most this gets advantage 0 (equal rewards up to float rounding). The paper "
+        "and the codes have no such rule; 1e-6 is this project's (docs/choices.md)",
         "eq:grpo",
     )
     truncated_completions: Literal["train", "mask"] = _field(
         "train",
-        "rollouts that hit max_completion_tokens: train (scored like any other: TRL's and verl's default, DCPO's "
-        "code; the paper is silent, so today's and the common default) | mask (no policy-gradient term: A^ans = "
-        "A^conf = 0, TRL's mask_truncated_completions, which RLCR's configs set). Masked rollouts still count in "
-        "their group's mean and std and in the batch mean's N; L_cal still reads a readout they have",
+        "rollouts that hit max_completion_tokens: train (scored like any other: TRL's and verl's default) | mask "
+        "(no policy-gradient term: RLCR's configs). The paper is silent (docs/choices.md)",
     )
     dcpo_conf_reward: Literal["absolute", "squared"] = _field(
         "absolute",
-        "DCPO's r_conf: absolute (-|q - R_IG|, as eq:rewards writes it: its optimum is a median of R_IG, not its "
-        "mean, so it is not a proper scoring rule) | squared (-0.5 (R_IG - q)^2, DCPO's released code, the "
-        "'hybrid' reward manager: optimum at R_IG's mean)",
+        "DCPO's r_conf: absolute (-|q - R_IG|, as eq:rewards writes it; optimal at a median of R_IG) | squared "
+        "(-0.5 (R_IG - q)^2, DCPO's released code; optimal at the mean)",
         "eq:rewards",
     )
     missing_confidence: Literal["worst", "gate", "minus_one"] = _field(
         "worst",
-        "a verbalized baseline's rollout without a parseable report: worst (the answer keeps a, the calibration "
-        "term is charged its worst for a report in [0, 1]: RLCR's Brier 1, DCPO's r_conf -1, or -0.5 squared; the "
-        "paper is silent, and app:rewardshape argues against losing the correctness signal) | gate (RLCR's code: "
-        "its reward 0.5 F + 0.5 F a + 0.5 F (1 - (q - a)^2) is 1 + r/2 where F = 1 and 0 where F = 0, so r = -2 "
-        "wherever F_i = 0, correctness lost; method=rlcr) | minus_one (DCPO's code: the report reads as q = -1)",
+        "a verbalized rollout with no parseable report: worst (a is kept, the calibration term scores its worst) | "
+        "gate (RLCR's code: r = -2) | minus_one (DCPO's code: q = -1). The paper is silent",
         "eq:rewards",
     )
     conf_tag: Literal["first", "last"] = _field(
         "first",
-        "which <confidence>...</confidence> after </analysis> a verbalized report is read from: first (this "
-        "project, the slot eq:digitexp reads; DCPO's code reads its first 'CONFIDENCE:') | last (RLCR's code)",
+        "which <confidence>...</confidence> after </analysis> is read: first (the slot eq:digitexp reads; DCPO's "
+        "code reads its first marker) | last (RLCR's code)",
         "eq:verb",
     )
     conf_number: Literal["decimal", "float"] = _field(
         "decimal",
-        "what reads as a number: decimal (digits with at most one point, spaces around: 0.9, .9, 1; what the "
-        "prompt asks for, and what DCPO's code's regex reads) | float (RLCR's code: Python's float(), so 1e-1, "
-        "+0.5 and 5e-1 too); nan, inf and anything else read as no report",
+        "what reads as a number: decimal (0.9, .9, 1: what the prompt asks for; DCPO's code) | float (Python's "
+        "float(): RLCR's code). nan, inf and text are never a report",
         "eq:verb",
     )
     conf_out_of_range: Literal["reject", "clip", "keep"] = _field(
         "reject",
-        "a number outside [0, 1]: reject (no report, F = 0: this project, and RLCR's code's format check) | clip "
-        "(to [0, 1], as RLCR's code's 1e-5-weighted confidence rewards read it) | keep (DCPO's code: 85 is q = 85)",
+        "a number outside [0, 1]: reject (no report, F = 0: RLCR's code's format check) | clip (to [0, 1]) | keep "
+        "(DCPO's code: 85 is q = 85). The paper is silent",
         "eq:verb",
     )
     # --- CREDO
@@ -222,10 +213,8 @@ class Config:
     warmup_steps: int = _field(30, "warm-up of alpha and kappa, in steps (its shape: warmup_shape)", "tab:hyper")
     warmup_shape: Literal["linear", "linear_from_zero"] = _field(
         "linear",
-        "tab:hyper gives 'Warmup for alpha and kappa: 30 steps' and no shape. linear: value x min(1, (step + 1) / W), "
-        "1/W of it at the first step and all of it from step W - 1 (this project: every step regresses c) | "
-        "linear_from_zero: value x min(1, step / W), 0 at the first step, all from step W (the shape of "
-        "transformers' and verl's learning-rate warm-up; no baseline warms up an alpha or a kappa)",
+        "alpha's and kappa's warm-up (tab:hyper: 30 steps, no shape): linear (x min(1, (step + 1) / W), every step "
+        "regresses c) | linear_from_zero (x min(1, step / W))",
         "tab:hyper",
     )
     # --- rollout engine
@@ -241,7 +230,7 @@ class Config:
     pack_sequences: AUTO | bool = _field(
         "auto",
         "true (auto, resolved at load): each micro-batch is one padding-free row, attention within each "
-        "sequence (packing.sequence_attention), each distinct prompt once | false: rows padded to the longest",
+        "sequence, each distinct prompt once | false: rows padded to the longest",
     )
     # --- verifier
     verify_workers: int = _field(8, "processes grading rollouts")

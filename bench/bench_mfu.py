@@ -235,7 +235,7 @@ def main() -> None:
     plan = config.confidence_plan(cfg)
 
     def step():
-        credo.train_step(policy, optimizer, batch, out, cfg, plan, 1000)
+        credo.train_step(credo.Learner(policy, optimizer, cfg, plan), credo.make_step(cfg, 1000, batch, out))
         if cuda:
             torch.cuda.synchronize()
 

@@ -117,9 +117,13 @@ def synthetic_rollouts(n: int, group: int, vocab: int, prompt_range, completion_
 
 
 class ReferenceStats(NamedTuple):
+    """What every step path reports: its losses and gradient norm (credo's: also its micro-batch plan)."""
+
     loss_pg: float
     loss_cal: float
     grad_norm: float
+    micro_batches: int | None = None
+    pad_fraction: float | None = None
 
 
 def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id) -> ReferenceStats:
@@ -155,7 +159,7 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
     return ReferenceStats(loss_pg=loss_pg, loss_cal=loss_cal, grad_norm=grad_norm)
 
 
-def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> credo.StepStats:
+def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> ReferenceStats:
     """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
@@ -163,7 +167,14 @@ def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_i
     out = sampling.Outcomes(
         correct=correct, verdicts=verdicts, fmt=fmt, valid=valid, reported=None, truncated=torch.zeros_like(valid)
     )
-    return credo.train_step(policy, optimizer, batch, out, cfg, config.confidence_plan(cfg), STEP)
+    stats = credo.train_step(credo.Learner(policy, optimizer, cfg), credo.make_step(cfg, STEP, batch, out))
+    return ReferenceStats(
+        loss_pg=stats.terms["pg"],
+        loss_cal=stats.terms["cal"],
+        grad_norm=stats.grad_norm,
+        micro_batches=stats.micro_batches,
+        pad_fraction=stats.pad_fraction,
+    )
 
 
 def make_optimizer(model, cfg):

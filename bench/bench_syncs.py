@@ -149,7 +149,9 @@ def main() -> int:
     }
     counted, micro_batches = {}, {}
     for name, layout in layouts.items():
-        credo.train_step(policy, optimizer, batch, out, layout, plan, 1000)  # warm-up
+        credo.train_step(
+            credo.Learner(policy, optimizer, layout, plan), credo.make_step(layout, 1000, batch, out)
+        )  # warm-up
         if cuda:
             torch.cuda.synchronize()
         with warnings.catch_warnings(record=True) as records:
@@ -157,7 +159,9 @@ def main() -> int:
             if cuda:
                 torch.cuda.set_sync_debug_mode("warn")
             try:
-                stats = credo.train_step(policy, optimizer, batch, out, layout, plan, 1000)
+                stats = credo.train_step(
+                    credo.Learner(policy, optimizer, layout, plan), credo.make_step(layout, 1000, batch, out)
+                )
             finally:
                 if cuda:
                     torch.cuda.set_sync_debug_mode("default")

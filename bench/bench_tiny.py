@@ -32,9 +32,9 @@ def tiny_run(steps: int, overrides: list[str], on_batch=None) -> dict:
 
     original = credo.train_step
 
-    def recording(policy, optimizer, batch, out, cfg, *args, **kwargs):
-        on_batch(batch, cfg)
-        return original(policy, optimizer, batch, out, cfg, *args, **kwargs)
+    def recording(learner, step):
+        on_batch(step.batch, learner.cfg)
+        return original(learner, step)
 
     if on_batch is not None:
         credo.train_step = recording

@@ -8,11 +8,12 @@ One protocol (`Client.ask`), two transports (README "Confidence at inference"):
 1. generate from the prompt's token ids (rollout.build_prompt_ids); a readout checkpoint
    stops at `<confidence>` (engine.stop_strings of its ConfidencePlan);
 2. close the slot (rollout.close_slot; through_slot with thinking on), find the segments;
-3. readout channels: c = sigmoid(z_H - z_L) at the slot (`eq:readout`), as sigmoid(log p(H) -
-   log p(L)) (one softmax normaliser) from the prompt log-probs of `prompt + completion + [H]`
-   and `... + [L]`; verbalized channel: the parsed numeral, and `eq:digitexp` from the prompt
-   log-probs of `... <confidence>` + "0"/"1" and `... <confidence>0.` + each digit
-   (losses.digit_expectation renormalises each set, so log-probs serve as logits).
+3. read every registered read of the prompt (confidence.py), as training and eval.py do: a
+   model read from the prompt log-probs of its probes after the slot (`prompt + completion +
+   probe`: for the readout [H] and [L], whose normaliser cancels in log p(H) - log p(L) =
+   z_H - z_L, eq:readout; for eq:digitexp "0"/"1" and "0." + each digit), a text read (the
+   verbalized numeral) from the completion. c is the checkpoint's own read (the one its run
+   recorded); `reads` holds them all, by label.
 A completion that never reaches the slot gets `c = None` and a reason, never a number.
 `serve` checks that its port is free, starts evaluation/ready.py (the "listening on" line once
 the server answers) and execs into `vllm serve`; `ask` checks its question and threshold before
@@ -27,6 +28,9 @@ the answer (verifier.py).
 
 from __future__ import annotations
 
+from infra import startup  # noqa: F401  first: library logging and Ctrl-C, before torch and vLLM load
+
+# isort: split
 import argparse
 import importlib.metadata
 import json
@@ -43,9 +47,9 @@ from pathlib import Path
 import torch
 import yaml
 
+import confidence
 import config
 import engine
-import losses
 import rollout as ro
 import verifier
 from schema import Config
@@ -67,11 +71,10 @@ class Answer:
     text: str  # the completion as generated (special tokens kept)
     solution: str  # the answer segment (before <analysis>), the whole worked solution: what a verifier grades
     final_answer: str | None  # what the verifier compares: the last \boxed{...} (math) or python block (code)
-    # the checkpoint's confidence: the readout, or on the verbalized channel the numeral
-    # (eq:digitexp for a CREDO digit-expectation checkpoint); None: see reason
+    # the checkpoint's confidence, by the read its run recorded (the readout, a baseline's numeral,
+    # ...); None: see reason
     c: float | None
-    c_digit: float | None  # eq:digitexp (verbalized channel only)
-    numeral: float | None  # the verbalized numeral, parsed (verbalized channel only)
+    reads: dict[str, float | None]  # every registered read of the prompt, by label (eval.py's sources)
     abstain: bool | None  # c < threshold; None when there is no c
     reason: str | None  # why c is None
     finish_reason: str  # "stop" or "length"
@@ -142,31 +145,22 @@ def engine_dtype(cfg: Config) -> str:
     return {"bf16": "bfloat16", "fp32": "float32"}[cfg.precision]
 
 
-def confidence_source(plan: config.ConfidencePlan) -> str:
-    """What c is: "readout" (readout channels), "digit_exp" (a CREDO checkpoint on the verbalized
-    prompt with confidence=digit_exp, which stops at the slot) or "numeral" (the baselines;
-    a baseline's digit-expectation weights were a training-time pass)."""
-    return plan.source if plan.stops_at_slot else "numeral"
-
-
-def reserved_ids(tokenizer, ckpt: str) -> tuple[int, int]:
-    """Ids of <CONF_HIGH>, <CONF_LOW>; a tokenizer without them cannot give a readout."""
-    vocab = tokenizer.get_vocab()
-    missing = [t for t in (ro.CONF_HIGH, ro.CONF_LOW) if t not in vocab]
+def slot_tokens(tokenizer, cfg: Config, ckpt: str) -> dict[str, list[list[int]]]:
+    """The token ids of the probes of every model read of the checkpoint's prompt, by the read's
+    name; one clear error when its tokenizer lacks one (a base model has no reserved tokens)."""
+    reads = [read for read in confidence.reads_of(cfg.channel) if read.model]
+    tokens = list(dict.fromkeys(token for read in reads for probe in read.probes for token in probe))
+    missing = [t for t in tokens if t in (ro.CONF_HIGH, ro.CONF_LOW) and t not in tokenizer.get_vocab()]
     if missing:
         raise ClientError(
-            f"{ckpt} has no {' / '.join(missing)} token: it is not a checkpoint trained by credo.py, "
-            f"so it has no readout; pass a CREDO checkpoint, or --channel verbalized to read its numeral"
+            f"{ckpt} has no {' / '.join(missing)} token: it is not a checkpoint trained by credo.py, so it has "
+            f"no readout; pass a CREDO checkpoint, or --channel verbalized to read its numeral"
         )
-    return vocab[ro.CONF_HIGH], vocab[ro.CONF_LOW]
-
-
-def single_token(tokenizer, text: str) -> int:
-    """The id of `text`, which eq:digitexp needs to be one token."""
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) != 1:
-        raise ClientError(f"the digit expectation needs {text!r} to be one token; this tokenizer gives {ids}")
-    return ids[0]
+    try:
+        ids = {token: confidence.token_id(tokenizer, token) for token in tokens}
+    except ValueError as error:
+        raise ClientError(f"{ckpt}: {error}") from error
+    return {read.name: [[ids[token] for token in probe] for probe in read.probes] for read in reads}
 
 
 # --- Transports ----------------------------------------------------------------------------------
@@ -305,23 +299,6 @@ def missing_slot_reason(text: str, finish_reason: str, max_tokens: int, channel:
     return f"the completion never reaches <confidence>: {why}"
 
 
-@dataclass
-class SlotTokens:
-    """The ids the confidence is read with: the reserved pair (readout) or the digits and "." (eq:digitexp)."""
-
-    high: int | None = None
-    low: int | None = None
-    digits: list[int] | None = None
-    dot: int | None = None
-
-
-def slot_tokens(tokenizer, cfg: Config, ckpt: str) -> SlotTokens:
-    """The ids the checkpoint's confidence needs; one clear error when its tokenizer lacks them."""
-    if confidence_source(config.confidence_plan(cfg)) == "readout":
-        return SlotTokens(*reserved_ids(tokenizer, ckpt))
-    return SlotTokens(digits=[single_token(tokenizer, str(d)) for d in range(10)], dot=single_token(tokenizer, "."))
-
-
 def unparsed_numeral_reason(conf_text: str | None, finish_reason: str, max_tokens: int) -> str:
     """Why a verbalized completion that reached <confidence> has no numeral.
 
@@ -339,10 +316,12 @@ def unparsed_numeral_reason(conf_text: str | None, finish_reason: str, max_token
 class Client:
     """Answers questions with a checkpoint through a transport; `ask` is the protocol."""
 
-    def __init__(self, cfg: Config, tokenizer, tokens: SlotTokens, transport):
+    def __init__(self, cfg: Config, tokenizer, tokens: dict[str, list[list[int]]], transport):
         self.cfg, self.tokenizer, self.tokens, self.transport = cfg, tokenizer, tokens, transport
         self.plan = config.confidence_plan(cfg)
-        self.source = confidence_source(self.plan)
+        # c: the read the checkpoint's run recorded; every read of its prompt is listed
+        self.c_read = self.plan.model_read if self.plan.record == "model" else self.plan.report_read
+        self.reads = list(dict.fromkeys([*confidence.reads_of(self.plan.prompt), self.c_read]))
         self.settings = engine.sampling_settings(cfg, self.plan)
 
     def prompt_ids(self, question: str) -> list[int]:
@@ -350,17 +329,11 @@ class Client:
             self.tokenizer, question, self.cfg.channel, self.cfg.domain, bool(self.cfg.enable_thinking)
         )
 
-    def readout(self, prefix: list[int]) -> float:
-        """eq:readout at the end of `prefix` (prompt + completion through <confidence>)."""
-        logp_high, logp_low = self.transport.last_logprobs([prefix + [self.tokens.high], prefix + [self.tokens.low]])
-        return float(losses.readout(torch.tensor(logp_high), torch.tensor(logp_low)))
-
-    def digit_expectation(self, prefix: list[int]) -> float:
-        """eq:digitexp at the end of `prefix`: "0"/"1" there, each digit after a teacher-forced "0."."""
-        digits, dot = self.tokens.digits, self.tokens.dot
-        sequences = [prefix + [digits[0]], prefix + [digits[1]]] + [prefix + [digits[0], dot, d] for d in digits]
-        logp = torch.tensor(self.transport.last_logprobs(sequences))  # [12] = 2 integer + 10 decimal
-        return float(losses.digit_expectation(logp[None, :2], logp[None, 2:])[0])
+    def model_read(self, read: confidence.Read, prefix: list[int]) -> float:
+        """A model read's c at the end of `prefix` (prompt + completion through <confidence>), from
+        the prompt log-probs of `prefix + probe` for each of its probes."""
+        logp = self.transport.last_logprobs([prefix + probe for probe in self.tokens[read.name]])
+        return float(read.from_logprobs(torch.tensor([logp]))[0])  # [1, K] -> c
 
     def ask(self, question: str, seed: int | None = None, threshold: float = 0.5) -> Answer:
         """Generate an answer and read its confidence (the module docstring's protocol)."""
@@ -375,33 +348,36 @@ class Client:
         )
         ids, finish = closed.token_ids, closed.finish_reason
         text = ro.decode(self.tokenizer, ids)
-        channel = self.cfg.channel if self.source != "digit_exp" else "readout"  # digit_exp stops at the slot
+        channel = self.plan.segments  # a verbalized prompt stopped at the slot is parsed as the readout's
         rule = config.numeral_rule(self.cfg)  # how a verbalized report is read (conf_tag, conf_number, ...)
         seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain], rule)
         solution = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
         final_answer = final_answer_of(solution, self.cfg.domain)
         max_tokens = self.settings["max_tokens"]
-        c = c_digit = numeral = reason = None
-        if self.source == "numeral":
-            numeral = None if math.isnan(seg.report) else seg.report
+        # where a model read reads: the slot the completion stopped at, or right after the tag of a
+        # report sampled past it (through_slot: closed where the report merged with the tag)
+        if self.plan.stops_at_slot:
+            at_slot, slot = ids, seg.slot
+        else:
             at_slot, _ = ro.through_slot(self.tokenizer, ids)
             slot = ro.parse_segments(self.tokenizer, at_slot, "readout", "").slot
-            c_digit = None if slot is None else self.digit_expectation(prompt + at_slot[:slot])
-            c = numeral
-            if numeral is None:
-                reason = (
-                    missing_slot_reason(text, finish, max_tokens, channel)
-                    if slot is None
-                    else unparsed_numeral_reason(seg.conf_text, finish, max_tokens)
-                )
-        elif seg.slot is None:
-            reason = missing_slot_reason(text, finish, max_tokens, channel)
-        elif self.source == "readout":
-            c = self.readout(prompt + ids[: seg.slot])
-        else:
-            c = c_digit = self.digit_expectation(prompt + ids[: seg.slot])
+        completion = ro.Rollout("", prompt, ids, text, finish, seg)
+        reads = {}
+        for read in self.reads:
+            if read.model:
+                reads[read.label] = None if slot is None else self.model_read(read, prompt + at_slot[:slot])
+            else:
+                reported = float(read.from_text([completion], self.tokenizer)[0])
+                reads[read.label] = None if math.isnan(reported) else reported
+        c, reason = reads[self.c_read.label], None
+        if c is None:
+            reason = (
+                missing_slot_reason(text, finish, max_tokens, channel)
+                if slot is None
+                else unparsed_numeral_reason(seg.conf_text, finish, max_tokens)
+            )
         abstain = None if c is None else c < threshold
-        return Answer(text, solution, final_answer, c, c_digit, numeral, abstain, reason, finish, ids)
+        return Answer(text, solution, final_answer, c, reads, abstain, reason, finish, ids)
 
     def close(self) -> None:
         if isinstance(self.transport, LocalTransport):
@@ -421,7 +397,7 @@ def open_client(ckpt: str, server: str | None = None, timeout_s: float = 300.0, 
         return Client(cfg, tokenizer, tokens, LocalTransport(ckpt, cfg))
     transport = ServerTransport(server, timeout_s)
     probe = ro.decode(tokenizer, ro.build_prompt_ids(tokenizer, "1 + 1", cfg.channel, cfg.domain))
-    probe += ro.CONF_HIGH + ro.CONF_LOW if tokens.high is not None else ""
+    probe += "".join(t for t in (ro.CONF_HIGH, ro.CONF_LOW) if t in tokenizer.get_vocab())  # the reserved tokens
     transport.check_tokens(probe, tokenizer.encode(probe, add_special_tokens=False), ckpt)
     return Client(cfg, tokenizer, tokens, transport)
 
@@ -505,9 +481,8 @@ def print_answer(result: Answer, as_json: bool) -> None:
     if result.c is None:  # the reason says why, also where the text shows a <confidence> that is not the slot
         print(f"c: none ({result.reason})\nabstain: undecided, there is no confidence")
     else:
-        extra = (
-            f" (numeral {result.numeral}, digit expectation {result.c_digit:.4f})" if result.c_digit is not None else ""
-        )
+        every = ", ".join(f"{label} {value:.4f}" for label, value in result.reads.items() if value is not None)
+        extra = f" ({every})" if len(result.reads) > 1 else ""
         print(f"c: {result.c:.4f}{extra}\nabstain: {'yes' if result.abstain else 'no'}")
     print(f"solution: {result.solution}")
 

@@ -3,7 +3,7 @@
 This file holds the reader of a run's `metrics.jsonl` (one JSON object per step, written by
 `credo.train` with the keys of `credo.step_metrics`), the centred moving average that
 smooths a curve, and the figure: per step, the reward, accuracy, format rate, mean c, batch
-ECE and Brier and the calibration loss, every run on the same panels (one colour per run,
+ECE and Brier, the calibration loss and every other loss term logged, every run on the same panels (one colour per run,
 raw points faint behind the smoothed line), then one stacked-area panel per run with the
 seconds of a step in rollout, verify, train and sync. It writes `curves.png` and
 `curves.pdf` into the first run directory, or into `--out`. `bash run.sh plot` calls it.
@@ -197,12 +197,27 @@ def draw_legends(plt, ax, labels: list[str]) -> None:
     )
 
 
+def metric_panels(runs: list[tuple[str, list[dict], Path]]) -> list[tuple[str, str]]:
+    """METRIC_PANELS, then one panel per other loss term a run logged (loss_<name>, e.g. loss_pg,
+    loss_kl): a term registered in a fork is drawn with no edit here."""
+    fixed = {key for key, _ in METRIC_PANELS}
+    terms = dict.fromkeys(
+        key
+        for _, records, _ in runs
+        for record in records
+        for key, value in record.items()
+        if key.startswith("loss_") and key not in fixed and value is not None
+    )
+    return [*METRIC_PANELS, *((key, f"loss term {key[5:]}") for key in terms)]
+
+
 def draw_panels(plt, axes: list, runs: list[tuple[str, list[dict], Path]], window: int) -> None:
     """The metric panels, the legend panel, one time panel a run; the grid's spare slots hidden."""
-    for ax, (key, title) in zip(axes, METRIC_PANELS):
+    panels = metric_panels(runs)
+    for ax, (key, title) in zip(axes, panels):
         draw_metric(ax, key, title, runs, window)
-    draw_legends(plt, axes[len(METRIC_PANELS)], [label for label, _, _ in runs])
-    time_axes = axes[len(METRIC_PANELS) + 1 :]
+    draw_legends(plt, axes[len(panels)], [label for label, _, _ in runs])
+    time_axes = axes[len(panels) + 1 :]
     for ax, (label, records, path) in zip(time_axes, runs):
         draw_time_split(ax, label, records, path, window)
     for ax in time_axes[len(runs) :]:
@@ -221,7 +236,7 @@ def plot_curves(run_dirs, out_dir=None, window: int | None = None) -> list[Path]
     out_dir.mkdir(parents=True, exist_ok=True)
 
     plt = pyplot()
-    n_slots = len(METRIC_PANELS) + 1 + len(runs)  # metrics, the legend, one time panel a run
+    n_slots = len(metric_panels(runs)) + 1 + len(runs)  # metrics, the legend, one time panel a run
     nrows = math.ceil(n_slots / NCOLS)
     fig, axes = plt.subplots(
         nrows, NCOLS, figsize=(3.2 * NCOLS, 2.8 * nrows + 0.4), squeeze=False, layout="constrained"

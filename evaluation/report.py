@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+import confidence
 from evaluation.evalsets import EVAL_SETS, SET_TITLES
 from evaluation.metrics import METRIC_KEYS, calibration_metrics
 from rollout import DOMAINS
@@ -29,7 +30,13 @@ DOMAIN_TITLES = {"math": "Mathematics", "code": "Code"}
 SCOPES = ("in", "out")
 SCOPE_TITLES = {"in": "In domain", "out": "Out of domain"}
 
-SOURCES = ("readout", "verbalized", "digit")
+
+def sources() -> tuple[str, ...]:
+    """The label of every registered confidence read (confidence.py): what a record's source may be
+    (the paper's readout, verbalized and digit, and a fork's own)."""
+    return tuple(read.label for read in confidence.READS.values())
+
+
 RECORD_KEYS = (
     "run",
     "method",
@@ -69,7 +76,7 @@ def validate_record(record: dict, where: str = "record") -> None:
     Schema: run (str, checkpoint label), method (str: CREDO, GRPO, RLCR, DCPO,
     Base, ...), seed (int or None), train_domain ("math", "code", or None for
     an untrained model), set (str), set_domain ("math" or "code"), problem_id
-    (str), sample (int), source ("readout", "verbalized" or "digit"), c (float
+    (str), sample (int), source (a registered read's label: "readout", "verbalized", "digit", ...), c (float
     in [0, 1], or None for a parse failure), a (0 or 1; bools are accepted),
     text (str).
     """
@@ -95,8 +102,10 @@ def validate_record(record: dict, where: str = "record") -> None:
             f"{where}: set {record['set']!r} is a {known['domain']} set (tab:data), "
             f"but the record says set_domain={record['set_domain']!r}"
         )
-    if record["source"] not in SOURCES:
-        raise ValueError(f"{where}: source must be one of {SOURCES}, got {record['source']!r}")
+    if record["source"] not in sources():
+        raise ValueError(
+            f"{where}: source must be a registered read's label, one of {sources()}, got {record['source']!r}"
+        )
     if record["a"] not in (0, 1):  # True/False compare equal to 1/0
         raise ValueError(f"{where}: a must be 0 or 1, got {record['a']!r}")
     c = record["c"]
@@ -106,15 +115,21 @@ def validate_record(record: dict, where: str = "record") -> None:
 
 
 def row_label(method: str, source: str) -> str:
-    """Table row of a (method, confidence source): `<method>-d` for the digit expectation
-    (`eq:digitexp`), the method's own name for its own channel (readout or verbalized).
+    """Table row of a (method, confidence source): the method's own name for its channel's own
+    read (the readout, or the verbalized numeral: `confidence: auto`), `<method>-d` for the digit
+    expectation (`eq:digitexp`, the paper's rows), `<method> (<label>)` for any other read.
 
     >>> row_label("GRPO", "verbalized"), row_label("GRPO", "digit"), row_label("CREDO", "readout")
     ('GRPO', 'GRPO-d', 'CREDO')
     """
-    if source not in SOURCES:
-        raise ValueError(f"unknown confidence source {source!r}; expected one of {SOURCES}")
-    return f"{method}-d" if source == "digit" else method
+    reads = {read.label: read for read in confidence.READS.values()}
+    if source not in reads:
+        raise ValueError(
+            f"unknown confidence source {source!r}; expected a registered read's label, one of {sources()}"
+        )
+    if reads[source].auto:
+        return method
+    return f"{method}-d" if source == "digit" else f"{method} ({source})"
 
 
 def record_scope(record: dict) -> str:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import config
+import methods
 from schema import Config
 
 # Shapes of the Qwen3 dense checkpoints (their config.json), for machines without the hub.
@@ -155,6 +156,8 @@ def estimate_memory(
     rollout: fp32 params and AdamW state (12 P / W; gradients are freed) + the engine's
              share of the GPU (vllm_gpu_memory_utilization), which must hold the bf16
              weights (2 P) and the KV cache of at least one full-length sequence.
+    A loss term with a frozen reference (kl_coef > 0) adds its bf16 shards (2 P / W) to both
+    phases, and in the update its gathered root unit and two gathered layers under FSDP2.
     """
     checkpointing = cfg.activation_checkpointing is True if checkpointing is None else checkpointing
     params, layer_params = parameter_counts(shape)
@@ -167,19 +170,32 @@ def estimate_memory(
     gathered = 2 * params if world_size == 1 else (2 + 4) * root_params + 2 * 2 * layer_params
     compiled = config.compiles_layers(cfg, "cuda")  # what compile_layers decides on a GPU
     activations = tokens * activation_bytes_per_token(shape, checkpointing, compute_bytes=2, compiled=compiled)
-    update = (sharded + gathered + activations) / GIB + VLLM_ASLEEP_GIB + CUDA_OVERHEAD_GIB
+    reference = reference_bytes(cfg, params, root_params, layer_params, world_size)
+    update = (sharded + gathered + activations + reference["update"]) / GIB + VLLM_ASLEEP_GIB + CUDA_OVERHEAD_GIB
     engine_gib = cfg.vllm_gpu_memory_utilization * gpu_gib
     kv_gib = engine_gib - 2 * params / GIB - 1.0  # 1 GiB of engine activations / graphs
-    rollout = 12 * params / world_size / GIB + engine_gib + CUDA_OVERHEAD_GIB
+    rollout = (12 * params / world_size + reference["rollout"]) / GIB + engine_gib + CUDA_OVERHEAD_GIB
     full_sequences = kv_gib * GIB / (seq * kv_bytes_per_token(shape)) if kv_gib > 0 else 0.0
     return {
         "params_b": params / 1e9,
+        "reference_gib": reference["update"] / GIB,
         "update_gib": update,
         "rollout_gib": rollout,
         "kv_cache_gib": kv_gib,
         "concurrent_sequences": full_sequences,
         "fits": update <= gpu_gib and rollout <= gpu_gib and full_sequences >= 1,
     }
+
+
+def reference_bytes(cfg: Config, params: int, root_params: int, layer_params: int, world_size: int) -> dict:
+    """Bytes per GPU of the frozen reference model (methods.needs_reference), in the update and in
+    the rollout phase: its bf16 shards, and in the update under FSDP2 its gathered root unit and
+    two gathered layers (one prefetched); nothing without one."""
+    if not methods.needs_reference(cfg):
+        return {"update": 0.0, "rollout": 0.0}
+    shards = 2 * params / world_size
+    gathered = 0 if world_size == 1 else 2 * root_params + 2 * 2 * layer_params
+    return {"update": shards + gathered, "rollout": shards}
 
 
 def engine_share(cfg: Config, shape: dict, gpu_gib: float) -> float:

@@ -40,8 +40,8 @@ def timed(timings: dict, phase: str):
 class StepStats:
     """What one update reports (runlog writes it): scalars, and per-rollout tensors [N]."""
 
-    loss_pg: float  # J of eq:grpo, as a batch mean
-    loss_cal: float  # the calibration loss (eq:calloss's, or the auxiliary head's BCE), as a mean over V
+    terms: dict  # each loss term's batch mean, before its coefficient; None: left out (coefficient 0)
+    coefs: dict  # the coefficient of each term the step computed
     alpha: float  # alpha and kappa after their warm-up
     kappa: float
     grad_norm: float  # before clipping
@@ -54,19 +54,10 @@ class StepStats:
     completion_logp: list  # [N] of [completion tokens] the trainer's log-probs (None where absent)
 
     def scalars(self) -> dict:
-        return {
-            name: getattr(self, name)
-            for name in (
-                "loss_pg",
-                "loss_cal",
-                "alpha",
-                "kappa",
-                "grad_norm",
-                "pad_fraction",
-                "micro_batches",
-                "readout_pass_rows",
-            )
-        }
+        """The step's scalars that ranks average: every computed term as loss_<name>, and the rest."""
+        computed = {f"loss_{name}": value for name, value in self.terms.items() if value is not None}
+        names = ("alpha", "kappa", "grad_norm", "pad_fraction", "micro_batches", "readout_pass_rows")
+        return {**computed, **{name: getattr(self, name) for name in names}}
 
     def per_rollout(self) -> dict:
         return {"conf": self.conf, "conf_valid": self.conf_valid, **self.credit._asdict()}
@@ -76,7 +67,9 @@ class StepStats:
         name them) in place of their own: the step over every rank."""
         rows = dict(per_rollout)
         conf, conf_valid = rows.pop("conf"), rows.pop("conf_valid")
-        return replace(self, **scalars, conf=conf, conf_valid=conf_valid, credit=Credit(**rows))
+        terms = {name: scalars.get(f"loss_{name}") for name in self.terms}
+        others = {key: value for key, value in scalars.items() if not key.startswith("loss_")}
+        return replace(self, **others, terms=terms, conf=conf, conf_valid=conf_valid, credit=Credit(**rows))
 
 
 def step_metrics(rollouts, correct, verdicts, fmt, valid, stats, logp_gap, timings: dict, n_train_tokens: int) -> dict:
@@ -86,11 +79,10 @@ def step_metrics(rollouts, correct, verdicts, fmt, valid, stats, logp_gap, timin
     conf = stats.conf[reported]
     a_valid = correct[reported]
     completion_tokens = sum(len(r.completion_ids) for r in rollouts)
-    trains_c = stats.alpha != 0  # alpha = 0 (the baselines, an ablation): the run has no calibration loss
     return {
-        "loss": stats.loss_pg + stats.alpha * stats.loss_cal,
-        "loss_pg": stats.loss_pg,
-        "loss_cal": stats.loss_cal if trains_c else None,  # null, not a 0 that was never trained
+        "loss": sum(coef * stats.terms[name] for name, coef in stats.coefs.items()),
+        # every listed term; null where its coefficient is 0 (never computed, not a 0 that was trained)
+        **{f"loss_{name}": value for name, value in stats.terms.items()},
         "alpha": stats.alpha,
         "kappa": stats.kappa,
         "reward_ans": float(stats.credit.r_ans.mean()),

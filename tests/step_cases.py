@@ -143,8 +143,7 @@ def method_rollouts(cfg, tok):
 
 
 def method_batch(cfg, tok, rollouts) -> pol.Batch:
-    plan = config.confidence_plan(cfg)
-    return pol.training_batch(rollouts, tok, plan.teacher_digits, plan.samples_slot_token)
+    return pol.training_batch(rollouts, tok, config.confidence_plan(cfg))
 
 
 def method_step(name, tiny_dir, correct=A, extra=()):
@@ -159,10 +158,12 @@ def method_step(name, tiny_dir, correct=A, extra=()):
     batch = method_batch(cfg, policy.tokenizer, rollouts)
     out = dataclasses.replace(
         outcomes_of(rollouts, correct),
-        reported=sampling.reported_confidence(rollouts, plan.rewards_read, policy.tokenizer),
+        reported=None if plan.report_read is None else plan.report_read.from_text(rollouts, policy.tokenizer).float(),
     )
     recorder = GradientRecorder(policy.model.named_parameters())
-    stats = credo.train_step(policy, recorder, batch, out, cfg, plan, step=100, rollouts=rollouts)
+    stats = credo.train_step(
+        credo.Learner(policy, recorder, cfg, plan), credo.make_step(cfg, 100, batch, out, rollouts)
+    )
     return policy, cfg, rollouts, batch, out, recorder.grads, stats
 
 

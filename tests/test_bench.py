@@ -227,8 +227,8 @@ def test_sync_counting_runs_its_two_layouts(tmp_path, monkeypatch, capsys):
 
 def test_the_step_bench_runs_to_its_report(tmp_path):
     """bench_step end to end on the tiny model (one repeat, no TRL): it reports the speedups
-    and the equal-work check of each path against credo's step (a record of the step's
-    statistics, not a dict, since issue 26)."""
+    and the equal-work check of each path against credo's step (the step's statistics are a
+    record, not a dict)."""
     import json
     import os
     import subprocess

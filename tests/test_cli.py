@@ -1,16 +1,21 @@
-"""Bad input on the command line (issues 19 and 60): every mistake a new user makes ends in one line
+"""Bad input on the command line: every mistake a new user makes ends in one line
 that names the problem and the fix, never a traceback (unless --debug asks for one)."""
 
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT
 
+import config
 import credo
 import eval as ev
 from evaluation import tables
+from worlds import toy
 
 
 def one_line_exit(main, argv, capsys) -> str:
@@ -38,7 +43,7 @@ def one_line_exit(main, argv, capsys) -> str:
         (["tiny", "method=ppo"], ["method='ppo' is not supported"]),
         (["tiny", "report_to=jsonl,mlflow"], ["report_to", "mlflow"]),
         (["tiny", "resume=/nope/ckpt/step_000001"], ["resume=/nope/ckpt/step_000001", "not a complete checkpoint"]),
-        # issue 60's bad input: a count out of range names the key the user gave
+        # a count out of range names the key the user gave
         (["tiny", "grad_accum=-1"], ["grad_accum=-1 must be a positive integer"]),
         (["tiny", "max_steps=-1"], ["max_steps=-1 must be a positive integer (or null"]),
         (["tiny", "per_device_batch_size=0"], ["per_device_batch_size=0 must be a positive integer"]),
@@ -71,7 +76,7 @@ def test_list_and_table_bad_input_is_one_line(argv, says, capsys):
     ],
 )
 def test_a_config_file_that_is_not_a_yaml_mapping_is_one_line(tmp_path, text, names, capsys):
-    """Broken YAML, or YAML that is a string or a list (issue 60): one line naming the file."""
+    """Broken YAML, or YAML that is a string or a list: one line naming the file."""
     path = tmp_path / "mine.yaml"
     path.write_text(text)
     message = one_line_exit(credo.main, [str(path), "--dry-run"], capsys)
@@ -84,27 +89,54 @@ def test_a_config_file_that_is_not_a_yaml_mapping_is_one_line(tmp_path, text, na
     "override", ["grad_accum=-1", "max_steps=-1", "per_device_batch_size=0", "lrr=1", "method=credoo"]
 )
 def test_a_config_error_leaves_nothing_behind(tmp_path, override, capsys):
-    """Not a dry run: refused before any run directory or checkpoint is written (issue 60)."""
+    """Not a dry run: refused before any run directory or checkpoint is written."""
     one_line_exit(credo.main, ["tiny", override, f"out_dir={tmp_path / 'runs'}"], capsys)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_config_error_comes_before_the_heavy_libraries():
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("lrr=1", "credo: unknown config key 'lrr' in the command line; did you mean lr?"),
+        # a registry's name, misspelt: refused from methods.py's text, before methods.py (torch) loads
+        ("method=credoo", "credo: method='credoo' is not supported; choose one of ('credo', 'grpo', 'rlcr', 'dcpo'"),
+        ("advantage=ppo", "credo: advantage='ppo' is not supported; choose one of ('grpo', 'rloo', 'dr_grpo'"),
+    ],
+)
+def test_a_config_error_comes_before_the_heavy_libraries(override, says):
     """run.sh checks a run's arguments (dataprep.data first-use) before credo.py starts: a typo
     is one line from a process that never imports torch, transformers or vLLM, in well under the
-    2 s asked (about 0.6 s idle for the whole `bash run.sh tiny lrr=1`; 10 s allows a loaded machine)."""
+    2 s asked (about 0.6 s idle for the whole `bash run.sh tiny lrr=1`, 0.7 s for `method=credoo`
+    beside other jobs; 10 s allows a loaded machine)."""
     check = (
         "import sys\nfrom dataprep import data\n"
-        "try:\n    data.main(['first-use', 'tiny', 'lrr=1'])\n"
+        f"try:\n    data.main(['first-use', 'tiny', {override!r}])\n"
         "finally:\n    print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))\n"
     )
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60)
     elapsed = time.perf_counter() - start
     assert result.returncode == 1 and result.stdout == "[]\n", (result.stdout, result.stderr[-2000:])
-    assert result.stderr.startswith("credo: unknown config key 'lrr' in the command line; did you mean lr?")
+    assert result.stderr.startswith(says)
     assert result.stderr.count("\n") == 1
     assert elapsed < 10, f"{elapsed:.1f} s"
+
+
+def test_a_registry_name_is_refused_alike_before_and_after_methods_py_loads():
+    """The text-read choices and message (config._refuse_unregistered_names) are the registries' own."""
+    check = (
+        "import config, methods\n"
+        "try:\n    config.load_config('tiny', ['method=credoo'])\nexcept ValueError as error:\n    print(error)\n"
+    )
+    before = subprocess.run(
+        [sys.executable, "-m", "dataprep.data", "first-use", "--", "tiny", "method=credoo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    after = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert before.stderr == f"credo: {after.stdout.strip()} (--debug shows the traceback)\n", (before, after)
 
 
 def test_credo_debug_gives_the_traceback():
@@ -168,7 +200,7 @@ def fresh_clone(root, into):
 @pytest.mark.slow
 def test_commands_that_need_no_model_build_nothing_in_a_fresh_clone(tmp_path):
     """`bash run.sh list`, `table`, `--help-config` and a `--dry-run` take seconds in a fresh clone:
-    no tiny model is built for them, and a dry run downloads no training split (issue 60)."""
+    no tiny model is built for them, and a dry run downloads no training split."""
     clone = fresh_clone(ROOT, tmp_path)
     for command in (["list"], ["table", "sens"], ["--help-config"], ["math", "--dry-run"]):
         result = subprocess.run(["bash", "run.sh", *command], cwd=clone, capture_output=True, text=True, timeout=300)
@@ -177,22 +209,12 @@ def test_commands_that_need_no_model_build_nothing_in_a_fresh_clone(tmp_path):
     assert "# run directory: runs/math-s43" in result.stdout
 
 
-def test_the_sample_errors_in_usage_md_are_what_run_sh_prints():
-    """docs/usage.md's bad-input block, run as printed (issue 60: it named a command the program
-    does not print)."""
-    text = (ROOT / "docs" / "usage.md").read_text()
-    block = text.split("Bad input on any command line", 1)[1].split("```\n", 2)[1]
-    lines = block.splitlines()
-    samples = [(line[2:], lines[i + 1]) for i, line in enumerate(lines) if line.startswith("$ bash run.sh ")]
-    assert len(samples) >= 3
-    for command, printed in samples:
-        result = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert result.returncode != 0 and result.stdout == "" and result.stderr == printed + "\n", (command, result)
+# docs/usage.md's sample errors, run as printed and compared byte for byte: tests/test_docs_commands.py.
 
 
 def test_run_sh_eval_is_eval_py_with_its_one_line_errors():
-    """`bash run.sh eval` (issue 60: evaluation had no run.sh target, so run.sh's quiet library
-    logging never applied to it)."""
+    """`bash run.sh eval` is eval.py under run.sh's quiet library logging: a bad --ckpt is one
+    line on stderr, nothing on stdout."""
     result = subprocess.run(
         ["bash", "run.sh", "eval", "--ckpt", "/nonexistent", "--sets", "math500"],
         cwd=ROOT,
@@ -208,7 +230,7 @@ def test_run_sh_eval_is_eval_py_with_its_one_line_errors():
 
 def test_ctrl_c_outside_the_loop_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
     """A KeyboardInterrupt while the run loads (the loop's own guard stops after a step instead):
-    one line, exit 128 + SIGINT, no traceback (issue 60)."""
+    one line, exit 128 + SIGINT, no traceback."""
 
     def interrupted(cfg):
         raise KeyboardInterrupt
@@ -221,4 +243,102 @@ def test_ctrl_c_outside_the_loop_is_one_line_and_exit_130(tmp_path, monkeypatch,
     assert line == (
         "credo: interrupted (Ctrl-C); the same command with resume=auto continues from the last checkpoint "
         f"under {tmp_path / 'tiny-s43'}, if there is one"
+    )
+
+
+def loading(proc: subprocess.Popen, library: str = "libtorch", timeout_s: float = 120) -> bool:
+    """Wait until the process has mapped `library` (it is importing torch, after infra/startup.py),
+    or has ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if library in Path(f"/proc/{proc.pid}/maps").read_text():
+                return True
+        except OSError:  # ended meanwhile
+            break
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["credo.py", "tiny", "out_dir={tmp}"], "credo: interrupted (Ctrl-C)"),
+        (["eval.py", "--ckpt", ".cache/tiny/model", "--config", "tiny", "--sets", "t=x.jsonl"], "eval: interrupted"),
+    ],
+)
+def test_ctrl_c_while_the_libraries_import_is_one_line_and_exit_130(tmp_path, argv, says):
+    """A real SIGINT while torch is being imported (infra/startup.py is imported first): one line on
+    stderr, exit 130, no traceback. Arrived later (credo.py's run loading), credo.py's own line."""
+    proc = subprocess.Popen(
+        [sys.executable, *(a.replace("{tmp}", str(tmp_path)) for a in argv)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert loading(proc), proc.communicate(timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130 and out == "", (proc.returncode, out, err[-2000:])
+    assert len(err.splitlines()) == 1 and err.startswith(says) and "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "import atexit\natexit.register(interrupted)",  # the libraries' atexit shutdown (vLLM's engine)
+        "class Engine:\n    def __del__(self):\n        interrupted()\nengine = Engine()\ndel engine",  # a finalizer
+    ],
+)
+def test_ctrl_c_while_the_libraries_shut_down_is_one_line_and_exit_130(where):
+    """A real SIGINT in a callback Python cannot raise from (it prints "Exception ignored ..." and a
+    traceback, and exits 0): one line, and exit 130 once every other atexit callback has run."""
+    program = (
+        "import os, signal, sys, time\nfrom infra import startup\n"
+        "def interrupted():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+        f"{where}\nprint('done', flush=True)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130 and result.stdout == "done\n", (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == "credo: interrupted (Ctrl-C) while shutting down\n"
+
+
+def test_eval_of_a_base_model_the_config_does_not_fit_names_the_config_that_does(tiny_dir, capsys):
+    """`bash run.sh eval --ckpt .cache/tiny/model` without --config: math's budgets do not fit the
+    tiny model's 1,024 positions (vLLM refused it with a pydantic traceback, after loading)."""
+    message = one_line_exit(ev.main, ["--ckpt", ".cache/tiny/model", "--sets", "t=/nonexistent.jsonl"], capsys)
+    assert message == (
+        "eval: --ckpt .cache/tiny/model: --config math asks for 1024 + 8192 = 9216 tokens, more than the model's "
+        "1024 positions (max_position_embeddings); pass --config tiny (configs/tiny.yaml trains this model) "
+        "(--debug shows the traceback)"
+    )
+
+
+def test_eval_reads_the_config_a_checkpoint_was_trained_with_beside_ckpt(tmp_path):
+    """A checkpoint directory without its own config.yaml takes its run's (runs/<name>/config.yaml)."""
+    ckpt = tmp_path / "myrun" / "ckpt" / "step_000001"
+    ckpt.mkdir(parents=True)
+    saved = config.as_dict(config.load_config("tiny", ["seed=7"]))
+    (tmp_path / "myrun" / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    described = ev.describe_checkpoint(str(ckpt), None, None)
+    assert (described.label, described.method, described.train_domain, described.seed) == (
+        "myrun/step_000001",
+        "CREDO",
+        "math",
+        7,
+    )
+
+
+def test_the_toy_says_how_its_trainings_share_the_machine():
+    """`bash run.sh toy --quick` trains one method: its line says no "2 at a time"."""
+    assert (toy.pace(1, 2), toy.pace(2, 2), toy.pace(3, 2), toy.pace(2, 1)) == (
+        "",
+        ", 2 at a time",
+        ", 2 at a time",
+        ", one after the other",
     )

@@ -7,6 +7,7 @@ loaded 2-core machine, most of it the training step and the two engines' start-u
 """
 
 import contextlib
+import dataclasses
 import doctest
 import http.server
 import json
@@ -26,6 +27,7 @@ from processes import end_with_parent
 
 import policy as pol
 import rollout as ro
+from confidence import READS
 from evaluation import client, ready
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,13 +175,13 @@ def test_readout_through_the_server_and_in_process_equals_eval(ckpt, server, loc
     remote = client.open_client(ckpt, server)
     prompt = remote.prompt_ids(QUESTION)
     ids = tokenizer.encode(READOUT, add_special_tokens=False)
-    (expected,) = pol.readouts(
-        policy, [eval_rollout(tokenizer, prompt, ids, "readout")], budget=4096, packed=False
+    (expected,) = pol.slot_confidences(
+        policy, [eval_rollout(tokenizer, prompt, ids, "readout")], READS["readout"], budget=4096, packed=False
     ).tolist()
     for reader in (remote, local):
         answer = reader.read(prompt, ids, "stop")
         assert answer.reason is None and answer.c == pytest.approx(expected, abs=1e-4)
-        assert answer.abstain == (answer.c < 0.5) and answer.numeral is None and answer.c_digit is None
+        assert answer.abstain == (answer.c < 0.5) and answer.reads == {"readout": answer.c}
     # Read again once the server's prefix cache holds this sequence: prompt log-probs skip it.
     assert remote.read(prompt, ids, "stop").c == pytest.approx(expected, abs=1e-6)
     # A sampled answer: the same seed samples the same completion through the server and in process, and
@@ -188,8 +190,12 @@ def test_readout_through_the_server_and_in_process_equals_eval(ckpt, server, loc
     assert in_process.completion_ids == sampled.completion_ids and in_process.reason == sampled.reason
     assert (sampled.c is None) == (sampled.reason is not None)
     if sampled.c is not None:
-        (read,) = pol.readouts(
-            policy, [eval_rollout(tokenizer, prompt, sampled.completion_ids, "readout")], budget=4096, packed=False
+        (read,) = pol.slot_confidences(
+            policy,
+            [eval_rollout(tokenizer, prompt, sampled.completion_ids, "readout")],
+            READS["readout"],
+            budget=4096,
+            packed=False,
         ).tolist()
         assert sampled.c == pytest.approx(read, abs=1e-4) and in_process.c == pytest.approx(read, abs=1e-4)
 
@@ -200,14 +206,14 @@ def test_verbalized_numeral_and_digit_expectation_equal_eval(ckpt, server, local
     cfg = client.inference_config(ckpt, channel="verbalized")
     ids = tokenizer.encode(VERBALIZED, add_special_tokens=False) + [tokenizer.eos_token_id]
     prompt = ro.build_prompt_ids(tokenizer, QUESTION, "verbalized", "math")
-    (expected,) = pol.digit_expectations(
-        policy, [eval_rollout(tokenizer, prompt, ids, "verbalized")], budget=4096, packed=False
+    (expected,) = pol.slot_confidences(
+        policy, [eval_rollout(tokenizer, prompt, ids, "verbalized")], READS["digit_exp"], budget=4096, packed=False
     ).tolist()
     for transport in (client.open_client(ckpt, server, channel="verbalized").transport, local.transport):
         verbalized = client.Client(cfg, tokenizer, client.slot_tokens(tokenizer, cfg, ckpt), transport)
         answer = verbalized.read(prompt, ids, "stop", threshold=0.9)
-        assert (answer.numeral, answer.c, answer.abstain, answer.reason) == (0.8, 0.8, True, None)
-        assert answer.c_digit == pytest.approx(expected, abs=1e-4)
+        assert (answer.reads["verbalized"], answer.c, answer.abstain, answer.reason) == (0.8, 0.8, True, None)
+        assert answer.reads["digit"] == pytest.approx(expected, abs=1e-4) and len(answer.reads) == 2
 
 
 @pytest.mark.slow
@@ -291,7 +297,7 @@ def test_a_closed_port_is_refused():
     ],
 )
 def test_ask_refuses_an_empty_question_and_a_threshold_outside_0_1(argv, says, capsys):
-    """Checked before the checkpoint is read or a model loads (issue 60)."""
+    """Checked before the checkpoint is read or a model loads."""
     with pytest.raises(SystemExit) as exit_info:
         client.main(argv)
     assert exit_info.value.code == 2
@@ -300,7 +306,7 @@ def test_ask_refuses_an_empty_question_and_a_threshold_outside_0_1(argv, says, c
 
 
 def test_serve_on_a_port_in_use_is_one_line_before_any_model_loads(capsys):
-    """The port is checked before the checkpoint is read and vLLM starts (issue 60)."""
+    """The port is checked before the checkpoint is read and vLLM starts."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -344,7 +350,8 @@ def fake_server(routes: dict[str, dict]):
 
 
 def test_the_listening_line_comes_once_the_server_is_healthy_and_never_after_it_ended(capsys):
-    """evaluation/ready.py, the watcher `serve` starts before it execs into vLLM (issue 60)."""
+    """evaluation/ready.py, the watcher `serve` starts before it execs into vLLM: one line once
+    the server is healthy, none once its parent has gone."""
     with fake_server({"/health": {}}) as url:
         assert ready.announce_when_ready(url, "runs/x/ckpt/step_000002", os.getppid(), poll_s=0.05)
     assert capsys.readouterr().out == (
@@ -363,8 +370,8 @@ def test_serve_says_where_it_listens_once_ready(server_process, server):
 
 
 def test_a_server_serving_another_model_is_one_short_line():
-    """Not the two token-id lists (about 3,000 characters, issue 60): what the server serves and
-    where the tokenizers first differ."""
+    """Not the two token-id lists (about 3,000 characters): what the server serves and where the
+    tokenizers first differ."""
     routes = {"/tokenize": {"tokens": [1, 2, 9, 4] * 200}, "/v1/models": {"data": [{"id": "Qwen/Qwen3-1.7B"}]}}
     with fake_server(routes) as url:
         with pytest.raises(client.ClientError) as error:
@@ -438,8 +445,7 @@ def test_ask_prints_the_final_answer_and_the_solution_named_as_such(capsys):
         solution=solution,
         final_answer=client.final_answer_of(solution, "math"),
         c=0.9,
-        c_digit=None,
-        numeral=None,
+        reads={"readout": 0.9},
         abstain=False,
         reason=None,
         finish_reason="stop",
@@ -453,4 +459,7 @@ def test_ask_prints_the_final_answer_and_the_solution_named_as_such(capsys):
         f"solution: {solution}",
     ]
     assert client.final_answer_of("```python\nprint(1)\n```", "code") == "print(1)\n"
+    # a verbalized answer lists every read of its prompt (the numeral, eq:digitexp) beside c
+    client.print_answer(dataclasses.replace(answer, c=0.8, reads={"verbalized": 0.8, "digit": 0.71234}), False)
+    assert capsys.readouterr().out.splitlines()[1] == "c: 0.8000 (verbalized 0.8000, digit 0.7123)"
     assert client.final_answer_of("no box here", "math") is None

@@ -4,12 +4,15 @@ configs/, and the confidence plan of each method."""
 import dataclasses
 import doctest
 import re
+import textwrap
 
 import pytest
 import yaml
 
+import confidence
 import config
 import credo
+from confidence import READS
 from config import ConfidencePlan, Config, load_config
 
 
@@ -40,7 +43,6 @@ def test_paper_hyperparameters_are_the_defaults():
         "w_max": 2.0,
         "warmup_steps": 30,
         "seed": 43,
-        "lr_schedule": "constant",
         "model": "Qwen/Qwen3-8B",
     }
     assert {k: getattr(cfg, k) for k in expected} == expected
@@ -66,6 +68,27 @@ def test_help_config_lists_every_field(capsys):
         assert f"\n{name} = " in "\n" + printed and f.metadata["help"] in printed
     assert "lr = 2.0e-06 [tab:hyper]\n    AdamW learning rate" in printed
     assert "config_name" not in printed  # derived, not settable
+
+
+HELP_WIDTH = 100  # a terminal's columns: each key's help, as --help-config prints it, fits two such lines
+
+
+def test_every_key_s_help_is_at_most_two_lines():
+    """A key's help says what it does and where its default comes from; the baselines' codes'
+    readings of a choice live in docs/choices.md. Counted as printed: `name = default [source]`,
+    then the help's lines, each wrapped at HELP_WIDTH columns."""
+    rendered: dict[str, int] = {}
+    name = None
+    for line in config.help_text().splitlines():
+        if not line.startswith(" "):
+            name = line.split(" = ", 1)[0]
+            rendered[name] = 0
+        else:
+            rendered[name] += len(textwrap.wrap(line, width=HELP_WIDTH, subsequent_indent="    "))
+    assert set(rendered) == set(config.FIELDS)
+    long = {key: lines for key, lines in rendered.items() if lines > 2}
+    assert long == {}, f"help longer than two {HELP_WIDTH}-column lines (move the detail to docs/choices.md): {long}"
+    assert all(lines >= 1 for lines in rendered.values())
 
 
 def test_by_domain_and_the_configs_own_autos_are_resolved_at_load():
@@ -118,6 +141,24 @@ def test_a_saved_config_round_trips(tmp_path):
     assert config.config_from_values(config.as_dict(cfg)) == cfg
 
 
+def test_a_config_saved_with_the_retired_keys_still_loads(tmp_path):
+    """lr_schedule and optimizer had one value each (constant, adamw) and are no longer keys; a
+    config.yaml saved while they were loads as before, as values or as a file (eval reads a
+    checkpoint's), and one that sets another value is refused."""
+    cfg = load_config("toy")
+    saved = {**config.as_dict(cfg), "lr_schedule": "constant", "optimizer": "adamw"}
+    assert config.config_from_values(saved) == cfg
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(saved))
+    assert load_config(str(path)) == dataclasses.replace(cfg, config_name="config")
+    for key, value in (("lr_schedule", "cosine"), ("optimizer", "sgd")):
+        with pytest.raises(ValueError, match=rf"sets {key}='{value}'; {key} was retired with its only value"):
+            config.config_from_values({**saved, key: value})
+    assert not set(config.RETIRED_KEYS) & set(config.FIELDS)
+    with pytest.raises(KeyError, match="unknown config key 'lr_schedule'"):
+        load_config("tiny", ["lr_schedule=constant"])  # not a key to set
+
+
 def test_validation_reads_and_never_changes():
     cfg = load_config("credo")
     before = config.as_dict(cfg)
@@ -151,8 +192,13 @@ def test_unknown_key_in_a_file(tmp_path):
 
 
 def test_unsupported_values_are_refused():
-    with pytest.raises(ValueError, match="kl_coef must be 0"):
-        load_config("tiny", ["kl_coef=0.1"])
+    with pytest.raises(ValueError, match="kl_coef=-0.1 must be >= 0"):
+        load_config("tiny", ["kl_coef=-0.1"])
+    with pytest.raises(ValueError, match=r"loss_terms='pg,kll': unknown \['kll'\]; choose from \('pg', 'cal', 'kl'"):
+        load_config("tiny", ["loss_terms=pg,kll"])
+    with pytest.raises(ValueError, match="loss_terms='pg,cal,pg': a term listed twice"):
+        load_config("tiny", ["loss_terms=pg,cal,pg"])
+    assert load_config("tiny", ["kl_coef=0.1"]).kl_coef == 0.1  # a KL term to the frozen starting model
     with pytest.raises(ValueError, match="not a multiple of group_size"):
         load_config("tiny", ["grad_accum=3", "per_device_batch_size=1"])
     with pytest.raises(FileNotFoundError, match="no config named 'nope'"):
@@ -169,7 +215,7 @@ def test_micro_batch_budget():
 
 # --- the choices the paper leaves open (docs/choices.md) -------------------------------------------
 
-OPEN_CHOICES = {  # key: (default, every choice); the defaults' reasons are in each field's help
+OPEN_CHOICES = {  # key: (default, every choice); each field's help and docs/choices.md's row give the reasons
     "max_grad_norm": 1.0,
     "adv_std": ("sample", ("sample", "population", "none")),
     "adv_eps": 0.0,
@@ -184,22 +230,32 @@ OPEN_CHOICES = {  # key: (default, every choice); the defaults' reasons are in e
 }
 
 
+def choices_table() -> tuple[str, dict[str, str]]:
+    """docs/choices.md's table: its header, and each row by the key it names, `(`key`...)`."""
+    lines = (config.ROOT / "docs" / "choices.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| choice (key)"))
+    rows = {m.group(1): line for line in lines if (m := re.match(r"\| [^|]*\(`(\w+)`", line))}
+    return header, rows
+
+
 def test_the_open_choices_defaults_and_their_named_readings():
     cfg = Config()
+    header, rows = choices_table()
+    for who in ("the paper", "RLCR's code", "DCPO's code", "TRL", "verl"):  # a column each
+        assert f"| {who} |" in header, who
     for key, spec in OPEN_CHOICES.items():
         default, choices = spec if isinstance(spec, tuple) else (spec, None)
         assert getattr(cfg, key) == default, key
-        if choices:  # each choice is named in the help line, with the paper's and the codes' readings
+        assert key in rows, key  # the paper's and each code's reading: docs/choices.md's row
+        if choices:  # each choice is named in the help line and in the row
             assert config.hints()[key].__args__ == choices, key
             assert all(choice in config.FIELDS[key].metadata["help"] for choice in choices), key
-    helps = " ".join(config.FIELDS[key].metadata["help"] for key in OPEN_CHOICES)
-    for who in ("RLCR's code", "DCPO's code", "TRL", "verl", "the paper"):
-        assert who in helps, who
+            assert all(choice in rows[key] for choice in choices), key
 
 
 def test_the_toy_keeps_the_readings_it_was_tuned_with():
     toy = load_config("toy")
-    assert (toy.max_grad_norm, toy.adv_std) == (None, "population")  # as before issue 49
+    assert (toy.max_grad_norm, toy.adv_std) == (None, "population")  # its readings before these were keys
     assert all(
         getattr(toy, key) == getattr(Config(), key) for key in OPEN_CHOICES if key not in ("max_grad_norm", "adv_std")
     )
@@ -314,15 +370,15 @@ def test_method_and_channel_must_agree():
 # CREDO on a readout channel: c is the readout of the training forward; it drives the rewards
 # and eq:sw's weights and is regressed (eq:calloss); rollouts stop at <confidence>.
 READOUT = ConfidencePlan(
+    read=READS["readout"],
     prompt="readout",
     segments="readout",
-    source="readout",
-    model_read="readout",
+    model_read=READS["readout"],
+    report_read=None,
     rewards_read="model",
     weights_read="model",
-    teacher_digits=False,
-    detach_readout=False,
     record="model",
+    detach_readout=False,
     stops_at_slot=True,
     cuts_at_slot=False,
     samples_slot_token=False,
@@ -330,34 +386,21 @@ READOUT = ConfidencePlan(
 # The verbalized baselines: the rewards and the weights read the parsed numeral, which is also
 # what a step records; the numeral is sampled as text, so nothing stops at the slot.
 NUMERAL = ConfidencePlan(
+    read=READS["numeral"],
     prompt="verbalized",
     segments="verbalized",
-    source="numeral",
-    model_read="readout",
-    rewards_read="numeral",
-    weights_read="numeral",
-    teacher_digits=False,
-    detach_readout=False,
+    model_read=None,
+    report_read=READS["numeral"],
+    rewards_read="report",
+    weights_read="report",
     record="report",
+    detach_readout=False,
     stops_at_slot=False,
     cuts_at_slot=False,
     samples_slot_token=False,
 )
 # tab:sw_baseline: rewards still from the numeral, eq:sw's weights from a no-grad eq:digitexp pass.
-NUMERAL_SWD = ConfidencePlan(
-    prompt="verbalized",
-    segments="verbalized",
-    source="digit_exp",
-    model_read="readout",
-    rewards_read="numeral",
-    weights_read="digit_pass",
-    teacher_digits=False,
-    detach_readout=False,
-    record="report",
-    stops_at_slot=False,
-    cuts_at_slot=False,
-    samples_slot_token=False,
-)
+NUMERAL_SWD = dataclasses.replace(NUMERAL, read=READS["digit_exp"], weights_read="pass")
 EXPECTED_PLANS = {
     **dict.fromkeys(
         (
@@ -374,67 +417,23 @@ EXPECTED_PLANS = {
         ),
         READOUT,
     ),
-    "credo_noanalysis": ConfidencePlan(
-        prompt="readout_noanalysis",
-        segments="readout_noanalysis",
-        source="readout",
-        model_read="readout",
-        rewards_read="model",
-        weights_read="model",
-        teacher_digits=False,
-        detach_readout=False,
-        record="model",
-        stops_at_slot=True,
-        cuts_at_slot=False,
-        samples_slot_token=False,
-    ),
+    "credo_noanalysis": dataclasses.replace(READOUT, prompt="readout_noanalysis", segments="readout_noanalysis"),
     # the digit-expectation emission: verbalized prompt, stopped at the slot and parsed like
     # the readout channel, "0." teacher-forced so that eq:digitexp comes from the training forward
-    "credo_digitexp": ConfidencePlan(
-        prompt="verbalized",
-        segments="readout",
-        source="digit_exp",
-        model_read="digit_exp",
-        rewards_read="model",
-        weights_read="model",
-        teacher_digits=True,
-        detach_readout=False,
-        record="model",
-        stops_at_slot=True,
-        cuts_at_slot=False,
-        samples_slot_token=False,
+    "credo_digitexp": dataclasses.replace(
+        READOUT, read=READS["digit_exp"], prompt="verbalized", model_read=READS["digit_exp"]
     ),
     # readout + reward only: the slot token is sampled (stop after </confidence>) and rewarded;
-    # eq:sw's weights still read the model's readout
-    "credo_sampled": ConfidencePlan(
-        prompt="readout",
-        segments="readout",
-        source="readout",
-        model_read="readout",
-        rewards_read="slot_token",
-        weights_read="model",
-        teacher_digits=False,
-        detach_readout=False,
-        record="model",
+    # eq:sw's weights and the record still read the model's readout
+    "credo_sampled": dataclasses.replace(
+        READOUT,
+        report_read=confidence.SAMPLED_SLOT_TOKEN,
+        rewards_read="report",
         stops_at_slot=False,
-        cuts_at_slot=False,
         samples_slot_token=True,
     ),
     # GRPO + auxiliary head (tab:decompose): the head's BCE on the detached hidden state
-    "grpo_head": ConfidencePlan(
-        prompt="readout",
-        segments="readout",
-        source="readout",
-        model_read="readout",
-        rewards_read="model",
-        weights_read="model",
-        teacher_digits=False,
-        detach_readout=True,
-        record="model",
-        stops_at_slot=True,
-        cuts_at_slot=False,
-        samples_slot_token=False,
-    ),
+    "grpo_head": dataclasses.replace(READOUT, detach_readout=True),
     **dict.fromkeys(("grpo", "rlcr", "rlcr_sw", "dcpo", "dcpo_sw"), NUMERAL),
     **dict.fromkeys(("rlcr_swd", "dcpo_swd"), NUMERAL_SWD),
 }
@@ -461,3 +460,4 @@ def test_confidence_plan_with_thinking_on_cuts_instead_of_stopping():
     assert (plan("credo").stops_at_slot, plan("credo").cuts_at_slot) == (True, True)
     assert (plan("credo_digitexp").segments, plan("credo_digitexp").cuts_at_slot) == ("readout", True)
     assert plan("credo_sampled").cuts_at_slot is False and plan("rlcr") == EXPECTED_PLANS["rlcr"]
+    assert plan("credo_digitexp").forced == ("0", ".") and plan("credo").forced == ()

@@ -26,6 +26,7 @@ from step_cases import (
     tiny_policy,
 )
 
+import confidence
 import config
 import credo
 import engine as eng
@@ -35,6 +36,7 @@ import policy as pol
 import rollout as ro
 import sampling
 import verifier
+from confidence import READS
 from infra import parallel, runlog
 from rollout import Rollout, Segments
 
@@ -148,15 +150,77 @@ def test_micro_batches_that_split_groups_give_the_same_update(tiny_dir):
         cfg = dataclasses.replace(cfg, micro_batch_tokens=budget)
         copied = copy_policy(policy)
         recorder = GradientRecorder(copied.model.named_parameters())
-        stats.append(credo.train_step(copied, recorder, batch, out, cfg, config.confidence_plan(cfg), step=100))
+        stats.append(credo.train_step(credo.Learner(copied, recorder, cfg), credo.make_step(cfg, 100, batch, out)))
         grads.append(recorder.grads)
     assert stats[0].micro_batches == 1 and stats[1].micro_batches > 1
     assert stats[0].readout_pass_rows == stats[1].readout_pass_rows == 4  # every c from the no-grad pass
     for name in grads[0]:
         assert_same_gradient(grads[1][name], grads[0][name], name)
-    for key in ("loss_pg", "loss_cal"):
-        assert getattr(stats[0], key) == pytest.approx(getattr(stats[1], key), abs=1e-6)
-    assert stats[0].loss_cal > 0
+    for term in ("pg", "cal"):
+        assert stats[0].terms[term] == pytest.approx(stats[1].terms[term], abs=1e-6)
+    assert stats[0].terms["cal"] > 0
+
+
+def kl_step(policy, reference, cfg, batch, out):
+    """One update with a reference model; (stats, gradients)."""
+    recorder = GradientRecorder(policy.model.named_parameters())
+    learner = credo.Learner(policy, recorder, cfg, reference=reference)
+    return credo.train_step(learner, credo.make_step(cfg, 100, batch, out)), recorder.grads
+
+
+def test_the_kl_term_against_a_frozen_reference_by_hand(tiny_dir):
+    """kl_coef > 0 adds kl_coef x k3(pi || pi_ref). At the first step the reference is the policy:
+    k3 and its gradient are 0 (d/dlogp of e^r - r - 1 is 1 - e^r, 0 at r = 0), so the update is the
+    one without the term. Against another reference, loss_kl is k3 computed by hand from the two
+    models' own log-probs, and the gradient changes by exactly kl_coef x its gradient."""
+    policy = tiny_policy(tiny_dir)
+    tok = policy.tokenizer
+    rollouts = group_of_four(tok)
+    batch = pol.collate(rollouts, tok.pad_token_id)
+    out = outcomes_of(rollouts, [1.0, 0.0, 1.0, 0.0])
+    base = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1", "max_grad_norm=null"])
+    with_kl = dataclasses.replace(base, kl_coef=0.5)  # no clipping: the gradients add
+    assert methods.needs_reference(with_kl) and not methods.needs_reference(base)
+
+    plain, plain_grads = kl_step(copy_policy(policy), None, base, batch, out)
+    assert plain.terms["kl"] is None and "kl" not in plain.coefs  # kl_coef 0: never computed
+    same, same_grads = kl_step(copy_policy(policy), copy_policy(policy), with_kl, batch, out)
+    assert same.terms["kl"] == 0.0 and same.coefs["kl"] == 0.5
+    for name in plain_grads:
+        assert_same_gradient(same_grads[name], plain_grads[name], name)
+
+    reference = copy_policy(policy)
+    with torch.no_grad():
+        for param in reference.model.parameters():
+            param.add_(0.02 * torch.randn(param.shape, generator=torch.Generator().manual_seed(0)))
+    moved, moved_grads = kl_step(copy_policy(policy), reference, with_kl, batch, out)
+    with torch.no_grad():
+        logp, ref_logp = (pol.forward(p, batch).logp for p in (policy, reference))  # [N, L-1]
+    mask = batch.completion_mask
+    r = (ref_logp - logp)[mask]
+    per_token = torch.zeros_like(logp)
+    per_token[mask] = torch.exp(r) - r - 1
+    by_hand = float((per_token.sum(dim=1) / mask.sum(dim=1)).mean())
+    assert moved.terms["kl"] == pytest.approx(by_hand, rel=1e-5) and by_hand > 1e-4
+    assert moved.terms["pg"] == pytest.approx(plain.terms["pg"], abs=1e-6)
+    kl_only = copy_policy(policy)
+    logp = pol.forward(kl_only, batch).logp
+    term = losses.kl_k3(logp, ref_logp, mask, mask.sum(dim=1).float())
+    term.backward()
+    for name, param in kl_only.model.named_parameters():
+        if param.grad is not None:
+            assert_same_gradient(moved_grads[name], plain_grads[name] + 0.5 * param.grad, name)
+
+
+def test_the_reference_model_is_frozen_in_the_compute_dtype(tiny_dir):
+    """credo.load_reference: the run's starting model (never a checkpoint), weights in the
+    policy's compute dtype, nothing requires a gradient; eval mode."""
+    cfg = config.load_config("tiny", [f"model={tiny_dir / 'model'}", "kl_coef=0.01"])
+    policy = tiny_policy(tiny_dir, dtype=torch.bfloat16)
+    reference = credo.load_reference(cfg, parallel.single_process(), policy)
+    params = list(reference.model.parameters())
+    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in params)
+    assert not reference.model.training and (reference.high_id, reference.low_id) == (policy.high_id, policy.low_id)
 
 
 def test_a_masked_truncated_rollout_gets_no_policy_gradient_term(tiny_dir):
@@ -173,21 +237,16 @@ def test_a_masked_truncated_rollout_gets_no_policy_gradient_term(tiny_dir):
         cfg = config.load_config("tiny", ["group_size=4", "per_device_batch_size=4", "grad_accum=1"])
         cfg = dataclasses.replace(cfg, truncated_completions=how)
         copied = copy_policy(policy)
-        stats[how] = credo.train_step(
-            copied,
-            GradientRecorder(copied.model.named_parameters()),
-            batch,
-            out,
-            cfg,
-            config.confidence_plan(cfg),
-            step=100,
-        )
+        learner = credo.Learner(copied, GradientRecorder(copied.model.named_parameters()), cfg)
+        stats[how] = credo.train_step(learner, credo.make_step(cfg, 100, batch, out))
     trained, masked = stats["train"].credit, stats["mask"].credit
     assert masked.adv_ans[3] == masked.adv_conf[3] == 0.0 and trained.adv_ans[3] < 0
     assert masked.adv_ans[:3].tolist() == trained.adv_ans[:3].tolist()  # the group's statistics still count it
     # rho = 1: row 3's term of J is the mean of its token advantages, w A^ans over its answer tokens (w = 1: no
     # readout); J is a mean over N = 4 rows, and -J is the loss
-    assert stats["mask"].loss_pg == pytest.approx(stats["train"].loss_pg + float(trained.adv_ans[3]) / 4, abs=1e-6)
+    assert stats["mask"].terms["pg"] == pytest.approx(
+        stats["train"].terms["pg"] + float(trained.adv_ans[3]) / 4, abs=1e-6
+    )
 
 
 def test_warmup_shapes_of_alpha_and_kappa():
@@ -230,8 +289,8 @@ def test_the_rollout_records_carry_the_target_and_both_rewards(tmp_path):
         adv_conf=torch.tensor([0.25, -0.25]),
     )
     stats = runlog.StepStats(
-        loss_pg=0.0,
-        loss_cal=0.0,
+        terms={"pg": 0.0, "cal": None},
+        coefs={"pg": 1.0},
         alpha=0.0,
         kappa=0.0,
         grad_norm=0.0,
@@ -359,10 +418,13 @@ def test_one_real_training_step_per_method(name, tiny_dir):
         assert reported[:2].tolist() == pytest.approx([0.9, 0.2]) and torch.isnan(reported[2])
     # At the first step the ratio is 1, so eq:grpo's value is -mean(A): exactly 0 in exact arithmetic
     # wherever one advantage covers every token (GRPO, RLCR), float noise otherwise. The gradient is not.
-    assert math.isfinite(stats.loss_pg) and stats.grad_norm > 0
+    assert math.isfinite(stats.terms["pg"]) and stats.grad_norm > 0
     assert all(torch.isfinite(g).all() for g in grads.values())
     has_c = any(r.segments.slot is not None for r in rollouts)
-    assert (stats.loss_cal > 0) == has_c  # L_cal (or the head's BCE) only where the model's c exists
+    if cfg.alpha == 0:  # a term at coefficient 0 is left out of the step: never computed, logged as null
+        assert stats.terms["cal"] is None and "cal" not in stats.coefs
+    else:
+        assert (stats.terms["cal"] > 0) == has_c  # L_cal (or the head's BCE) only where the model's c exists
 
 
 # --- tab:decompose and tab:sw_baseline: what each arm changes, on the hand-built group ---------
@@ -401,7 +463,7 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
         eng.stop_strings(config.confidence_plan(cfg)) == [ro.CONF_OPEN]
         and config.confidence_plan(cfg).segments == "readout"
     )
-    digits, dot = pol.digit_token_ids(tok)
+    digits, dot = [tok.convert_tokens_to_ids(str(d)) for d in range(10)], tok.convert_tokens_to_ids(".")
     for i, r in enumerate(rollouts[:2]):
         seq = r.prompt_ids + r.completion_ids + [digits[0], dot]
         assert batch.input_ids[i, : len(seq)].tolist() == seq
@@ -413,7 +475,7 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
         expected = float(p_int[1] + p_int[0] * (q_dec * torch.arange(10)).sum() / 10)
         assert float(stats.conf[i]) == pytest.approx(expected, abs=1e-5)
     target = losses.hybrid_target(torch.tensor(A), 0.5, 3)
-    assert stats.loss_cal == pytest.approx(float(((stats.conf[:2] - target[:2]) ** 2).mean()), abs=1e-6)
+    assert stats.terms["cal"] == pytest.approx(float(((stats.conf[:2] - target[:2]) ** 2).mean()), abs=1e-6)
     assert grads["model.layers.0.mlp.up_proj.weight"].abs().sum() > 0
 
 
@@ -427,14 +489,14 @@ def test_auxiliary_head_trains_only_the_reserved_output_rows(tiny_dir):
     head[[high, low]] = 0
     assert head.abs().sum() == 0 and all(g.abs().sum() == 0 for g in grads.values())
     c = stats.conf[:2]
-    assert stats.loss_cal == pytest.approx(float(-torch.log(c).mean()), abs=1e-5)  # BCE against a = 1
+    assert stats.terms["cal"] == pytest.approx(float(-torch.log(c).mean()), abs=1e-5)  # BCE against a = 1
 
 
 def test_baseline_weights_from_the_digit_expectation(tiny_dir):
     """tab:sw_baseline: rewards still read the parsed numeral; eq:sw's weights read eq:digitexp."""
     policy, cfg, rollouts, _, out, _, stats = method_step("rlcr_swd", tiny_dir)
     reported = out.reported
-    weight_conf = pol.digit_expectations(policy, rollouts, cfg.micro_batch_tokens, cfg.pack_sequences)
+    weight_conf = pol.slot_confidences(policy, rollouts, READS["digit_exp"], cfg.micro_batch_tokens, cfg.pack_sequences)
     assert torch.isfinite(weight_conf[:2]).all() and torch.isnan(weight_conf[2])  # the third has no <confidence>
     correct = torch.tensor(A)
     assert stats.credit.r_ans.tolist() == pytest.approx(losses.rlcr_reward(correct, reported).tolist())
@@ -549,9 +611,9 @@ def test_a_rollout_the_grader_fails_on_costs_only_itself(tiny_dir, tmp_path, cap
     assert out.correct.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert [verdict.reason for verdict in out.verdicts] == ["correct", "wrong", "wrong", broken, broken, broken]
 
-    batch = pol.training_batch(rollouts, policy.tokenizer, plan.teacher_digits, plan.samples_slot_token)
+    batch = pol.training_batch(rollouts, policy.tokenizer, plan)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr)
-    stats = credo.train_step(policy, optimizer, batch, out, cfg, plan, step=0, rollouts=rollouts)
+    stats = credo.train_step(credo.Learner(policy, optimizer, cfg, plan), credo.make_step(cfg, 0, batch, out, rollouts))
     with runlog.RunLog(tmp_path, parallel.single_process(), cfg) as log:
         timings = {"rollout": 1.0, "verify": 1.0, "train": 1.0}
         log.step(0, ["double", "broken"], rollouts, out, stats, None, timings, float(batch.attention_mask.sum()))
@@ -713,7 +775,7 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
     assert any(r["slot_repaired"] for r in records) and all(isinstance(r["slot_repaired"], bool) for r in records)
 
 
-def test_the_text_reads_are_a_registry(tiny_dir):
+def test_the_sampled_slot_token_is_read_as_text(tiny_dir):
     tok = tiny_policy(tiny_dir).tokenizer
     high, low = (tok.convert_tokens_to_ids(t) for t in pol.RESERVED_TOKENS)
     prompt = tok.encode(PROMPT_2_PLUS_2, add_special_tokens=False)
@@ -721,9 +783,9 @@ def test_the_text_reads_are_a_registry(tiny_dir):
     for text, slot_token in (("\\boxed{4} <analysis> ok </analysis> <confidence>", high), ("\\boxed{5}", None)):
         ids = tok.encode(text, add_special_tokens=False) + ([slot_token] if slot_token is not None else [])
         rollouts.append(Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
-    q = sampling.reported_confidence(rollouts, "slot_token", tok)
+    plan = config.confidence_plan(config.load_config("credo_sampled"))
+    q = plan.report_read.from_text(rollouts, tok)
     assert q[0] == 1.0 and torch.isnan(q[1])  # <CONF_HIGH> sampled; no slot
-    assert sampling.reported_confidence(rollouts, "model", tok) is None
-    assert set(sampling.TEXT_READS) == {"numeral", "slot_token"}
-    with pytest.raises(ValueError, match="text read 'numeral' is registered twice"):
-        sampling.register_text_read("numeral")(lambda rollouts, tokenizer: None)
+    assert config.confidence_plan(config.load_config("credo")).report_read is None  # the rewards read the model's c
+    with pytest.raises(ValueError, match="confidence read 'numeral' is registered twice"):
+        confidence.register_text_read("numeral", ("verbalized",))(lambda rollouts, tokenizer: None)

@@ -212,3 +212,15 @@ def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_run):
 
     out = tmp_path / "figures"
     assert curves.main([str(real), "--out", str(out)]) == [out / "curves.png", out / "curves.pdf"]
+
+
+def test_every_logged_loss_term_gets_a_panel():
+    """A term a fork registers (loss_entropy) or the KL term shows with no edit to curves.py; a
+    term null at every step of every run (kl at kl_coef 0) adds no panel."""
+    runs = [
+        ("a", [record(0, loss_pg=-0.1, loss_kl=None), record(1, loss_pg=0.2, loss_kl=None)], "a"),
+        ("b", [record(0, loss_pg=0.0, loss_entropy=-3.0)], "b"),
+    ]
+    panels = curves.metric_panels(runs)
+    assert panels[: len(curves.METRIC_PANELS)] == list(curves.METRIC_PANELS)
+    assert panels[len(curves.METRIC_PANELS) :] == [("loss_pg", "loss term pg"), ("loss_entropy", "loss term entropy")]

@@ -81,6 +81,15 @@ def test_every_repository_path_a_doc_names_exists(doc):
     assert missing == [], f"{doc.name} names paths that are not in the checkout: {missing}"
 
 
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_a_doc_makes_resolves(doc):
+    """A Markdown link to a file or folder of the checkout ([journal/](journal/)) points at one
+    that exists: a file removed from the tree takes its links with it."""
+    targets = [t for t in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()) if not re.match(r"[a-z]+:|#", t)]
+    missing = [t for t in targets if not (doc.parent / t.split("#")[0]).exists()]
+    assert missing == [], f"{doc.name} links to what is not in the checkout: {missing}"
+
+
 def python_files() -> list[Path]:
     skip = (".venv", ".cache", ".git", "runs", "data")
     return [p for p in ROOT.rglob("*.py") if not set(p.relative_to(ROOT).parts) & set(skip)]

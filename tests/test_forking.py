@@ -1,9 +1,10 @@
-"""docs/forking.md, followed as the page says. Its four worked examples (a reward, a target, a
-calibration loss, an advantage estimator) are checked by hand here; the slow test applies the page
-literally to a copy of the repository (its Python blocks appended to methods.py, its YAML files
-written), then runs lint, the config and method tests and one tiny training step with each new
-config there."""
+"""docs/forking.md, followed as the page says. Its worked examples (a reward, a target, a
+calibration loss, an advantage estimator, a confidence read, a loss term) are checked by hand here;
+the slow test applies the page literally to a copy of the repository (its Python blocks appended to
+the module each names, its YAML files written), then runs lint, the config and method tests and
+one tiny training step with each new config there, and eval.py on the new confidence read's run."""
 
+import dataclasses
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+import confidence
 import config
 import methods
 
@@ -35,7 +37,7 @@ def new_configs() -> dict[str, dict]:
     return {Path(file).stem: yaml.safe_load(text) for file, language, text in page_steps() if language == "yaml"}
 
 
-def test_the_page_has_four_worked_examples():
+def test_the_page_has_its_worked_examples():
     steps = page_steps()
     assert [(file, language) for file, language, _ in steps] == [
         ("methods.py", "python"),
@@ -46,33 +48,43 @@ def test_the_page_has_four_worked_examples():
         ("configs/credo_bce.yaml", "yaml"),
         ("methods.py", "python"),
         ("configs/credo_positive.yaml", "yaml"),
+        ("confidence.py", "python"),  # a confidence read: one entry and one config are all its touch points
+        ("configs/credo_phigh.yaml", "yaml"),
+        ("methods.py", "python"),
+        ("configs/credo_entropy.yaml", "yaml"),
     ]
     assert new_configs() == {
         "credo_brier": {"inherit": "credo", "method": "brier"},
         "credo_loo": {"inherit": "credo", "target": "leave_one_out"},
         "credo_bce": {"inherit": "credo", "calibration_loss": "bce"},
         "credo_positive": {"inherit": "credo", "advantage": "positive"},
+        "credo_phigh": {"inherit": "credo", "confidence": "p_high"},
+        "credo_entropy": {"inherit": "credo", "loss_terms": "pg,cal,kl,entropy"},
     }
     assert not set(new_configs()) & set(config.config_names())  # the page adds them; the repository does not
 
 
+MODULES = {"methods.py": methods, "confidence.py": confidence}  # what the page's blocks are appended to
+
+
 @pytest.fixture
 def examples():
-    """The page's Python blocks, run in methods.py's namespace as if appended to it, and removed
-    again afterwards (from every registry and from the module)."""
+    """The page's Python blocks, each run in the namespace of the module it is appended to, as if
+    appended to it, and removed again afterwards (from every registry and from the modules)."""
     before = {name: dict(registry) for name, registry in registries().items()}
-    names = set(vars(methods))
+    names = {file: set(vars(module)) for file, module in MODULES.items()}
     try:
         for file, language, text in page_steps():
             if language == "python":
-                exec(compile(text, f"{DOC} (a block for {file})", "exec"), vars(methods))  # noqa: S102 (our docs)
+                exec(compile(text, f"{DOC} (a block for {file})", "exec"), vars(MODULES[file]))  # noqa: S102 (our docs)
         yield methods
     finally:
         for name, registry in registries().items():
             for key in set(registry) - set(before[name]):
                 registry.pop(key)
-        for name in set(vars(methods)) - names:
-            vars(methods).pop(name)
+        for file, module in MODULES.items():
+            for name in set(vars(module)) - names[file]:
+                vars(module).pop(name)
 
 
 def registries() -> dict[str, dict]:
@@ -81,6 +93,8 @@ def registries() -> dict[str, dict]:
         "targets": methods.TARGETS,
         "losses": methods.CALIBRATION_LOSSES,
         "advantages": methods.ADVANTAGES,
+        "loss terms": methods.LOSS_TERMS,
+        "confidence reads": confidence.READS,
     }
 
 
@@ -127,6 +141,33 @@ def test_the_positive_advantage_by_hand(examples):
     assert advantages.tolist() == pytest.approx([3**0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 
 
+def test_the_p_high_read_by_hand(examples):
+    p_high = confidence.READS["p_high"]
+    assert (p_high.model, p_high.prompts, p_high.forced, p_high.help) == (
+        True,
+        ("readout", "readout_noanalysis"),
+        (),
+        "c = p(<CONF_HIGH>) under the full softmax at the slot.",
+    )
+    logp = torch.log(torch.tensor([[0.25], [0.5]]))  # [2, 1] log p(<CONF_HIGH>) at two slots
+    assert p_high.from_logprobs(logp).tolist() == pytest.approx([0.25, 0.5])
+
+
+def test_the_entropy_term_by_hand(examples):
+    term = methods.LOSS_TERMS["entropy"]
+    assert (term.coef, term.over, term.needs, term.warms_up) == (1e-3, "rows", frozenset(), False)
+    logp = torch.log(torch.tensor([[0.5, 0.25, 1.0], [0.125, 1.0, 1.0]]))  # [2, 3]; masked columns hold anything
+    completion = torch.tensor([[True, True, False], [True, False, False]])
+    x = methods.TermInputs(
+        logp=logp, conf=None, ref_logp=None, credit=None, completion=completion, ans_mask=completion,
+        conf_mask=completion, valid=torch.tensor([True, True]),
+    )  # fmt: skip
+    expected = ((math.log(0.5) + math.log(0.25)) / 2 + math.log(0.125)) / 2
+    assert float(term.loss(x, config.Config())) == pytest.approx(expected, rel=1e-6)
+    cfg = config.load_config("credo", ["loss_terms=pg,cal,kl,entropy"])
+    assert [t.name for t in methods.loss_terms(cfg)] == ["pg", "cal", "entropy"]  # kl_coef 0 leaves kl out
+
+
 def test_each_example_config_is_a_credo_run_with_one_thing_changed(examples, tmp_path):
     credo_plan = config.confidence_plan(config.load_config("credo"))
     for name, keys in new_configs().items():
@@ -135,7 +176,9 @@ def test_each_example_config_is_a_credo_run_with_one_thing_changed(examples, tmp
         cfg = config.load_config(str(path))
         changed = {key: value for key, value in keys.items() if key != "inherit"}
         assert {key: getattr(cfg, key) for key in changed} == changed
-        assert config.confidence_plan(cfg) == credo_plan, name  # derived, nothing else edited
+        # derived, nothing else edited: a new confidence read is the run's read and its model's c
+        read = confidence.READS[changed.get("confidence", "readout")]
+        assert config.confidence_plan(cfg) == dataclasses.replace(credo_plan, read=read, model_read=read), name
     with pytest.raises(ValueError, match="method=brier needs a confidence with logits"):
         config.load_config("credo", ["method=brier", "channel=verbalized"])
     with pytest.raises(ValueError, match=r"target='nope' is not supported; choose one of \(.*'leave_one_out'"):
@@ -210,3 +253,35 @@ def test_the_page_followed_literally_in_a_copy(tmp_path, tiny_dir):
         if name == "credo_bce" and with_c:
             expected = sum(-(r["t"] * math.log(r["c"]) + (1 - r["t"]) * math.log(1 - r["c"])) for r in with_c)
             assert metrics["loss_cal"] == pytest.approx(expected / len(with_c), rel=1e-4)
+        if name == "credo_entropy":  # the new term is logged, and in the objective with its coefficient
+            expected = metrics["loss_pg"] + metrics["alpha"] * metrics["loss_cal"] + 1e-3 * metrics["loss_entropy"]
+            assert metrics["loss_entropy"] < 0 and metrics["loss"] == pytest.approx(expected, rel=1e-6)
+        if name == "credo_phigh":  # the step records the new read's c; eval.py reports it beside the readout
+            mean_c = sum(r["c"] for r in with_c) / len(with_c) if with_c else None
+            assert metrics["mean_c"] == pytest.approx(mean_c, abs=1e-6)
+            problems = tmp_path / "problems.jsonl"
+            problems.write_text(
+                "".join(f"{line}\n" for line in (tiny_dir / "math_test.jsonl").read_text().splitlines()[:4])
+            )
+            evaluated = tmp_path / "eval"
+            sets = f"tiny={problems}:math"
+            run(
+                "eval.py",
+                "--ckpt",
+                str(out_dir / name),
+                "--sets",
+                sets,
+                "--n",
+                "2",
+                "--engine",
+                "hf",
+                "--no-report",
+                "--out",
+                str(evaluated),
+            )
+            records = [json.loads(line) for line in (evaluated / "samples.jsonl").read_text().splitlines()]
+            by_source = {source: [r for r in records if r["source"] == source] for source in ("readout", "p_high")}
+            assert len(by_source["p_high"]) == len(by_source["readout"]) == 8 and len(records) == 16
+            for high, ratio in zip(by_source["p_high"], by_source["readout"]):
+                assert (high["text"], high["c"] is None) == (ratio["text"], ratio["c"] is None)
+                assert high["c"] is None or high["c"] < ratio["c"]  # p(H) < p(H) / (p(H) + p(L))

@@ -27,7 +27,8 @@ TOP_LEVEL = {
     "sampling",  # steps 1-3: questions, rollouts, outcomes
     "problems",  # the problems a run reads
     "rollout",  # prompts (app:model) and segments on token ids
-    "methods",  # the registries research changes: rewards, target, calibration loss, channel
+    "methods",  # the registries research changes: rewards, target, calibration loss, advantages, loss terms
+    "confidence",  # the confidence channel: every registered read of c
     "losses",  # the paper's equations, one pure function each
     "policy",  # model, batches, THE forward, the readout
     "engine",  # vLLM and HF generation
@@ -167,10 +168,11 @@ def test_every_module_opens_with_a_docstring():
     assert [name for name, path in MODULES.items() if not ast.get_docstring(ast.parse(path.read_text()))] == []
 
 
-# The one import of ours inside a function, and why: config.py validates a run's file, keys and
-# values before it reads methods.py's registries, so that `import config` loads no torch and run.sh
-# reports a config mistake in a second, before the heavy libraries load (config._methods).
-IMPORTS_INSIDE_A_FUNCTION = {("config", "methods")}
+# The imports of ours inside a function, and why: config.py validates a run's file, keys and
+# values before it reads methods.py's and confidence.py's registries, so that `import config` loads
+# no torch and run.sh reports a config mistake in a second, before the heavy libraries load
+# (config._methods, config._confidence).
+IMPORTS_INSIDE_A_FUNCTION = {("config", "methods"), ("config", "confidence")}
 
 
 def test_no_module_imports_ours_inside_a_function():

@@ -1,6 +1,7 @@
 """memfit.py: the parameter counts, the per-GPU estimate, the activation_checkpointing=auto
 decision (its docstring examples) and the fit table."""
 
+import dataclasses
 import doctest
 
 import pytest
@@ -37,3 +38,20 @@ def test_the_fit_table_has_a_cell_for_every_model_memory_and_world():
     assert len(rows) == 2 * len(memfit.QWEN3_SHAPES)
     assert all(row.count("|") == 6 for row in rows)
     assert "| Qwen3-8B | 8.2 B | 80 GiB | no (" in table  # the row docs/distributed.md cites
+
+
+def test_a_reference_model_is_counted_in_both_phases():
+    """kl_coef > 0 holds a frozen bf16 reference: 2 P / W more in the rollout phase, and in the
+    update also its gathered root unit and two layers under FSDP2 (P = 8.19 B: 15.3 GiB on one GPU)."""
+    cfg, shape = config.load_config("math"), memfit.QWEN3_SHAPES["Qwen/Qwen3-8B"]
+    params, layer_params = memfit.parameter_counts(shape)
+    root_params = params - shape["num_hidden_layers"] * layer_params
+    kl = dataclasses.replace(cfg, kl_coef=1e-3)
+    for world in (1, 8):
+        without, with_ref = (memfit.estimate_memory(c, shape, world, 80.0, checkpointing=True) for c in (cfg, kl))
+        shards = 2 * params / world / 2**30
+        gathered = 0 if world == 1 else (2 * root_params + 4 * layer_params) / 2**30
+        assert without["reference_gib"] == 0
+        assert with_ref["rollout_gib"] - without["rollout_gib"] == pytest.approx(shards, rel=1e-9)
+        assert with_ref["update_gib"] - without["update_gib"] == pytest.approx(shards + gathered, rel=1e-9)
+    assert memfit.estimate_memory(kl, shape, 1, 80.0)["reference_gib"] == pytest.approx(15.26, abs=0.01)

@@ -152,19 +152,18 @@ def one_update(
         reported=None,
         truncated=torch.tensor([r.truncated for r in rollouts]),
     )
-    counts = parallel.all_reduce({"n": len(rollouts), "valid": float(out.valid.sum())}, world)
-    n_total = counts["n"] / world.world_size if world.distributed else None
-    n_valid_total = counts["valid"] / world.world_size if world.distributed else None
+    counts = parallel.all_reduce({"rows": len(rollouts), "valid": float(out.valid.sum())}, world)
+    counts = {key: value / world.world_size for key, value in counts.items()} if world.distributed else None
 
     plan = config.confidence_plan(cfg)
-    batch = pol.training_batch(rollouts, tokenizer, plan.teacher_digits, plan.samples_slot_token)
+    batch = pol.training_batch(rollouts, tokenizer, plan)
     if split_groups:
         cfg = dataclasses.replace(cfg, micro_batch_tokens=int(batch.attention_mask.sum(dim=1).max()))
     parallel.gather_root(model)
     stats = credo.train_step(
-        policy, optimizer, batch, out, cfg, plan, step=100, n_total=n_total, n_valid_total=n_valid_total
+        credo.Learner(policy, optimizer, cfg, plan), credo.make_step(cfg, 100, batch, out, None, counts)
     )
-    losses = parallel.all_reduce({"loss_pg": stats.loss_pg, "loss_cal": stats.loss_cal}, world, "mean")
+    losses = parallel.all_reduce({"loss_pg": stats.terms["pg"], "loss_cal": stats.terms["cal"]}, world, "mean")
     weights = {name: parallel.full_tensor(p.detach()).clone() for name, p in model.named_parameters()}
     assert (stats.micro_batches > len(mine)) == split_groups
     return {"grads": optimizer.grads, "weights": weights, "grad_norm": stats.grad_norm, **losses}
@@ -203,7 +202,7 @@ def generate_on_shards(model_dir: str) -> dict:
     ]
     parallel.gather_root(model)
     plan = config.confidence_plan(cfg)
-    batch = pol.training_batch(rollouts, tokenizer, plan.teacher_digits, plan.samples_slot_token)
+    batch = pol.training_batch(rollouts, tokenizer, plan)
     with torch.no_grad():
         fwd = pol.forward(policy, batch)
     trainer_logp = [row[mask] for row, mask in zip(fwd.logp, batch.completion_mask)]
@@ -305,8 +304,11 @@ def read_metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
     """A straight 2-step run on 2 ranks with vLLM (checkpoint after step 1) vs resuming that
-    checkpoint on 2 ranks: the same questions, samples, losses and weights at step 2."""
-    result = run_tiny_ranks(tmp_path, "max_steps=2", "save_every=1", "run_name=run")
+    checkpoint on 2 ranks: the same questions, samples, losses and weights at step 2. With a KL
+    term (kl_coef > 0), so the frozen reference is sharded like the policy, read under FSDP2 and
+    rebuilt from the run's model on resume."""
+    kl = "kl_coef=0.05"
+    result = run_tiny_ranks(tmp_path, "max_steps=2", "save_every=1", "run_name=run", kl)
     assert "[credo] world size 2" in result.stdout
     run_dir = tmp_path / "run"
     straight = read_metrics(run_dir)
@@ -332,12 +334,13 @@ def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
     straight_rollouts = (run_dir / "rollouts" / "step_000001.jsonl").read_text()
     shutil.copytree(run_dir / "ckpt" / "step_000002", tmp_path / "straight_step2")
 
-    run_tiny_ranks(tmp_path, "max_steps=2", f"resume={ckpt}")  # continues in the same run directory
+    assert straight[0]["loss_kl"] == 0.0 < straight[1]["loss_kl"]  # the policy equals the reference at step 0 only
+    run_tiny_ranks(tmp_path, "max_steps=2", f"resume={ckpt}", kl)  # continues in the same run directory
     resumed = read_metrics(run_dir)
     assert [m["step"] for m in resumed] == [0, 1]
     assert resumed[1]["questions"] == straight[1]["questions"]
     assert (run_dir / "rollouts" / "step_000001.jsonl").read_text() == straight_rollouts  # the same samples
-    for key in ("loss_pg", "loss_cal", "grad_norm", "acc", "mean_c"):
+    for key in ("loss_pg", "loss_cal", "loss_kl", "grad_norm", "acc", "mean_c"):
         assert resumed[1][key] == pytest.approx(straight[1][key], abs=1e-6), key
     from safetensors.torch import load_file
 

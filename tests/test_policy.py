@@ -22,10 +22,12 @@ from step_cases import (
     tiny_policy,
 )
 
+import confidence
 import config
 import credo
 import policy as pol
 import rollout as ro
+from confidence import READS
 from infra import parallel, runlog
 from kernels.packing import pack_rows
 from rollout import Rollout
@@ -130,9 +132,9 @@ def test_a_repaired_tail_is_not_scored():
     assert batch.slot_pos.tolist() == [7] and repaired.sampled_len == 4
     trainer = [torch.tensor([-1.0, -1.0, -1.0, -1.5])]  # the trainer's log-probs of the 4 sampled tokens
     assert runlog.engine_logprob_gap([repaired], trainer) == pytest.approx(0.125)
-    digits = pol.collate([repaired], pad_id=0, teacher_digits=(list(range(10)), 10))
+    digits = pol.collate([repaired], pad_id=0, forced=[0, 10])  # "0." after the slot (eq:digitexp)
     assert digits.completion_mask[0].tolist() == [0, 0, 1, 1, 1, 1, 0, 0, 0]  # nor the teacher-forced "0."
-    assert digits.digit_pos.tolist() == [9]
+    assert digits.slot_pos.tolist() == [7] and digits.forced == 2
 
 
 @pytest.mark.parametrize("numeral", ["0.8", ".8", "\n0.6"])
@@ -146,11 +148,12 @@ def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokeni
     rollout = Rollout("q", [1, 2, 3], ids, "", "stop", ro.parse_segments(tok, ids, "verbalized", "\\boxed"))
     (cut,) = pol.at_slot(tok, [rollout])
     assert cut.slot_repaired == (0 if numeral == "0.8" else 1) and cut.segments.slot == len(cut.completion_ids)
-    digits, point = pol.digit_token_ids(tok)
-    batch = pol.collate([cut], tok.pad_token_id, teacher_digits=(digits, point))
-    row, slot, dec = batch.input_ids[0], int(batch.slot_pos[0]), int(batch.digit_pos[0])
+    zero, point = (confidence.token_id(tok, text) for text in READS["digit_exp"].forced)  # "0", "."
+    batch = pol.collate([cut], tok.pad_token_id, forced=[zero, point])
+    row, slot = batch.input_ids[0], int(batch.slot_pos[0])
+    dec = slot + batch.forced  # the position after "0.", which eq:digitexp reads
     assert ro.decode(tok, row[: slot + 1].tolist()).endswith("</analysis>\n<confidence>") and row[slot] == 29
-    assert (row[slot + 1], row[dec]) == (digits[0], point) and dec == slot + 2 == len(row) - 1
+    assert (row[slot + 1], row[dec]) == (zero, point) and dec == slot + 2 == len(row) - 1
     assert not batch.completion_mask[0, slot:].any()  # ">" was written, not sampled
     assert pol.at_slot(tok, [cut])[0].completion_ids == cut.completion_ids  # idempotent
 
@@ -190,29 +193,22 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
     assert batch.attention_mask.sum() < batch.attention_mask.numel()  # the padded batch has padding
-    head = plan.detach_readout
+    head, read = plan.detach_readout, plan.model_read
     padded = pol.forward(policy, batch, packed=False, detach_readout=head)
     packed = pol.forward(policy, batch, packed=True, detach_readout=head)
     mask = batch.completion_mask
     torch.testing.assert_close(packed.logp[mask], padded.logp[mask], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(packed.z_diff, padded.z_diff, atol=1e-5, rtol=1e-5)
-    if padded.c_digit is not None:
-        torch.testing.assert_close(packed.c_digit, padded.c_digit, atol=1e-6, rtol=1e-5)
+    c_packed = pol.model_confidence(packed, read)  # [3] the run's read (the readout, or eq:digitexp)
+    torch.testing.assert_close(c_packed, pol.model_confidence(padded, read), atol=1e-6, rtol=1e-5)
     confidence_only = pol.forward(policy, batch, packed=True, detach_readout=head, logprobs=False)
     assert confidence_only.logp is None
-    torch.testing.assert_close(confidence_only.z_diff, packed.z_diff, atol=1e-6, rtol=0)
+    torch.testing.assert_close(pol.model_confidence(confidence_only, read), c_packed, atol=1e-6, rtol=0)
     grads = {}
     for packed_mode in (False, True):
         recorder = GradientRecorder(policy.model.named_parameters())
-        stats = credo.train_step(
-            policy,
-            recorder,
-            batch,
-            outcomes_of(rollouts, A),
-            dataclasses.replace(cfg, pack_sequences=packed_mode),
-            plan,
-            step=100,
-        )
+        mode = dataclasses.replace(cfg, pack_sequences=packed_mode)
+        learner = credo.Learner(policy, recorder, mode, plan)
+        stats = credo.train_step(learner, credo.make_step(mode, 100, batch, outcomes_of(rollouts, A)))
         grads[packed_mode] = recorder.grads
         assert (stats.pad_fraction == 0.0) == packed_mode
         policy.model.zero_grad(set_to_none=True)
@@ -252,9 +248,10 @@ def test_packed_rows_share_prompts_and_change_no_output_or_gradient(tiny_dir):
     def run(packed: bool):
         policy.model.zero_grad(set_to_none=True)
         fwd = pol.forward(policy, batch, packed=packed)
-        (fwd.logp[mask].sum() + fwd.z_diff.sum()).backward()
+        c = pol.model_confidence(fwd, READS["readout"])  # [5]
+        (fwd.logp[mask].sum() + c.sum()).backward()
         grads = {name: p.grad.clone() for name, p in policy.model.named_parameters() if p.grad is not None}
-        return fwd.logp.detach(), fwd.z_diff.detach(), grads
+        return fwd.logp.detach(), c.detach(), grads
 
     logp_pad, z_pad, grads_pad = run(False)
     logp_pack, z_pack, grads_pack = run(True)
@@ -291,15 +288,9 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     def run(packed: bool, rows: list[int]) -> tuple[dict, dict]:
         recorder = GradientRecorder(policy.model.named_parameters())
         sub = [rollouts[i] for i in rows]
-        stats = credo.train_step(
-            policy,
-            recorder,
-            batch.select(rows),
-            outcomes_of(sub, A[: len(rows)]),
-            dataclasses.replace(cfg, pack_sequences=packed, group_size=len(rows)),
-            plan,
-            step=100,
-        )
+        sub_cfg = dataclasses.replace(cfg, pack_sequences=packed, group_size=len(rows))
+        step = credo.make_step(sub_cfg, 100, batch.select(rows), outcomes_of(sub, A[: len(rows)]))
+        stats = credo.train_step(credo.Learner(policy, recorder, sub_cfg, plan), step)
         policy.model.zero_grad(set_to_none=True)
         return recorder.grads, stats
 
@@ -336,16 +327,16 @@ def test_bf16_precision_computes_in_bf16_over_fp32_weights(tiny_dir):
     cfg = config.load_config("tiny", ["precision=bf16", "group_size=2", "per_device_batch_size=2", "grad_accum=1"])
     assert pol.compute_dtype(cfg) == torch.bfloat16
     bf16 = dataclasses.replace(policy, dtype=pol.compute_dtype(cfg))
-    logp32, z32, _ = pol.forward(policy, batch)
-    logp16, z16, _ = pol.forward(bf16, batch)
-    assert logp16.dtype == z16.dtype == torch.float32
+    logp32, logp16 = pol.forward(policy, batch).logp, pol.forward(bf16, batch).logp
+    c16 = pol.model_confidence(pol.forward(bf16, batch), READS["readout"])  # [2] read in fp32 (eq:readout)
+    assert logp16.dtype == c16.dtype == torch.float32
     # bf16 compute (a difference), close to fp32: bf16 keeps 8 significant bits, so a log-prob of magnitude L
     # is off by a few of its ulps (2^-8 L); 4 of them bound it with room (measured here: 0.06 at L = 15.3)
     gap, scale = float((logp16 - logp32).detach().abs().max()), float(logp32.detach().abs().max())
     assert 0 < gap < 4 * 2**-8 * (1 + scale)
     recorder = GradientRecorder(policy.model.named_parameters())
     credo.train_step(
-        bf16, recorder, batch, outcomes_of(rollouts, [1.0, 0.0]), cfg, config.confidence_plan(cfg), step=100
+        credo.Learner(bf16, recorder, cfg), credo.make_step(cfg, 100, batch, outcomes_of(rollouts, [1.0, 0.0]))
     )
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())
     assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in recorder.grads.values())
@@ -370,8 +361,8 @@ def test_digit_expectation_and_readout_read_the_right_positions(tiny_dir, packed
         ids = tok.encode(text, add_special_tokens=False)
         rollouts.append(ro.Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
     budget = 2 * max(len(prompt) + len(r.completion_ids) + 2 for r in rollouts)
-    digit = pol.digit_expectations(policy, rollouts, budget, packed)  # [2]
-    readout = pol.readouts(policy, rollouts, budget, packed)  # [2]
+    digit = pol.slot_confidences(policy, rollouts, READS["digit_exp"], budget, packed)  # [2]
+    readout = pol.slot_confidences(policy, rollouts, READS["readout"], budget, packed)  # [2]
     assert digit.shape == readout.shape == (2,)
     assert math.isnan(digit[1]) and math.isnan(readout[1])  # no <confidence> to read
 
@@ -414,23 +405,14 @@ def test_forward_log_probs_are_at_the_sampling_temperature_and_the_readout_is_ra
     torch.testing.assert_close(hot.logp[0][cols], naive[cols], atol=1e-5, rtol=0)
     assert float((hot.logp[0][cols] - raw.logp[0][cols]).abs().max()) > 1e-2
     slot = int(batch.slot_pos[0])
-    assert (
-        hot.z_diff.item()
-        == raw.z_diff.item()
-        == pytest.approx(float(logits[slot, policy.high_id] - logits[slot, policy.low_id]), abs=1e-4)
-    )
+    c_hot, c_raw = (pol.model_confidence(fwd, READS["readout"]).item() for fwd in (hot, raw))
+    z_diff = float(logits[slot, policy.high_id] - logits[slot, policy.low_id])
+    assert c_hot == c_raw == pytest.approx(1 / (1 + math.exp(-z_diff)), abs=1e-5)
 
 
-def test_the_model_reads_are_a_registry():
-    fwd = pol.Forward(logp=None, z_diff=torch.tensor([0.0, 2.0]), c_digit=None)
-    assert pol.model_confidence(fwd, "readout").tolist() == pytest.approx([0.5, 1 / (1 + math.exp(-2.0))])
-    digits = pol.Forward(logp=None, z_diff=torch.zeros(2), c_digit=torch.tensor([0.25, 0.75]))
-    assert pol.model_confidence(digits, "digit_exp").tolist() == [0.25, 0.75]
-    with pytest.raises(ValueError, match="needs a batch with teacher-forced digits"):
-        pol.model_confidence(fwd, "digit_exp")
-    with pytest.raises(
-        ValueError, match=r"model read 'nope' is not registered; choose one of \('readout', 'digit_exp'"
-    ):
-        pol.model_confidence(fwd, "nope")
-    with pytest.raises(ValueError, match="model read 'readout' is registered twice"):
-        pol.register_model_read("readout")(lambda f: f.z_diff)
+def test_the_model_s_c_is_a_registered_read_of_the_slot():
+    """model_confidence applies a read (confidence.py) to the forward's slot: 0.5 on a row without one."""
+    head = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # [V=3, H=2]: z_H = h_0, z_L = h_1
+    slot = confidence.Slot((torch.tensor([[2.0, 0.0], [7.0, 7.0]]),), head, {ro.CONF_HIGH: 1, ro.CONF_LOW: 2}.get)
+    fwd = pol.Forward(logp=None, slot=slot, has_slot=torch.tensor([True, False]))
+    assert pol.model_confidence(fwd, READS["readout"]).tolist() == pytest.approx([1 / (1 + math.exp(-2.0)), 0.5])

@@ -661,15 +661,10 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
         truncated=torch.tensor([r.truncated for r in rollouts]),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    credo.train_step(
-        pol.Policy(model, tok, high, low, torch.float32, temperature=cfg.temperature),
-        optimizer,
-        batch,
-        out,
-        cfg,
-        config.confidence_plan(cfg),
-        step=100,
+    learner = credo.Learner(
+        pol.Policy(model, tok, high, low, torch.float32, temperature=cfg.temperature), optimizer, cfg
     )
+    credo.train_step(learner, credo.make_step(cfg, 100, batch, out))
     _, _, after = trainer_logprobs(policy, samples, prompts, 3)
     assert max(float((a - b).abs().max()) for a, b in zip(after, before)) > 1e-2  # the step changed the policy
     _, _, after = trainer_logprobs(policy, samples, prompts, 3, temperature=1.0)  # as score() reports them

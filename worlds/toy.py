@@ -10,12 +10,12 @@ What it shows. The same `credo.py` loop, vLLM engine, math-verify verifier and
 `eval.py` as the paper's runs, on a world small enough for a CPU:
 
 1. *World* (worlds/toy_build.py; shipped, built once, in worlds/toy_world/ and checked against its
-   SHA256SUMS before every run; never rebuilt here): chained sums of one-digit numbers, difficulty
-   level L = 1..5 with L + 1 operands (L additions), train / held-out splits that share no
-   problem; a byte-level BPE tokenizer (no hub); a tiny
-   Qwen3-architecture model (3 layers, hidden 96, head_dim 32); a supervised warm
-   start on the completions of a *scripted solver* that writes one of two styles,
-   half and half: every partial sum ("steps": reliable on easy problems, often
+   SHA256SUMS before every run; never rebuilt here): chained sums of one-digit numbers (1-9),
+   difficulty level L = 1..5 with L + 2 operands (`What is 3 + 2 + 5?` at level 1), the only
+   questions the toy model can answer; train / held-out splits that share no problem; a
+   byte-level BPE tokenizer (no hub); a tiny Qwen3-architecture model (3 layers, hidden 96,
+   head_dim 32); a supervised warm start on the completions of a *scripted solver* that writes
+   one of two styles, half and half: every partial sum ("steps": reliable on easy problems, often
    wrong on hard ones) or the whole sum at once ("direct": much less reliable
    from level 2 on). Wrong solutions slip by 1-2 and are in the SFT data. The
    rollout formats: readout (`... \\boxed{n} <analysis> ... </analysis> <confidence>`),
@@ -95,6 +95,18 @@ def run_stage(args: list[str], log_path: Path) -> None:
         proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise _failure(args, proc.returncode, log_path)
+
+
+def pace(stages: int, jobs: int) -> str:
+    """How the trainings share the machine, for the line that starts them ("" for one training).
+
+    >>> pace(1, 2), pace(2, 2), pace(3, 1)
+    ('', ', 2 at a time', ', one after the other')
+    """
+    if stages == 1:
+        return ""
+    at_once = min(stages, jobs)
+    return ", one after the other" if at_once == 1 else f", {at_once} at a time"
 
 
 def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, float]:
@@ -419,7 +431,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         ]
         stages.append((args_train, out / f"train_{method}.log"))
     names = ", ".join(f"{m.upper()} ({METHODS[m][1]} channel)" for m in methods)
-    print(f"[toy] training {names} with credo.py configs/toy.yaml, {args.jobs} at a time ...", flush=True)
+    print(f"[toy] training {names} with credo.py configs/toy.yaml{pace(len(stages), args.jobs)} ...", flush=True)
     seconds = run_stages(stages, args.jobs)
     for method in methods:
         name, channel = method.upper(), METHODS[method][1]
