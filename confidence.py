@@ -19,26 +19,30 @@ evaluation/client.py (`ask`) and the toy (through eval.py).
   A read whose normaliser cancels may also give `from_slot`, the same c from a few rows of the
   output head: the readout (z_H - z_L in fp32, losses.readout_logits, exactly) and eq:digitexp.
 * A **text read** computes q [N] from the rollouts, NaN where a rollout reports none: the
-  parsed numeral (eq:verb). Training reads it in fp32 (sampling.outcomes).
+  parsed numeral (eq:verb). Training reads it in fp32 (credo.outcomes).
 
 Holds: `Slot` (what a model read sees at the slot), `Read`, the registry READS with its two
 decorators, the built-in reads (readout, numeral, digit_exp) and the sampled slot token of
 conf_train=sampled (a text read the `confidence` key does not choose).
-Does not hold: the forward that gives the slot (policy.py), what a run decides from its read
-(config.confidence_plan), the prompts and segments (rollout.py), the equations (losses.py).
+`ConfidencePlan` (`plan(cfg)`) is what a run decides from its read, once: which read the forward
+gives, what the rewards, eq:sw's weights and the record read, and where rollouts stop.
+Does not hold: the forward that gives the slot (policy.py), the prompts and segments
+(rollout.py), the equations (losses.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 
 import losses
+import methods
 import rollout as ro
 from methods import registrar
+from schema import Config
 
 READOUT_PROMPTS = ("readout", "readout_noanalysis")
 DIGITS = tuple(str(d) for d in range(10))
@@ -211,7 +215,7 @@ def readout(logp: torch.Tensor) -> torch.Tensor:
 @register_text_read("numeral", ("verbalized",), label="verbalized", auto=True)
 def numeral(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
     """The parsed numeral after <confidence> (eq:verb), as parse_segments read it with the run's
-    NumeralRule (config.numeral_rule); float64, so that evaluation records the number parsed."""
+    NumeralRule (ConfidencePlan.numeral); float64, so that evaluation records the number parsed."""
     return torch.tensor([r.segments.report for r in rollouts], dtype=torch.float64)
 
 
@@ -249,3 +253,90 @@ def slot_token(rollouts: list[ro.Rollout], tokenizer) -> torch.Tensor:
 # conf_train=sampled: the slot token itself is sampled and scored by the reward (tab:decompose);
 # the rewards read it as text, while eq:sw's weights and the record read the run's model read.
 SAMPLED_SLOT_TOKEN = Read("slot_token", ("readout",), "slot_token", False, "the sampled token", from_text=slot_token)
+
+
+# --- What a run does with its read: the plan ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfidencePlan:
+    """How a run gets, rewards and records its confidence, decided once from its config (`plan`)."""
+
+    read: Read  # the read the `confidence` key names (auto: its prompt's)
+    prompt: Literal["readout", "readout_noanalysis", "verbalized"]  # app:model's answer format (channel)
+    segments: Literal["readout", "readout_noanalysis", "verbalized"]  # parse_segments' rules: the prompt's,
+    #   or `readout` where a verbalized rollout ends at the slot (eq:digitexp)
+    numeral: ro.NumeralRule  # how a verbalized report is parsed (conf_tag, conf_number, conf_out_of_range)
+    model_read: Read | None  # the read whose c the forward gives: `read` where c is the model's; None: a baseline
+    report_read: Read | None  # a confidence sampled as text: a baseline's report, or conf_train=sampled's token
+    rewards_read: Literal["model", "report"]  # what the method's rewards read
+    weights_read: Literal["model", "report", "pass"]  # what eq:sw reads; pass: a baseline's model read from a
+    #   no-grad pass over its rollouts cut at the slot (tab:sw_baseline)
+    record: Literal["model", "report"]  # the confidence a step logs as c
+    detach_readout: bool  # conf_train=head: alpha's loss trains the head's rows only (tab:decompose)
+    stops_at_slot: bool  # rollouts end at the slot (a stop string; with thinking on, a cut after generation)
+    cuts_at_slot: bool  # ... by a cut after generation (thinking on: a trace may mention the tag)
+    samples_slot_token: bool  # conf_train=sampled: the slot token is sampled; F_i needs it in the reserved pair
+
+    @property
+    def reads_model(self) -> bool:
+        """Credit needs the model's c of every group member (from a forward)."""
+        return "model" in (self.rewards_read, self.weights_read)
+
+    @property
+    def forced(self) -> tuple[str, ...]:
+        """The tokens the training batch teacher-forces after each slot: model_read's ("0." for eq:digitexp)."""
+        return self.model_read.forced if self.model_read is not None else ()
+
+
+def read_of_config(cfg: Config) -> Read:
+    """The read the `confidence` key names; for auto, the one its channel's prompt asks for (the
+    readout on the readout prompts, the numeral on the verbalized)."""
+    if cfg.confidence != "auto":
+        return read_of(cfg.confidence)
+    read = auto_read(cfg.channel)
+    if read is None:
+        raise ValueError(f"confidence=auto: no registered read is auto on channel={cfg.channel}; name one")
+    return read
+
+
+def plan(cfg: Config) -> ConfidencePlan:
+    """The ConfidencePlan of a validated config.
+
+    >>> from config import load_config
+    >>> p = plan(load_config("credo_digitexp"))
+    >>> p.model_read.name, p.forced, p.segments, plan(load_config("rlcr_swd")).weights_read
+    ('digit_exp', ('0', '.'), 'readout', 'pass')
+    """
+    read, sampled, auto = read_of_config(cfg), cfg.conf_train == "sampled", auto_read(cfg.channel)
+    # The run's c is the model's where its read is a model read that the method's rewards read,
+    # that conf_train=head trains as an auxiliary head, or that its prompt asks for (a readout
+    # prompt, whatever the method); otherwise it is the report the prompt asks for (a baseline's,
+    # or a checkpoint read through the verbalized prompt).
+    reads = methods.method_of(cfg.method).reads
+    model_c = read.model and (reads == "model" or cfg.conf_train == "head" or auto.model)
+    # Rollouts end at the slot where the model's c is read there; not where the slot token itself
+    # is sampled. With thinking on they are cut there after generation instead of stopped by the
+    # string `<confidence>` (a reasoning trace may mention the tag).
+    stops = model_c and not sampled
+    if model_c:
+        report = SAMPLED_SLOT_TOKEN if sampled else None
+        rewards, weights, record = ("report" if sampled else "model"), "model", "model"
+    else:  # a baseline: the report its prompt asks for; eq:sw's weights from a model read's own pass
+        report = auto if read.model else read
+        rewards, weights, record = "report", ("pass" if read.model else "report"), "report"
+    return ConfidencePlan(
+        read=read,
+        prompt=cfg.channel,
+        segments="readout" if cfg.channel == "verbalized" and stops else cfg.channel,
+        numeral=ro.NumeralRule(tag=cfg.conf_tag, number=cfg.conf_number, out_of_range=cfg.conf_out_of_range),
+        model_read=read if model_c else None,
+        report_read=report,
+        rewards_read=rewards,
+        weights_read=weights,
+        record=record,
+        detach_readout=cfg.conf_train == "head",
+        stops_at_slot=stops,
+        cuts_at_slot=stops and bool(cfg.enable_thinking),
+        samples_slot_token=sampled,
+    )

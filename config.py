@@ -1,8 +1,8 @@
 """Run configuration: a resolved `Config` (schema.py) from YAML files and `key=value`
-overrides, its validation, the confidence plan of a method, and run names.
+overrides, its validation, and run names.
 
     >>> cfg = load_config("tiny", ["lr=3e-5"])
-    >>> cfg.lr, cfg.run_name, confidence_plan(cfg).read.name
+    >>> cfg.lr, cfg.run_name, cfg.channel
     (3e-05, 'tiny-lr3e-5-s43', 'readout')
 
 Every key a run can set is a field of `schema.Config`, with its default (tab:hyper's value where the
@@ -12,9 +12,8 @@ configs/<domain>.yaml. Anything else is an error naming the nearest keys. `load_
 returns a frozen `Config` with every `by_domain` key and every `auto` that the configuration
 alone decides resolved; the `auto`s that the machine decides (precision, compile_layers,
 adam_fused, activation_checkpointing, wandb_mode) are resolved by one named function each when
-the device is known. `confidence_plan` decides, once, how a run gets its confidence: the
-registered read the `confidence` key names (confidence.py), as the run's method and conf_train
-use it.
+the device is known. How a run gets its confidence from these keys is decided by
+confidence.plan (the ConfidencePlan), once.
 
 `import config` loads no torch: methods.py's and confidence.py's registries are imported when a
 config is validated (`_methods`, `_confidence`), after its file, keys, values and counts are
@@ -36,17 +35,13 @@ import re
 import sys
 import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import yaml
 
-from rollout import DOMAINS, NumeralRule
+from rollout import DOMAINS
 from schema import BY_DOMAIN, Config, hints
-
-if TYPE_CHECKING:
-    from confidence import Read
 
 ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = ROOT / "configs"
@@ -237,11 +232,12 @@ def _domain_profile(domain: str) -> dict:
     return _read_config_file(_config_path(domain))
 
 
-def load_config(name_or_path: str, overrides: list[str] = ()) -> Config:
+def load_config(name_or_path: str, overrides: list[str] = (), validate: bool = True) -> Config:
     """Resolve a config: Config's defaults <- file (with its inherit chain) <- `key=value`
     overrides; then the `by_domain` keys from configs/<domain>.yaml and the configuration's own
     `auto`s (micro_batch_tokens, pack_sequences). Values take the type their field declares.
-    The default run name is `<config>[-<overrides>]-s<seed>`. The result is validated and frozen.
+    The default run name is `<config>[-<overrides>]-s<seed>`. The result is frozen, and validated
+    (validate_config) unless `validate` is false.
     """
     path = _config_path(name_or_path)
     from_file = _read_config_file(path)
@@ -267,7 +263,8 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> Config:
     if values["run_name"] is None and named:
         values["run_name"] = "-".join([path.stem, *named, f"s{values['seed']}"])
     cfg = Config(**values)
-    validate_config(cfg)
+    if validate:
+        validate_config(cfg)
     return cfg
 
 
@@ -352,7 +349,7 @@ def validate_config(cfg: Config) -> None:
         )
     if not cfg.kl_coef >= 0:
         raise ValueError(f"kl_coef={cfg.kl_coef!r} must be >= 0 (0: no KL term, no reference model)")
-    method, channel, read = cfg.method, cfg.channel, confidence_read(cfg)
+    method, channel, read = cfg.method, cfg.channel, _confidence().read_of_config(cfg)
     reads = methods.method_of(method).reads  # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")
     if channel not in read.prompts:
@@ -450,33 +447,46 @@ def _methods() -> types.ModuleType:
     return methods
 
 
-# The registries a config names, each with the decorator that fills it in methods.py.
+# The registries a config names: the key, the module that fills it, and its decorators there.
 REGISTERED = (
-    ("method", "register_method"),
-    ("target", "register_target"),
-    ("calibration_loss", "register_calibration_loss"),
-    ("advantage", "register_advantage"),
-    ("loss_agg", "register_loss_agg"),
+    ("method", "methods", ("register_method",)),
+    ("target", "methods", ("register_target",)),
+    ("calibration_loss", "methods", ("register_calibration_loss",)),
+    ("advantage", "methods", ("register_advantage",)),
+    ("loss_agg", "methods", ("register_loss_agg",)),
+    ("loss_terms", "methods", ("register_loss_term",)),
+    ("confidence", "confidence", ("register_model_read", "register_text_read")),
 )
 
 
 def _refuse_unregistered_names(cfg: Config) -> None:
-    """A misspelt method, target, calibration loss, advantage or aggregation, refused before methods.py
-    loads (it imports torch: seconds). While methods is not imported, its registries can only hold
-    what its source registers, so a name that is not even a quoted string in methods.py cannot be
-    registered; the choices are read from its `@register_...("name"` lines. Anything else (a name
-    the source holds, a decorator the source does not use) is left to the registries themselves."""
-    if "methods" in sys.modules:  # imported: a name may have been registered since (a fork, a test)
-        return
-    spec = importlib.util.find_spec("methods")
-    source = Path(spec.origin).read_text() if spec and spec.origin else ""
-    for key, register in REGISTERED:
-        value = str(getattr(cfg, key))
-        names = tuple(re.findall(rf"@{register}\(\s*[\"']([^\"']+)[\"']", source))
-        if names and not re.search(rf"[\"']{re.escape(value)}[\"']", source):
-            how = "register one" if key == "method" else register
+    """A misspelt registered name (a method, target, calibration loss, advantage, aggregation, loss
+        term or confidence read), refused before methods.py or confidence.py loads (they import torch:
+        seconds). While a module is not imported, its registries can only hold what its source
+        registers, so a name that is not even a quoted string there cannot be registered; the choices
+        are read from its `@register_...("name"` lines (at the start of a line, not a docstring's
+    example). Anything else (a name the source holds, a
+        decorator the source does not use) is left to the registries themselves."""
+    for key, module, registers in REGISTERED:
+        if module in sys.modules:  # imported: a name may have been registered since (a fork, a test)
+            continue
+        spec = importlib.util.find_spec(module)
+        source = Path(spec.origin).read_text() if spec and spec.origin else ""
+        decorators = "|".join(registers)
+        names = tuple(re.findall(rf"^@(?:{decorators})\(\s*[\"']([^\"']+)[\"']", source, re.MULTILINE))
+        value = getattr(cfg, key)
+        values = value if isinstance(value, list) else str(value).split(",") if key == "loss_terms" else [value]
+        for name in (str(v).strip() for v in values):
+            if (
+                not names
+                or (key == "confidence" and name == "auto")
+                or re.search(rf"[\"']{re.escape(name)}[\"']", source)
+            ):
+                continue
+            how = "register one" if key in ("method", "confidence") else " or ".join(registers)
+            names = (*names, "auto") if key == "confidence" else names
             raise ValueError(
-                f"{key}={value!r} is not supported; choose one of {names} (or {how} in methods.py, docs/forking.md)"
+                f"{key}={name!r} is not supported; choose one of {names} (or {how} in {module}.py, docs/forking.md)"
             )
 
 
@@ -549,118 +559,6 @@ def _validate_open_choices(cfg: Config, reads: str) -> None:
     changed = [f"{key}={getattr(cfg, key)}" for key, default in parse.items() if getattr(cfg, key) != default]
     if changed and cfg.channel != "verbalized":
         raise ValueError(f"{', '.join(changed)} reads a verbalized report; channel={cfg.channel} has none")
-
-
-def confidence_read(cfg: Config) -> Read:
-    """The registered read (confidence.py) the `confidence` key names; for auto, the one its
-    channel's prompt asks for (the readout on the readout prompts, the numeral on the verbalized)."""
-    reads = _confidence()
-    if cfg.confidence != "auto":
-        return reads.read_of(cfg.confidence)
-    read = reads.auto_read(cfg.channel)
-    if read is None:
-        raise ValueError(f"confidence=auto: no registered read is auto on channel={cfg.channel}; name one")
-    return read
-
-
-@dataclass(frozen=True)
-class ConfidencePlan:
-    """How a run gets, rewards and records its confidence, decided once (`confidence_plan`): the
-    registered read `read` (confidence.py) as the run's method and conf_train use it. Read by
-    the loop, the engines and evaluation.
-
-    read:          the registered read the `confidence` key names (auto: its prompt's)
-    prompt:        the answer format of the system prompt (app:model): the channel
-    segments:      the rules that split a rollout (rollout.parse_segments): the prompt's, or
-                   `readout` when a verbalized rollout ends at the slot (eq:digitexp)
-    model_read:    the model read whose c the training forward gives (and the no-grad pass
-                   before it): `read`, where the run's c is the model's (its method's rewards
-                   read it, or conf_train=head trains it); None for a baseline
-    report_read:   the text read of a confidence sampled as text (sampling.Outcomes.reported):
-                   a baseline's report (eq:verb), or the sampled slot token of conf_train=sampled
-    rewards_read:  what the method's rewards read: model (model_read's c) or report (report_read's)
-    weights_read:  what eq:sw's discrepancy weights read: model, report, or pass (a baseline's
-                   model read from a no-grad pass over its rollouts cut at the slot, tab:sw_baseline)
-    record:        the confidence a step logs as c: model or report
-    detach_readout: the slot's hidden state is detached, so that alpha's loss trains only the head
-                   (conf_train=head, tab:decompose)
-    stops_at_slot: rollouts end at the slot (a stop string, or a cut with thinking on)
-    cuts_at_slot:  ... cut there after generation (thinking on: a trace may mention the tag)
-    samples_slot_token: the slot token itself is sampled and must be one of the reserved
-                   pair for F_i (conf_train=sampled)
-    """
-
-    read: Read
-    prompt: Literal["readout", "readout_noanalysis", "verbalized"]
-    segments: Literal["readout", "readout_noanalysis", "verbalized"]
-    model_read: Read | None
-    report_read: Read | None
-    rewards_read: Literal["model", "report"]
-    weights_read: Literal["model", "report", "pass"]
-    record: Literal["model", "report"]
-    detach_readout: bool
-    stops_at_slot: bool
-    cuts_at_slot: bool
-    samples_slot_token: bool
-
-    @property
-    def reads_model(self) -> bool:
-        """Credit needs the model's c of every group member (from a forward)."""
-        return "model" in (self.rewards_read, self.weights_read)
-
-    @property
-    def forced(self) -> tuple[str, ...]:
-        """The tokens the training batch teacher-forces after each slot: model_read's ("0." for eq:digitexp)."""
-        return self.model_read.forced if self.model_read is not None else ()
-
-
-def confidence_plan(cfg: Config) -> ConfidencePlan:
-    """The ConfidencePlan of a validated config.
-
-    >>> plan = confidence_plan(load_config("credo_digitexp"))
-    >>> plan.model_read.name, plan.forced, plan.segments, confidence_plan(load_config("rlcr_swd")).weights_read
-    ('digit_exp', ('0', '.'), 'readout', 'pass')
-    """
-    read, sampled, auto = confidence_read(cfg), cfg.conf_train == "sampled", _confidence().auto_read(cfg.channel)
-    # The run's c is the model's where its read is a model read that the method's rewards read,
-    # that conf_train=head trains as an auxiliary head, or that its prompt asks for (a readout
-    # prompt, whatever the method); otherwise it is the report the prompt asks for (a baseline's,
-    # or a checkpoint read through the verbalized prompt).
-    reads = _methods().method_of(cfg.method).reads
-    model_c = read.model and (reads == "model" or cfg.conf_train == "head" or auto.model)
-    # Rollouts end at the slot where the model's c is read there; not where the slot token itself
-    # is sampled. With thinking on they are cut there after generation instead of stopped by the
-    # string `<confidence>` (a reasoning trace may mention the tag).
-    stops = model_c and not sampled
-    if model_c:
-        report = _confidence().SAMPLED_SLOT_TOKEN if sampled else None
-        rewards, weights, record = ("report" if sampled else "model"), "model", "model"
-    else:  # a baseline: the report its prompt asks for; eq:sw's weights from a model read's own pass
-        report = auto if read.model else read
-        rewards, weights, record = "report", ("pass" if read.model else "report"), "report"
-    return ConfidencePlan(
-        read=read,
-        prompt=cfg.channel,
-        segments="readout" if cfg.channel == "verbalized" and stops else cfg.channel,
-        model_read=read if model_c else None,
-        report_read=report,
-        rewards_read=rewards,
-        weights_read=weights,
-        record=record,
-        detach_readout=cfg.conf_train == "head",
-        stops_at_slot=stops,
-        cuts_at_slot=stops and bool(cfg.enable_thinking),
-        samples_slot_token=sampled,
-    )
-
-
-def numeral_rule(cfg: Config) -> NumeralRule:
-    """How a verbalized report is read (eq:verb's parse): conf_tag, conf_number, conf_out_of_range.
-
-    >>> numeral_rule(Config(conf_tag="last", conf_number="float"))
-    NumeralRule(tag='last', number='float', out_of_range='reject')
-    """
-    return NumeralRule(tag=cfg.conf_tag, number=cfg.conf_number, out_of_range=cfg.conf_out_of_range)
 
 
 def questions_per_step(cfg: Config) -> int:
@@ -736,6 +634,41 @@ def check_model_source(model: str, key: str = "model") -> None:
         return
     if model.startswith(("/", ".", "~")) or not _HUB_ID.fullmatch(model):
         raise FileNotFoundError(f"{key}={model}: no such directory, and not a hub id (org/name)")
+
+
+def run_config(argv: list[str], validate: bool = True) -> Config | None:
+    """The config of credo.py's arguments `<config> [key=value ...]` (options dropped), None where
+    they ask for help instead; arguments that do not load as a config raise INPUT_ERRORS."""
+    words = [a for a in argv if not a.startswith("--")]
+    if not words or any(a in ("--help-config", "--list", "--table", "-h", "--help") for a in argv):
+        return None
+    return load_config(words[0], words[1:], validate=validate)
+
+
+def check_run_arguments(argv: list[str], builds: str | None = None) -> Config | None:
+    """run_config, with the model a fresh run starts from checked first (check_model_source, before
+    validation imports the registries' modules, and torch with them): what credo.py checks of its
+    arguments before torch loads. `builds`: a directory the caller builds next (run.sh's tiny
+    world), so a model under it is not looked for yet."""
+    cfg = run_config(argv, validate=False)
+    if cfg is None:
+        return None
+    built = builds is not None and Path(str(cfg.model)).resolve().is_relative_to(Path(builds).resolve())
+    if not cfg.resume and not built:
+        check_model_source(str(cfg.model))
+    validate_config(cfg)
+    return cfg
+
+
+def exit_on_bad_run_arguments(argv: list[str], builds: str | None = None) -> None:
+    """check_run_arguments, with a mistake reported as credo.py reports it: `credo: ...` in one line
+    and exit 1 (a traceback with --debug)."""
+    try:
+        check_run_arguments(argv, builds)
+    except INPUT_ERRORS as error:
+        if "--debug" in argv:
+            raise
+        sys.exit(f"credo: {one_line(error)}")
 
 
 def one_line(error: BaseException) -> str:

@@ -23,7 +23,7 @@ One step, as in section 3 of the paper (equations by their labels), is `train`'s
 The baselines (GRPO, RLCR, DCPO on the verbalized channel) and the ablations are the same loop
 with other config values: what research changes is a registry (methods.py: rewards, target,
 calibration loss, advantages, loss aggregation, loss terms; confidence.py: how c is read), and
-config.confidence_plan derives once how a run gets its confidence (docs/forking.md). A step's
+confidence.plan derives once how a run gets its confidence (docs/forking.md). A step's
 context (`Step`: its batch, micro-batches, outcomes, denominators, loss terms and credit) is
 built once by `make_step`; what persists across steps is the `Learner`. Everything around the
 step (the world, resume, memory fit, compile, preemption) is `setup`.
@@ -42,8 +42,9 @@ Simplifications, on purpose (read them before forking):
     is one process with no process group.
 
 Not here: the equations (losses.py), the registries and the shared credit (methods.py), THE
-forward and every confidence read (policy.py), steps 1-3 (sampling.py), generation
-(engine.py), grading (verifier.py), and run infrastructure (infra/).
+forward and the passes that read c (policy.py), the reads themselves (confidence.py), prompts
+and segments (rollout.py), generation (engine.py), grading (verifier.py), micro-batches and
+packed rows (kernels/packing.py), and run infrastructure (infra/).
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ from __future__ import annotations
 from infra import startup  # noqa: F401  first: library logging and Ctrl-C, before torch and vLLM load
 
 # isort: split
+import math
 import random
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +64,14 @@ import torch
 import yaml
 from tqdm import tqdm
 
+import confidence
 import config
 import methods
 import policy as pol
 import problems
-import sampling
-from config import ConfidencePlan
+import rollout as ro
+import verifier
+from confidence import ConfidencePlan
 from engine import make_engine
 from infra import memfit, parallel, runlog
 from infra.checkpoint import (
@@ -80,9 +84,72 @@ from infra.checkpoint import (
     save_checkpoint,
 )
 from infra.runlog import StepStats
+from kernels import packing
 from methods import Confidences, Credit
 from policy import Batch, Policy
 from schema import Config
+
+# ============================================================================================
+# Steps 1-3: the rollouts, and what they earned.
+# ============================================================================================
+
+
+@dataclass
+class Outcomes:
+    """What a step's rollouts earned before any forward: one entry per rollout (row q*G + i)."""
+
+    correct: torch.Tensor  # [N] a_i in {0, 1}
+    verdicts: list[verifier.Verdict]  # [N] the grader's verdict: a_i (passed) and why; a grading error gives a_i = 0
+    fmt: torch.Tensor  # [N] F_i in {0, 1}
+    valid: torch.Tensor  # [N] bool: the slot was reached, so the model's c exists (V)
+    # [N] a confidence sampled as text (plan.report_read), NaN where none; None where the run samples none
+    reported: torch.Tensor | None
+    truncated: torch.Tensor  # [N] bool: the completion hit max_completion_tokens (truncated_completions)
+
+
+def make_rollouts(
+    engine,
+    tokenizer,
+    questions: list[dict],
+    prompts: list[list[int]],
+    cfg: Config,
+    plan: ConfidencePlan,
+    step: int,
+    seed: int,
+) -> list[ro.Rollout]:
+    """Steps 1-2: G completions per question from the engine, each parsed into its segments on
+    token ids (rows q*G + i); `seed` is this rank's (World.rank_seed)."""
+    samples = engine.generate(prompts, cfg.group_size, seed=seed * 1_000_003 + step)
+    ids, marker = [q["id"] for q in questions], ro.ANSWER_MARKERS[cfg.domain]
+    rollouts = ro.from_samples(tokenizer, samples, ids, prompts, plan.segments, marker, plan.numeral)
+    if plan.samples_slot_token:  # F_i also needs the sampled slot token to be one of the reserved pair
+        token = plan.report_read.from_text(rollouts, tokenizer).tolist()  # [N] 1, 0, NaN: any other token
+        fmt = [r.segments.fmt and not math.isnan(t) for r, t in zip(rollouts, token)]
+        rollouts = [replace(r, segments=replace(r.segments, fmt=f)) for r, f in zip(rollouts, fmt)]
+    return rollouts
+
+
+def outcomes(
+    rollouts: list[ro.Rollout], questions: list[dict], cfg: Config, plan: ConfidencePlan, tokenizer
+) -> Outcomes:
+    """Step 3: a_i and its reason from the verifier on each answer segment after any thinking block
+    (a rollout the grader fails on gets a_i = 0 and says why; the step goes on), F_i and the slot
+    from the segments, and any confidence sampled as text (plan.report_read)."""
+    group = cfg.group_size
+    references = [questions[i // group]["answer" if cfg.domain == "math" else "tests"] for i in range(len(rollouts))]
+    answers = [ro.answer_text(ro.after_thinking(r.text), plan.segments) for r in rollouts]  # what is graded
+    verdicts = verifier.grade(
+        answers, references, cfg.domain, workers=cfg.verify_workers, timeout_s=cfg.verify_timeout_s
+    )
+    return Outcomes(
+        correct=torch.tensor([verdict.passed for verdict in verdicts], dtype=torch.float32),  # [N]
+        verdicts=verdicts,  # [N]
+        fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),  # [N]
+        valid=torch.tensor([r.segments.slot is not None for r in rollouts]),  # [N]
+        reported=None if plan.report_read is None else plan.report_read.from_text(rollouts, tokenizer).float(),
+        truncated=torch.tensor([r.truncated for r in rollouts], dtype=torch.bool),  # [N]
+    )
+
 
 # ============================================================================================
 # Steps 4-5: the detached confidences, then credit for the whole batch.
@@ -107,26 +174,21 @@ def warmup(value: float, step: int, warmup_steps: int, shape: str) -> float:
     return value * min(1.0, (step + (shape == "linear")) / warmup_steps)
 
 
-def detached_confidences(
-    policy: Policy,
-    batch: Batch,
-    rollouts: list,
-    out: sampling.Outcomes,
-    micro: list[list[int]],
-    cfg: Config,
-    plan: ConfidencePlan,
-) -> tuple[Confidences, torch.Tensor | None]:
-    """What credit reads, [N] each with NaN where there is none, and the model's own c [N]
-    (None where credit reads no model c).
-
-    The model's c comes from a no-grad pass over the training batch, micro-batch by micro-batch
-    as the update will run it, so it is the c the update's forward computes (to float rounding).
-    A report sampled as text (out.reported) and a baseline's model read from a no-grad pass over
-    its rollouts (tab:sw_baseline) are read as ConfidencePlan.rewards_read and weights_read say."""
-    c_model = pol.confidences(policy, batch, micro, cfg.pack_sequences, plan.model_read) if plan.reads_model else None
-    reads = {"model": c_model, "report": out.reported}
+def detached_confidences(learner: Learner, step: Step) -> tuple[Confidences, torch.Tensor | None]:
+    """What credit reads ([N] each, NaN where none), as plan.rewards_read and weights_read say, and
+    the model's c [N] (None where credit reads none): a no-grad pass over the training batch, by
+    the update's micro-batches, so it is the c the update's forward computes (to float rounding).
+    A baseline's eq:sw weights may read a model read's pass over its rollouts (tab:sw_baseline)."""
+    policy, cfg, plan = learner.policy, learner.cfg, learner.plan
+    c_model = None  # [N] the model's c, where credit reads it
+    if plan.reads_model:
+        c_model = pol.confidences(policy, step.batch, step.micro, cfg.pack_sequences, plan.model_read)
+    reads = {"model": c_model, "report": step.outcomes.reported}
     if plan.weights_read == "pass":
-        reads["pass"] = pol.slot_confidences(policy, rollouts, plan.read, cfg.micro_batch_tokens, cfg.pack_sequences)
+        if step.rollouts is None:
+            raise ValueError("a baseline's no-grad pass for eq:sw's weights reads the rollouts: make_step(rollouts=)")
+        budget, packed = cfg.micro_batch_tokens, cfg.pack_sequences
+        reads["pass"] = pol.slot_confidences(policy, step.rollouts, plan.read, budget, packed)
     return Confidences(rewards=reads[plan.rewards_read], weights=reads[plan.weights_read]), c_model
 
 
@@ -157,11 +219,11 @@ class Learner:
     policy: Policy
     optimizer: torch.optim.Optimizer
     cfg: Config
-    plan: ConfidencePlan | None = None  # None: config.confidence_plan(cfg)
+    plan: ConfidencePlan | None = None  # None: confidence.plan(cfg)
     reference: Policy | None = None  # the frozen starting model, where a loss term needs it
 
     def __post_init__(self):
-        self.plan = self.plan or config.confidence_plan(self.cfg)
+        self.plan = self.plan or confidence.plan(self.cfg)
 
 
 @dataclass
@@ -171,8 +233,8 @@ class Step:
 
     index: int  # from 0: the warm-ups read it
     batch: Batch
-    micro: list[list[int]]  # row indices of each micro-batch (policy.micro_batches)
-    outcomes: sampling.Outcomes
+    micro: list[list[int]]  # row indices of each micro-batch (packing.micro_batches)
+    outcomes: Outcomes
     rollouts: list | None  # what a baseline's no-grad pass for eq:sw's weights reads (tab:sw_baseline)
     counts: dict[str, float]  # {"rows": N, "valid": |V|}: the batch means' denominators
     terms: list[tuple[methods.LossTerm, float]]  # the run's loss terms and their coefficients now
@@ -190,7 +252,7 @@ def make_step(
     cfg: Config,
     index: int,
     batch: Batch,
-    outcomes: sampling.Outcomes,
+    outcomes: Outcomes,
     rollouts: list | None = None,
     counts: dict[str, float] | None = None,
 ) -> Step:
@@ -198,7 +260,7 @@ def make_step(
     loss terms, {"rows": N, "valid": |V|}; by default this batch's. Under data parallelism
     gradients are averaged over ranks, so the loop passes the global counts / world size."""
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    micro = pol.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=cfg.pack_sequences)
+    micro = packing.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=cfg.pack_sequences)
     counts = counts or {"rows": float(len(batch)), "valid": float(outcomes.valid.sum())}
     terms = [(term, coefficient(term, cfg, index)) for term in methods.loss_terms(cfg)]
     kappa = warmup(cfg.kappa, index, cfg.warmup_steps, cfg.warmup_shape)
@@ -227,11 +289,11 @@ def term_inputs(learner: Learner, step: Step, rows: list[int], mb: Batch, fwd: p
         logp=fwd.logp,
         conf=pol.model_confidence(fwd, learner.plan.model_read) if "confidence" in needs else None,
         ref_logp=ref_logp,
-        credit=Credit(*(pol.to_device(value, dev) for value in step.credit.select(rows))),
-        completion=pol.to_device(mb.completion_mask, dev),
-        ans_mask=pol.to_device(mb.ans_mask, dev),
-        conf_mask=pol.to_device(mb.conf_mask, dev),
-        valid=pol.to_device(step.outcomes.valid[rows], dev),
+        credit=Credit(*(packing.to_device(value, dev) for value in step.credit.select(rows))),
+        completion=packing.to_device(mb.completion_mask, dev),
+        ans_mask=packing.to_device(mb.ans_mask, dev),
+        conf_mask=packing.to_device(mb.conf_mask, dev),
+        valid=packing.to_device(step.outcomes.valid[rows], dev),
     )
 
 
@@ -263,10 +325,7 @@ def update(learner: Learner, step: Step) -> Update:
         parallel.release_root(learner.reference.model)
 
     totals = torch.stack(values).sum(dim=0).tolist()  # host sync: after the last backward
-    completion_logp: list[torch.Tensor | None] = [None] * len(step.batch)
-    for rows, logp, mask in logp_of:
-        for row, row_logp, row_mask in zip(rows, logp.cpu(), mask):
-            completion_logp[row] = row_logp[row_mask]
+    completion_logp = runlog.rows_logp(logp_of, len(step.batch))  # [N] the trainer's log-probs of each row
     grad_norm = parallel.clip_gradients(policy.model, cfg.max_grad_norm)
     learner.optimizer.step()
     learner.optimizer.zero_grad(set_to_none=True)
@@ -282,32 +341,27 @@ def update(learner: Learner, step: Step) -> Update:
 def train_step(learner: Learner, step: Step) -> StepStats:
     """Steps 4-6 on a step's batch: the detached confidences, credit, the update. Returns the
     step's statistics."""
-    policy, cfg, plan, out = learner.policy, learner.cfg, learner.plan, step.outcomes
-    if plan.weights_read == "pass" and step.rollouts is None:
-        raise ValueError("a baseline's no-grad pass for eq:sw's weights reads the rollouts: make_step(rollouts=)")
+    cfg, plan, out = learner.cfg, learner.plan, step.outcomes
     # 4. what credit reads, detached
-    conf, c_model = detached_confidences(policy, step.batch, step.rollouts, out, step.micro, cfg, plan)
+    conf, c_model = detached_confidences(learner, step)
     # 5. credit, once, for the whole batch
     step.credit = methods.credit(out.correct, out.fmt, conf, cfg, step.kappa, truncated=out.truncated)
     # 6. the update
     done = update(learner, step)
-    if plan.record == "report":  # the confidence a step logs: a baseline's report, or the model's c
-        record_conf, record_valid = out.reported.float(), ~torch.isnan(out.reported)
-    else:
-        record_conf, record_valid = c_model, out.valid
-    lengths = step.batch.attention_mask.sum(dim=1).tolist()
+    report = plan.record == "report"  # the confidence a step logs: a baseline's report, or the model's c
+    lengths = step.batch.attention_mask.sum(dim=1).tolist()  # [N] tokens of each row
     return StepStats(
         terms={name: done.terms.get(name) for name in methods.term_names(cfg)},  # None: left out at coefficient 0
         coefs={term.name: coef for term, coef in step.terms},
         alpha=warmup(cfg.alpha, step.index, cfg.warmup_steps, cfg.warmup_shape),
         kappa=step.kappa,
         grad_norm=done.grad_norm,
-        pad_fraction=0.0 if cfg.pack_sequences else pol.pad_fraction(lengths, step.micro),
+        pad_fraction=0.0 if cfg.pack_sequences else packing.pad_fraction(lengths, step.micro),
         micro_batches=len(step.micro),
         readout_pass_rows=len(step.batch) if c_model is not None else 0,
         credit=step.credit,
-        conf=record_conf,
-        conf_valid=record_valid,
+        conf=out.reported.float() if report else c_model,
+        conf_valid=~torch.isnan(out.reported) if report else out.valid,
         completion_logp=done.completion_logp,
     )
 
@@ -349,16 +403,15 @@ def train(cfg: Config) -> Path:
             with runlog.timed(timings, "rollout"):
                 step_idx = run.stream.take(run.questions_per_step)  # the same on every rank
                 q_idx = parallel.rank_slice(step_idx, world)
-                questions = [run.rows[i] for i in q_idx]
-                prompts = [run.prompts[i] for i in q_idx]
-                rollouts = sampling.make_rollouts(
+                questions, prompts = [run.rows[i] for i in q_idx], [run.prompts[i] for i in q_idx]
+                rollouts = make_rollouts(
                     engine, policy.tokenizer, questions, prompts, cfg, plan, step, seed=world.rank_seed(cfg.seed)
                 )
                 engine.sleep()  # CUDA: free the GPU for the update
 
             # 3. outcomes: a_i, F_i, whether the slot was reached, reports sampled as text
             with runlog.timed(timings, "verify"):
-                out = sampling.outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
+                out = outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
 
             # 4-6. the detached confidences, credit for the whole batch, the update. Gradients are
             # averaged over ranks, so the batch means take the global counts / W.
@@ -374,22 +427,8 @@ def train(cfg: Config) -> Path:
             with runlog.timed(timings, "sync"):
                 engine.push_weights(policy.model)
 
-            record = log.step(
-                step,
-                [run.rows[i]["id"] for i in step_idx],
-                rollouts,
-                out,
-                stats,
-                logp_gap,
-                timings,
-                n_train_tokens=float(batch.attention_mask.sum()),
-            )
-            if record is not None:
-                bar.set_postfix(
-                    reward=f"{record['reward_ans']:.2f}",
-                    acc=f"{record['acc']:.2f}",
-                    c="-" if record["mean_c"] is None else f"{record['mean_c']:.2f}",
-                )
+            ids, n_tokens = [run.rows[i]["id"] for i in step_idx], float(batch.attention_mask.sum())
+            runlog.show(bar, log.step(step, ids, rollouts, out, stats, logp_gap, timings, n_tokens))  # rank 0
             stop = guard.requested(world)  # collective: every rank agrees
             if (step + 1) % cfg.save_every == 0 or step + 1 == run.total_steps or stop:
                 ckpt = save_checkpoint(run.dir, step + 1, policy, run.learner.optimizer, run.stream.cursor, cfg, world)
@@ -424,7 +463,7 @@ class Run:
     learner: Learner | None  # the policy, its optimizer and any reference model; None: the run is complete
     rows: list[dict]  # the training problems that fit the prompt budget
     prompts: list[list[int]]  # their prompt ids
-    stream: sampling.QuestionStream
+    stream: problems.QuestionStream
     questions_per_step: int  # over all ranks
     total_steps: int
     start_step: int
@@ -441,7 +480,7 @@ def setup(cfg: Config) -> Run:
     world = parallel.init_world()
     parallel.check_world(cfg, world)
     parallel.main_print(world, f"[credo] world size {world.world_size}", flush=True)
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
     run_dir = config.run_dir_of(cfg)
     resume = resume_point(cfg, run_dir)  # None: a fresh run (refused where a run already is)
     parallel.barrier(world)  # every rank has looked before rank 0 clears anything
@@ -467,8 +506,8 @@ def setup(cfg: Config) -> Run:
     if config.compiles_layers(cfg, world.device.type):
         pol.compile_update(policy)  # compiles at the first update (tens of seconds), then fused kernels
     rows = problems.load_rows(cfg.train_data, cfg.domain)
-    rows, prompts = sampling.training_problems(rows, cfg, plan, policy.tokenizer, announce=world.is_main)
-    stream = sampling.QuestionStream(len(rows), cfg.seed)
+    rows, prompts = problems.training_problems(rows, cfg, plan.prompt, policy.tokenizer, announce=world.is_main)
+    stream = problems.QuestionStream(len(rows), cfg.seed)
     per_step = config.questions_per_step(cfg)
     total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * len(rows) // per_step
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from config import ConfidencePlan
+from confidence import ConfidencePlan
 from rollout import (
     CONF_CLOSE,
     CONF_OPEN,

@@ -169,7 +169,7 @@ def evaluate(
                 confidence="auto",
                 conf_train="regression",
             )
-            plan = config.confidence_plan(cfg)
+            plan = confidence.plan(cfg)
             if engine is None:
                 engine = make_engine(cfg, plan, model, tokenizer, ckpt.path, out_dir / "engine", policy.dtype)
                 engine_vocab = tokenizer.get_vocab()
@@ -197,21 +197,8 @@ def evaluate(
                         f"(first: {too_long[0]}); evaluate with a larger budget"
                     )
                 samples = engine.generate(prompts, per_problem, seed=run_seed)
-                rollouts = [
-                    ro.Rollout(
-                        rows[i // per_problem]["id"],
-                        prompts[i // per_problem],
-                        s.token_ids,
-                        ro.decode(tokenizer, s.token_ids),
-                        s.finish_reason,
-                        ro.parse_segments(
-                            tokenizer, s.token_ids, cfg.channel, ro.ANSWER_MARKERS[domain], config.numeral_rule(cfg)
-                        ),
-                        s.logprobs,
-                        s.slot_repaired,
-                    )
-                    for i, s in enumerate(samples)
-                ]
+                ids, marker = [row["id"] for row in rows], ro.ANSWER_MARKERS[domain]
+                rollouts = ro.from_samples(tokenizer, samples, ids, prompts, cfg.channel, marker, plan.numeral)
                 answers = [ro.answer_text(ro.after_thinking(r.text), cfg.channel) for r in rollouts]
                 references = [
                     rows[i // per_problem]["answer" if domain == "math" else "tests"] for i in range(len(rollouts))
@@ -253,7 +240,7 @@ def read_confidences(
     records' source): the c of each rollout (None where it has none), and whether its slot was
     closed at the tag (close_slot, or at_slot where a numeral merged with it). A model read reads
     each rollout up to its slot (policy.slot_confidences); a text read parses it."""
-    at_slot = pol.at_slot(policy.tokenizer, rollouts)
+    at_slot = ro.at_slot(policy.tokenizer, rollouts)
     sources = {}
     for read in confidence.reads_of(prompt):
         if read.model:

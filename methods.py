@@ -10,7 +10,7 @@
 The confidence channel (how c is obtained) is the registry of confidence.py, chosen by the
 `confidence` key.
 
-A method's rewards say which confidence they score (`reads`), and config.confidence_plan
+A method's rewards say which confidence they score (`reads`), and confidence.plan
 derives from it what a run must produce:
 
   model    the model's own c, read from the logits at the slot (eq:readout, or eq:digitexp
@@ -28,7 +28,7 @@ loop provides those and logs each as loss_<name>. docs/forking.md adds one entry
 per worked example, with a test that follows it literally.
 
 Does not hold: the equations themselves (losses.py), which confidence is read where
-(config.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
+(confidence.ConfidencePlan), the forward (policy.py), or the loop (credo.py).
 """
 
 from __future__ import annotations
@@ -379,9 +379,7 @@ class Credit(NamedTuple):
 
 
 class Confidences(NamedTuple):
-    """The detached confidences credit reads, [N] each, NaN where a rollout has none: the
-    model's c (from a no-grad pass over the batch), a report sampled as text, or a baseline's
-    model read from a no-grad pass over its rollouts, as ConfidencePlan.rewards_read and weights_read say."""
+    """The detached confidences credit reads, [N] each, NaN where a rollout has none."""
 
     rewards: torch.Tensor  # what the method's rewards read
     weights: torch.Tensor  # what eq:sw's discrepancy weights read
@@ -398,12 +396,10 @@ def credit(
     """Target, rewards, discrepancy weights and group-standardised advantages, for whole groups.
 
     correct, fmt: [N] a_i and F_i (rollout i of question q is row q*G + i). The target, the
-    rewards and the advantages come from their registries (cfg.target, cfg.method,
-    cfg.advantage: eq:grpo's standardisation by default); the rest is every method's: eq:sw's weights on
-    the answer advantage (w = 1 where there is no confidence, and when kappa = 0),
-    conf_advantage=false zeroing A^conf (the ablation), and truncated_completions=mask zeroing
-    both advantages of the rollouts `truncated` [N] marks (after the group statistics, which
-    count them; it needs `truncated`).
+    rewards and the advantages come from their registries; the rest is every method's: eq:sw's
+    weights on the answer advantage (w = 1 where there is no confidence, and when kappa = 0),
+    conf_advantage=false zeroing A^conf, and truncated_completions=mask zeroing both advantages
+    of the rollouts `truncated` [N] marks (after the group statistics, which count them).
     """
     group = cfg.group_size
     target = entry_of(TARGETS, "target", cfg.target)(correct, cfg)

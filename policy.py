@@ -6,30 +6,29 @@ pass, and every read of the model's confidence, shared by training and evaluatio
     fwd = forward(policy, batch)                                       # logp [N, L-1], the slot
     c = model_confidence(fwd, plan.model_read)                         # [N] the run's read of c (confidence.py)
 
-Holds: `<CONF_HIGH>`/`<CONF_LOW>` as special tokens with initialised rows; `Batch` (collate),
-the micro-batch plan (cut by tokens, whole groups); compiled decoder layers for the update;
-the one forward, padded or packed, that gives per-token log-probs and the slot's hidden
-states (after a read's teacher-forced tokens too), from which a registered model read gives c
-(indexing computed on the host, so it never waits for the GPU); the no-grad passes that read c.
-Does not hold: the reads themselves (confidence.py), the packed row's layout and attention
-(kernels/packing.py), the losses (losses.py), credit or the update (credo.py), sharding
-(infra/parallel.py).
+Holds: `<CONF_HIGH>`/`<CONF_LOW>` as special tokens with initialised rows; `Batch` (collate);
+compiled decoder layers for the update; the one forward, padded or packed, that gives
+per-token log-probs and the slot's hidden states (after a read's teacher-forced tokens too),
+from which a registered model read gives c; the no-grad passes that read c.
+Does not hold: the reads themselves (confidence.py), the micro-batch plan, the padded and
+packed layouts and their attention (kernels/packing.py), the losses (losses.py), credit or
+the update (credo.py), sharding (infra/parallel.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from torch._dynamo.decorators import mark_static, mark_unbacked  # not re-exported by torch._dynamo in 2.13
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import confidence
 import rollout as ro
-from config import ConfidencePlan
+from confidence import ConfidencePlan
 from kernels import logprobs as logprob_kernels
-from kernels.packing import pack_rows, use_sequence_attention
+from kernels import packing
+from kernels.packing import micro_batches, use_sequence_attention
 from schema import Config
 
 RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
@@ -139,7 +138,7 @@ def reserved_ids(tokenizer) -> set[int]:
     return {tokenizer.convert_tokens_to_ids(t) for t in RESERVED_TOKENS}
 
 
-# --- Rollouts as tensors: Batch, micro-batches, packing -----------------------------------
+# --- Rollouts as tensors ----------------------------------------------------------------------
 
 
 @dataclass
@@ -163,69 +162,9 @@ class Batch:
         """The given rows, trimmed to their longest sequence."""
         index = torch.tensor(rows, dtype=torch.long)
         width = int(self.attention_mask[index].sum(dim=1).max())
-        return Batch(
-            self.input_ids[index, :width],
-            self.attention_mask[index, :width],
-            self.completion_mask[index, : width - 1],
-            self.ans_mask[index, : width - 1],
-            self.conf_mask[index, : width - 1],
-            self.slot_pos[index],
-            self.prompt_len[index],
-            self.forced,
-        )
-
-
-def micro_batches(lengths: list[int], budget: int, group: int, packed: bool) -> list[list[int]]:
-    """Row indices of each micro-batch: few micro-batches of at most `budget` tokens each.
-
-    A micro-batch costs the sum of its lengths when packed, else its rows x its longest row
-    (padding counts). Units are placed in increasing cost, and a micro-batch is closed when the
-    next unit would overflow it. The units are whole groups of `group` rows where a group fits
-    the budget, so that a packed row holds the group's shared prompt once (packing.pack_rows);
-    the rows of a group that does not fit are placed one by one after them. Credit never depends
-    on the plan (it is computed for the whole batch first), and the order never changes a
-    gradient (the loss is a sum over rows).
-
-    >>> micro_batches([5, 1, 4, 2], budget=6, group=1, packed=True)
-    [[1, 3], [2], [0]]
-    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=6, group=2, packed=True)
-    [[4, 5], [0, 1], [2, 3]]
-    >>> micro_batches([5, 1, 4, 2, 1, 1], budget=5, group=2, packed=True)  # group (0, 1) is split
-    [[4, 5], [1, 3], [2], [0]]
-    >>> micro_batches([5, 1, 4, 2], budget=8, group=1, packed=False)   # 2 x 2, 1 x 4, 1 x 5
-    [[1, 3], [2], [0]]
-    """
-    for row, length in enumerate(lengths):
-        if length > budget:
-            raise ValueError(
-                f"rollout {row} has {length} tokens, more than micro_batch_tokens = {budget}; raise "
-                f"micro_batch_tokens to at least max_prompt_tokens + max_completion_tokens + 2"
-            )
-    if len(lengths) % group:
-        raise ValueError(f"{len(lengths)} rows are not whole groups of {group}")
-
-    def cost(rows: list[int]) -> int:
-        return sum(lengths[i] for i in rows) if packed else len(rows) * max(lengths[i] for i in rows)
-
-    def fill(units: list[list[int]]) -> list[list[int]]:
-        plan, current = [], []
-        for unit in units:
-            if current and cost(current + unit) > budget:
-                plan.append(current)
-                current = []
-            current = current + unit
-        return plan + ([current] if current else [])
-
-    units = [list(range(q * group, (q + 1) * group)) for q in range(len(lengths) // group)]
-    whole = sorted((u for u in units if cost(u) <= budget), key=lambda u: (cost(u), u[0]))
-    split = sorted((i for u in units if cost(u) > budget for i in u), key=lambda i: (lengths[i], i))
-    return fill(whole) + fill([[i] for i in split])
-
-
-def pad_fraction(lengths: list[int], batches: list[list[int]]) -> float:
-    """Share of the token slots of the built micro-batches that are padding."""
-    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
-    return 1.0 - sum(lengths) / slots
+        ids, attention = (t[index, :width] for t in (self.input_ids, self.attention_mask))
+        completion, ans, conf = (t[index, : width - 1] for t in (self.completion_mask, self.ans_mask, self.conf_mask))
+        return Batch(ids, attention, completion, ans, conf, self.slot_pos[index], self.prompt_len[index], self.forced)
 
 
 def collate(
@@ -240,14 +179,11 @@ def collate(
     slot_token_scored: a sampled slot token belongs to the confidence segment (conf_train=sampled).
     Only sampled tokens are scored: not the teacher-forced tokens, nor a tail close_slot wrote.
     """
-
-    def completion_of(r: ro.Rollout) -> list[int]:
-        if forced is not None and r.segments.slot is not None:
-            return r.completion_ids[: r.segments.slot] + list(forced)
-        return r.completion_ids
-
-    n = len(rollouts)
-    completions = [completion_of(r) for r in rollouts]
+    n, cut = len(rollouts), forced is not None
+    completions = [
+        r.completion_ids[: r.segments.slot] + forced if cut and r.segments.slot is not None else r.completion_ids
+        for r in rollouts
+    ]
     width = max(len(r.prompt_ids) + len(c) for r, c in zip(rollouts, completions))
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attention = torch.zeros((n, width), dtype=torch.long)
@@ -306,13 +242,6 @@ def compile_update(policy: Policy, backend: str = "inductor") -> None:
 # --- The forward pass -----------------------------------------------------------------------
 
 
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on `device` without waiting for the device: a blocking host-to-GPU copy
-    synchronises the stream first, which would let the GPU drain before every micro-batch.
-    The host tensors copied here are never written afterwards, so the asynchronous copy is safe."""
-    return tensor.to(device, non_blocking=True)
-
-
 class Forward(NamedTuple):
     """What one forward pass gives the loss."""
 
@@ -326,82 +255,33 @@ def forward(
 ) -> Forward:
     """One pass: per-token log-probs and the slot, from which `model_confidence` reads c.
 
-    logprobs=False: a confidence-only pass (a no-grad read of c): no column goes through the
+    packed: the micro-batch runs as one padding-free row, a group's prompt computed once
+    (packing.run_layers); the outputs are laid out as in the padded case.
+    logprobs=False: a confidence-only pass (a no-grad read of c): nothing goes through the
     vocabulary projection, and Forward.logp is None.
-
-    packed: the micro-batch runs as one padding-free row (pack_rows) in which rows with the
-    same prompt share its tokens, attended by sequence_attention (which this switches the
-    model to), so no compute goes to padding and a group's prompt is computed once. The
-    outputs are laid out as in the padded case.
     detach_readout: the slot's hidden states are detached, so the gradient of c reaches only
     the output head (the readout's two rows of H and L: the auxiliary head of tab:decompose).
-    Computed in policy.dtype (autocast) over fp32 weights; logp is fp32, and so is every read of c
-    (confidence.Slot)."""
+    Computed in policy.dtype (autocast) over fp32 weights; logp is fp32, and so is every read of c."""
     model, dtype = policy.model, policy.dtype
-    device = model.device
-    completion = batch.completion_mask  # [N, L-1] the scored columns (host)
-    if not logprobs:
-        completion = torch.zeros_like(completion)
-    slot_pos, completion_dev = to_device(batch.slot_pos, device), to_device(completion, device)  # [N], [N, L-1]
     lm_head = model.lm_head.weight  # [V, H]
-    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-        if packed:
-            # Everything that indexes the packed row is computed here on the host, so the
-            # forward never waits for the GPU to learn a boundary or a count.
-            packing = pack_rows(batch.input_ids, batch.attention_mask, batch.prompt_len)
-            ids = to_device(packing.ids, device)  # [1, S]
-            # A mask of ones keeps transformers from building an [S, S] mask
-            # (sequence_attention separates the sequences by their segments instead).
-            use_sequence_attention(model)
-            segments = packing.segments
-            # compile_layers' graphs take the segments' count as a size like any other: unbacked,
-            # so that no guard ties it to another size that happens to be equal (a recompile)
-            mark_unbacked(segments, 0)
-            mark_static(segments, 1)
-            hidden = model.model(
-                input_ids=ids,
-                position_ids=to_device(packing.positions, device),
-                attention_mask=torch.ones_like(ids),
-                credo_segments=segments,
-                use_cache=False,
-            ).last_hidden_state  # [1, S, H]
-            if logprobs:
-                columns = torch.arange(batch.input_ids.shape[1] - 1).expand(len(batch), -1)  # [N, L-1]
-                at = to_device(packing.index(columns)[completion], device)  # [M] the scored columns' positions
-                targets = to_device(batch.input_ids[:, 1:][completion], device)  # [M] the tokens they predict
-                scored = logprob_kernels.selected_logprobs(
-                    hidden[0, at], lm_head, targets, blocks=policy.logprob_blocks, temperature=policy.temperature
-                )  # [M]
-                logp = torch.zeros(completion.shape, device=device).masked_scatter(completion_dev, scored)
-
-            def hidden_at(pos: torch.Tensor) -> torch.Tensor:  # host [N] -> [N, H]
-                return hidden[0, to_device(packing.index(pos.clamp(min=0)), device)]
-        else:
-            attention = to_device(batch.attention_mask, device)
-            position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)
-            ids = to_device(batch.input_ids, device)
-            hidden = model.model(
-                input_ids=ids, attention_mask=attention, position_ids=position_ids, use_cache=False
-            ).last_hidden_state  # [N, L, H]
-            logp = logprob_kernels.token_logprobs(
-                hidden,
-                lm_head,
-                ids,
-                score_mask=completion,
-                blocks=policy.logprob_blocks,
-                temperature=policy.temperature,
-            )  # [N, L-1]
-
-            def hidden_at(pos: torch.Tensor) -> torch.Tensor:  # host [N] -> [N, H]
-                return hidden[torch.arange(len(batch), device=device), to_device(pos.clamp(min=0), device)]
-
+    with torch.autocast(model.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        states = packing.run_layers(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.prompt_len,
+            packed,
+            policy.logprob_blocks,
+            policy.temperature,
+        )
+        logp = states.logprobs(lm_head, batch.input_ids, batch.completion_mask) if logprobs else None  # [N, L-1]
     # The slot, and the position after each teacher-forced token: a read of c computes on them in
     # fp32, outside autocast (eq:readout's z_H - z_L is a difference of two close logits)
-    hidden_slot = tuple(hidden_at(batch.slot_pos + p) for p in range(batch.forced + 1))  # P x [N, H]
+    hidden_slot = tuple(states.at(batch.slot_pos + p) for p in range(batch.forced + 1))  # P x [N, H]
     if detach_readout:
         hidden_slot = tuple(h.detach() for h in hidden_slot)
     slot = confidence.Slot(hidden_slot, lm_head, policy.token_id)
-    return Forward(logp if logprobs else None, slot, slot_pos >= 0)
+    return Forward(logp, slot, packing.to_device(batch.slot_pos, model.device) >= 0)
 
 
 def training_batch(rollouts: list[ro.Rollout], tokenizer, plan: ConfidencePlan) -> Batch:
@@ -410,28 +290,6 @@ def training_batch(rollouts: list[ro.Rollout], tokenizer, plan: ConfidencePlan) 
     conf_train=sampled (plan.samples_slot_token)."""
     forced = [confidence.token_id(tokenizer, token) for token in plan.forced]
     return collate(rollouts, tokenizer.pad_token_id, forced=forced or None, slot_token_scored=plan.samples_slot_token)
-
-
-def at_slot(tokenizer, rollouts: list[ro.Rollout]) -> list[ro.Rollout]:
-    """Rollouts whose numeral was sampled as text, cut right after <confidence> (ro.through_slot,
-    closed where the numeral merged with the tag) and parsed like the readout channel: what
-    eq:digitexp teacher-forces "0." after. A rollout that already ends at its slot (a readout
-    rollout, on any prompt) is kept as it was parsed, so this is idempotent."""
-    out = []
-    for r in rollouts:
-        if r.segments.slot is not None and r.segments.slot == len(r.completion_ids):
-            out.append(r)
-            continue
-        ids, repaired = ro.through_slot(tokenizer, r.completion_ids)
-        out.append(
-            replace(
-                r,
-                completion_ids=ids,
-                slot_repaired=repaired or r.slot_repaired,
-                segments=ro.parse_segments(tokenizer, ids, "readout", ""),
-            )
-        )
-    return out
 
 
 # --- The model's c: a registered model read (confidence.py) of a forward's slot -----------------
@@ -460,11 +318,11 @@ def slot_confidences(
     policy: Policy, rollouts: list[ro.Rollout], read: confidence.Read, budget: int, packed: bool
 ) -> torch.Tensor:
     """[N] c of each rollout by the model read `read`, from a no-grad pass over prompt +
-    completion up to its slot (at_slot: a tag that merged with a numeral sampled after it is
+    completion up to its slot (rollout.at_slot: a tag that merged with a numeral sampled after it is
     closed first) + the read's teacher-forced tokens; NaN where there is no slot. What eval.py
     reads, and a baseline's eq:sw weights (tab:sw_baseline)."""
     tokenizer = policy.tokenizer
     forced = [policy.token_id(token) for token in read.forced]
-    batch = collate(at_slot(tokenizer, rollouts), tokenizer.pad_token_id, forced=forced or None)
+    batch = collate(ro.at_slot(tokenizer, rollouts), tokenizer.pad_token_id, forced=forced or None)
     lengths = batch.attention_mask.sum(dim=1).tolist()
     return confidences(policy, batch, micro_batches(lengths, budget, 1, packed=packed), packed, read)

@@ -6,15 +6,24 @@ file (`bash run.sh prepare` writes them under data/) or of a hub math dataset id
 Math rows are `{"id", "problem", "answer"}` (strings); code rows `{"id", "problem", "tests"}`,
 `tests` in the schema of verifier.verify_code. Only the schema's fields are kept.
 
+`training_problems` keeps those whose prompt fits the budget, with their prompt ids, and
+`QuestionStream` is the deterministic order in which a run draws them (its cursor is checkpointed).
+
 Not here: downloading, splitting and converting the paper's datasets (dataprep/, which the
-loop never imports), sampling questions (sampling.py).
+loop never imports).
 """
 
 from __future__ import annotations
 
 import json
+import random
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import rollout as ro
+from schema import Config
 
 # The normalized row of each domain: what dataprep/data.py writes and load_rows reads.
 ROW_FIELDS = {"math": ("id", "problem", "answer"), "code": ("id", "problem", "tests")}
@@ -114,3 +123,42 @@ def _json_records(path: Path) -> Iterator[dict]:
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a JSON list of records")
     yield from items
+
+
+def training_problems(
+    rows: list[dict], cfg: Config, prompt: str, tokenizer, announce: bool = True
+) -> tuple[list[dict], list[list[int]]]:
+    """The training problems (`rows`, as load_rows reads them) and their prompt ids on the app:model
+    prompt `prompt`; problems whose prompt exceeds max_prompt_tokens are skipped, and counted on
+    stderr (where `announce`)."""
+    prompts = [ro.build_prompt_ids(tokenizer, r["problem"], prompt, cfg.domain, cfg.enable_thinking) for r in rows]
+    keep = [i for i, p in enumerate(prompts) if len(p) <= cfg.max_prompt_tokens]
+    if len(keep) < len(rows) and announce:
+        print(
+            f"[credo] {len(rows) - len(keep)} of {len(rows)} problems exceed max_prompt_tokens="
+            f"{cfg.max_prompt_tokens} and are skipped",
+            file=sys.stderr,
+        )
+    return [rows[i] for i in keep], [prompts[i] for i in keep]
+
+
+@dataclass
+class QuestionStream:
+    """An endless, deterministic stream of question indices: epoch e is a permutation of
+    range(n) seeded by (seed, e). Its whole state is `cursor`, so resuming is exact."""
+
+    n: int
+    seed: int
+    cursor: int = 0
+
+    def _permutation(self, epoch: int) -> list[int]:
+        order = list(range(self.n))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def take(self, count: int) -> list[int]:
+        out = []
+        for c in range(self.cursor, self.cursor + count):
+            out.append(self._permutation(c // self.n)[c % self.n])
+        self.cursor += count
+        return out

@@ -30,7 +30,8 @@ With thinking enabled, Qwen3 first writes `<think> ... </think>`: the segments s
 after that block, whatever tags the reasoning mentions. (With the default
 enable_thinking=false the chat template ends the prompt with an empty block.)
 
-Holds: the prompts (`app:model`), the segment rules on token ids, the `Rollout` record.
+Holds: the prompts (`app:model`), the segment rules on token ids, the `Rollout` record, built
+from an engine's samples (`from_samples`) and cut at its slot (`at_slot`).
 Does not hold: generation (engine.py), grading (verifier.py), the forward (policy.py).
 Imports nothing of ours.
 """
@@ -40,7 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 CONF_HIGH = "<CONF_HIGH>"
 CONF_LOW = "<CONF_LOW>"
@@ -537,3 +538,47 @@ class Rollout:
     def sampled_len(self) -> int:
         """Completion tokens the policy sampled (the repaired tail excepted): the scored ones."""
         return len(self.completion_ids) - self.slot_repaired
+
+
+def from_samples(
+    tokenizer,
+    samples: list,
+    question_ids: list[str],
+    prompts: list[list[int]],
+    rules: str,
+    marker: str,
+    numeral: NumeralRule | None = None,
+) -> list[Rollout]:
+    """Rollouts of an engine's samples (engine.Sample: token_ids, finish_reason, logprobs,
+    slot_repaired), the same number per question (sample j of question q is row q*G + j), each
+    parsed into segments by `rules` (a channel's), `marker` and `numeral` (parse_segments)."""
+    per = len(samples) // max(len(prompts), 1)
+    return [
+        Rollout(
+            question_id=question_ids[row // per],
+            prompt_ids=prompts[row // per],
+            completion_ids=sample.token_ids,
+            text=decode(tokenizer, sample.token_ids),
+            finish_reason=sample.finish_reason,
+            segments=parse_segments(tokenizer, sample.token_ids, rules, marker, numeral),
+            engine_logprobs=sample.logprobs,
+            slot_repaired=sample.slot_repaired,
+        )
+        for row, sample in enumerate(samples)
+    ]
+
+
+def at_slot(tokenizer, rollouts: list[Rollout]) -> list[Rollout]:
+    """Rollouts whose numeral was sampled as text, cut right after <confidence> (through_slot,
+    closed where the numeral merged with the tag) and parsed like the readout channel: what
+    eq:digitexp teacher-forces "0." after. A rollout that already ends at its slot (a readout
+    rollout, on any prompt) is kept as it was parsed, so this is idempotent."""
+    out = []
+    for r in rollouts:
+        if r.segments.slot is not None and r.segments.slot == len(r.completion_ids):
+            out.append(r)
+            continue
+        ids, repaired = through_slot(tokenizer, r.completion_ids)
+        segments = parse_segments(tokenizer, ids, "readout", "")
+        out.append(replace(r, completion_ids=ids, slot_repaired=repaired or r.slot_repaired, segments=segments))
+    return out

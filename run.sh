@@ -231,7 +231,7 @@ case "$target" in
     # The arguments are checked first (one line on a mistake, before torch loads), and a training
     # split of the paper (data/<domain>/*.jsonl) that does not exist yet is prepared now, once,
     # before any rank starts: the loop only reads problems (problems.py).
-    [ "${NODE_RANK:-0}" = 0 ] && "$PY" -m dataprep.data first-use -- "$target" "$@"
+    [ "${NODE_RANK:-0}" = 0 ] && "$PY" -m dataprep.data first-use --builds "$TINY" -- "$target" "$@"
     if names_tiny "$target" "$@"; then tiny_ready; fi
     if [ "$NNODES" -gt 1 ]; then
       # Several nodes: the same command on each, NODE_RANK 0 .. NNODES-1, rendezvous at MASTER_ADDR.

@@ -28,10 +28,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import policy as pol  # noqa: E402
 from bench import bench_step  # noqa: E402
 from bench.results_io import report  # noqa: E402
-from kernels import logprobs  # noqa: E402
+from kernels import logprobs, packing  # noqa: E402
 from schema import Config  # noqa: E402
 
 
@@ -44,20 +43,20 @@ def row_micro_batches(lengths: list[int], rows: int, group: int) -> list[list[in
 
 def variant(step_args: tuple, cfg: Config, score_mask: bool = True, row_plan: bool = False, packed: bool = True):
     """credo's step with the given changes taken back (module functions swapped for the call:
-    policy.forward calls logprobs.token_logprobs, credo.train_step calls pol.micro_batches)."""
+    policy.forward calls logprobs.token_logprobs, credo.make_step calls packing.micro_batches)."""
 
     def step(model, optimizer):
-        full_logprobs, plan = logprobs.token_logprobs, pol.micro_batches
+        full_logprobs, plan = logprobs.token_logprobs, packing.micro_batches
         if not score_mask:
             logprobs.token_logprobs = lambda *a, score_mask=None, **k: full_logprobs(*a, **k)
         if row_plan:
-            pol.micro_batches = lambda lengths, budget, group, packed: row_micro_batches(
+            packing.micro_batches = lambda lengths, budget, group, packed: row_micro_batches(
                 lengths, cfg.per_device_batch_size, cfg.group_size
             )
         try:
             return bench_step.credo_step(model, optimizer, *step_args, packed=packed)
         finally:
-            logprobs.token_logprobs, pol.micro_batches = full_logprobs, plan
+            logprobs.token_logprobs, packing.micro_batches = full_logprobs, plan
 
     return step
 

@@ -37,11 +37,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import confidence  # noqa: E402
 import config  # noqa: E402
 import credo  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
-import sampling  # noqa: E402
 import verifier  # noqa: E402
 from bench.results_io import report  # noqa: E402
 from infra import memfit, parallel  # noqa: E402
@@ -224,7 +224,7 @@ def main() -> None:
     if compiled:
         pol.compile_update(policy)
     verdicts = [verifier.Verdict(passed=a == 1, reason="set by hand") for a in correct.tolist()]
-    out = sampling.Outcomes(
+    out = credo.Outcomes(
         correct=correct,
         verdicts=verdicts,
         fmt=valid.float(),
@@ -232,7 +232,7 @@ def main() -> None:
         reported=None,
         truncated=torch.zeros_like(valid),
     )
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
 
     def step():
         credo.train_step(credo.Learner(policy, optimizer, cfg, plan), credo.make_step(cfg, 1000, batch, out))

@@ -12,7 +12,7 @@ Length sources:
   completions log-normal (median 1,500) capped at 8,192 (truncated), `--batches` steps;
 * math_g8_mb16: the same lengths with micro-batches of 16 rows (budget of 16 rows).
 Strategies: `consecutive` (rows in order, `micro` at a time: plain row micro-batches),
-`credo_padded` / `credo_packed` (policy.micro_batches as train_step builds them, with
+`credo_padded` / `credo_packed` (packing.micro_batches as make_step builds them, with
 micro_batch_tokens=auto = micro full-length rows: whole groups where they fit the budget,
 the rows of the others length-sorted; padded to the longest row, or packed into one row
 (pack_sequences, the default), which has no padding), `packed_rows` (first-fit-decreasing
@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
-import policy as pol  # noqa: E402
 from bench.results_io import report  # noqa: E402
+from kernels import packing  # noqa: E402
 
 
 def consecutive(n: int, micro: int) -> list[list[int]]:
@@ -82,8 +82,8 @@ def strategies(batches: list[list[int]], micro: int, group: int, capacity: int) 
         tokens += sum(lengths)
         plans = {
             "consecutive": consecutive(n, micro),
-            "credo_padded": pol.micro_batches(lengths, budget, group, packed=False),
-            "credo_packed": pol.micro_batches(lengths, budget, group, packed=True),
+            "credo_padded": packing.micro_batches(lengths, budget, group, packed=False),
+            "credo_packed": packing.micro_batches(lengths, budget, group, packed=True),
         }
         for name, plan in plans.items():
             counts[name] += len(plan)

@@ -31,6 +31,7 @@ from bench.results_io import report  # noqa: E402
 def engines_side_by_side(questions: int, repeats: int) -> dict:
     import torch
 
+    import confidence
     import config
     import engine as eng
     import policy as pol
@@ -48,7 +49,7 @@ def engines_side_by_side(questions: int, repeats: int) -> dict:
         engines = {
             name: eng.make_engine(
                 dataclasses.replace(cfg, engine=name),
-                config.confidence_plan(cfg),
+                confidence.plan(cfg),
                 model,
                 tokenizer,
                 cfg.model,

@@ -54,7 +54,6 @@ import losses  # noqa: E402
 import methods  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
-import sampling  # noqa: E402
 import verifier  # noqa: E402
 from bench.results_io import report  # noqa: E402
 
@@ -164,7 +163,7 @@ def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_i
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
     verdicts = [verifier.Verdict(passed=a == 1, reason="set by hand") for a in correct.tolist()]
-    out = sampling.Outcomes(
+    out = credo.Outcomes(
         correct=correct, verdicts=verdicts, fmt=fmt, valid=valid, reported=None, truncated=torch.zeros_like(valid)
     )
     stats = credo.train_step(credo.Learner(policy, optimizer, cfg), credo.make_step(cfg, STEP, batch, out))

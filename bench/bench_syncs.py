@@ -29,11 +29,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import confidence  # noqa: E402
 import config  # noqa: E402
 import credo  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
-import sampling  # noqa: E402
 import verifier  # noqa: E402
 from bench.bench_mfu import SHAPES, NoStep  # noqa: E402
 from bench.results_io import report  # noqa: E402
@@ -131,7 +131,7 @@ def main() -> int:
         )
     batch = pol.collate(rollouts, 0)
     valid = batch.slot_pos >= 0
-    out = sampling.Outcomes(
+    out = credo.Outcomes(
         correct=torch.tensor([float(i % 2) for i in range(args.rows)]),
         verdicts=[verifier.Verdict(passed=i % 2 == 1, reason="set by hand") for i in range(args.rows)],
         fmt=valid.float(),
@@ -142,7 +142,7 @@ def main() -> int:
     policy = pol.Policy(model, None, shape["vocab_size"] - 2, shape["vocab_size"] - 1, pol.compute_dtype(cfg))
     if compiled:
         pol.compile_update(policy)
-    plan, optimizer = config.confidence_plan(cfg), NoStep(model)
+    plan, optimizer = confidence.plan(cfg), NoStep(model)
     layouts = {
         "one": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.rows * args.seq),
         "each_row": dataclasses.replace(cfg, pack_sequences=True, micro_batch_tokens=args.seq),

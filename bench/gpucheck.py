@@ -65,6 +65,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import confidence  # noqa: E402
 import config  # noqa: E402
 import engine as eng  # noqa: E402
 import policy as pol  # noqa: E402
@@ -640,7 +641,7 @@ def child_hf_engine(device: str, quick: bool) -> dict:
     figures = {"rows": questions * group, "max_completion_tokens": cfg.max_completion_tokens, "dtype": str(dtype)}
     for label, batch, n_questions in (("batched", cfg.hf_engine_batch, questions), ("one_by_one", 1, 1)):
         engine = eng.HFEngine(
-            model, tokenizer, dataclasses.replace(cfg, hf_engine_batch=batch), config.confidence_plan(cfg), dtype
+            model, tokenizer, dataclasses.replace(cfg, hf_engine_batch=batch), confidence.plan(cfg), dtype
         )
         engine.generate(prompts[:1], 1, seed=0)  # warm-up
         rates = []
@@ -679,7 +680,7 @@ def vllm_engine_checks(device: str, run_dir: str) -> dict:
         device, [f"precision={'bf16' if bf16 else 'fp32'}", "max_completion_tokens=32"]
     )
     dtype = torch.bfloat16 if bf16 else torch.float32
-    engine = eng.make_engine(cfg, config.confidence_plan(cfg), model, tokenizer, cfg.model, run_dir, dtype)
+    engine = eng.make_engine(cfg, confidence.plan(cfg), model, tokenizer, cfg.model, run_dir, dtype)
     figures, problems = {"sleep_mode": engine.sleep_mode}, []
     if bf16 and not engine.sleep_mode:
         problems.append("sleep mode is off on CUDA")

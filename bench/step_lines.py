@@ -4,10 +4,10 @@ From the loop body of `credo.train` (the `for step` statement: one step, not the
 it), follow every call of a project function, and every project class its code names (not
 annotations or decorators), through the method's modules; stop at what a step uses as a black
 box: generation (engine), grading (verifier), segment parsing and prompts (rollout), the kernels
-and the run infrastructure (kernels/, infra/), and the configuration's loading (config, schema;
-of config only the confidence plan the step reads is counted).
+and the run infrastructure (kernels/, infra/), and the configuration's loading (config, schema).
 Each registry's default entries are read too (the rewards, target, calibration loss, advantage,
-aggregation, loss terms and confidence read a default run calls through its registry). A
+aggregation, loss terms and confidence read a default run calls through its registry), and the
+ConfidencePlan the step reads (not `confidence.plan`, which builds it once before the loop). A
 function counts its whole source: signature, docstring, comments, body.
 
 Not here: any measurement of time; tests/test_layout.py holds the bound (800 lines, 5 files).
@@ -20,7 +20,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-READ = ("credo", "sampling", "methods", "losses", "policy", "confidence", "config")  # modules a reader opens
+READ = ("credo", "methods", "losses", "policy", "confidence")  # modules a reader opens
 START = [("credo", "train")]
 # What a default run (configs/credo.yaml) calls through a registry, by (module, function).
 DEFAULT_ENTRIES = [
@@ -34,7 +34,7 @@ DEFAULT_ENTRIES = [
     ("confidence", "readout"),
     ("confidence", "readout_of_slot"),  # the readout's exact form from the slot's hidden state
     ("confidence", "Read"),  # what a registered read declares (learner.plan.read)
-    ("config", "ConfidencePlan"),  # what the step reads of the run's confidence channel (learner.plan)
+    ("confidence", "ConfidencePlan"),  # what the step reads of the run's confidence channel (learner.plan)
 ]
 
 

@@ -445,34 +445,21 @@ def prepare_on_first_use(path: str | Path, snapshots: dict[str, str] | None = No
     return True
 
 
-def run_config(run_args: list[str]) -> config.Config | None:
-    """The config of credo.py's arguments `<config> [key=value ...]`, None where they ask for
-    help instead; arguments that do not load as a config raise config.INPUT_ERRORS."""
-    words = [a for a in run_args if not a.startswith("--")]
-    if not words or any(a in ("--help-config", "--list", "--table", "-h", "--help") for a in run_args):
-        return None
-    return config.load_config(words[0], words[1:])
-
-
 def prepare_training_split(run_args: list[str]) -> bool:
     """prepare_on_first_use for the train_data of credo.py's arguments (run_config); nothing is
     prepared for a `--dry-run`."""
-    cfg = run_config(run_args)
+    cfg = config.run_config(run_args)
     if cfg is None or "--dry-run" in run_args or not cfg.train_data:
         return False
     return prepare_on_first_use(cfg.train_data)
 
 
-def first_use(run_args: list[str]) -> int:
-    """`first-use`, which run.sh runs before credo.py: the arguments are checked first, and a
-    mistake in them is reported as credo.py would (`credo: ...` in one line, exit 1; a traceback
-    with --debug) before torch, transformers and vLLM load; then prepare_training_split."""
-    try:
-        run_config(run_args)
-    except config.INPUT_ERRORS as error:
-        if "--debug" in run_args:
-            raise
-        sys.exit(f"credo: {config.one_line(error)}")
+def first_use(run_args: list[str], builds: str | None = None) -> int:
+    """`first-use`, which run.sh runs before credo.py: the arguments are checked first
+    (config.check_run_arguments; `builds`: the directory run.sh builds next), and a mistake in them
+    is reported as credo.py would (`credo: ...` in one line, exit 1; a traceback with --debug)
+    before torch, transformers and vLLM load; then prepare_training_split."""
+    config.exit_on_bad_run_arguments(run_args, builds)
     prepare_training_split(run_args)
     return 0
 
@@ -510,11 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         "first-use",
         help="prepare the training split a run config names when it does not exist yet (run.sh, before training)",
     )
+    first.add_argument("--builds", default=None, help="a directory run.sh builds next: a model under it is not checked")
     first.add_argument("run", nargs=argparse.REMAINDER, help="<config> [key=value ...], as given to credo.py")
     args = parser.parse_args(argv)
     try:
         if args.command == "first-use":
-            return first_use(args.run)
+            return first_use(args.run, args.builds)
         manifest = prepare(
             args.out,
             args.only,

@@ -252,7 +252,7 @@ class LocalTransport:
     """A vllm.LLM for the checkpoint in this process (engine.VLLMEngine)."""
 
     def __init__(self, ckpt: str, cfg: Config):
-        self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, config.confidence_plan(cfg), engine_dtype(cfg))
+        self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, confidence.plan(cfg), engine_dtype(cfg))
 
     def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
         sample = self.engine.generate([list(prompt_ids)], 1, seed)[0]  # its settings are `settings`
@@ -318,7 +318,7 @@ class Client:
 
     def __init__(self, cfg: Config, tokenizer, tokens: dict[str, list[list[int]]], transport):
         self.cfg, self.tokenizer, self.tokens, self.transport = cfg, tokenizer, tokens, transport
-        self.plan = config.confidence_plan(cfg)
+        self.plan = confidence.plan(cfg)
         # c: the read the checkpoint's run recorded; every read of its prompt is listed
         self.c_read = self.plan.model_read if self.plan.record == "model" else self.plan.report_read
         self.reads = list(dict.fromkeys([*confidence.reads_of(self.plan.prompt), self.c_read]))
@@ -349,7 +349,7 @@ class Client:
         ids, finish = closed.token_ids, closed.finish_reason
         text = ro.decode(self.tokenizer, ids)
         channel = self.plan.segments  # a verbalized prompt stopped at the slot is parsed as the readout's
-        rule = config.numeral_rule(self.cfg)  # how a verbalized report is read (conf_tag, conf_number, ...)
+        rule = self.plan.numeral  # how a verbalized report is read (conf_tag, conf_number, ...)
         seg = ro.parse_segments(self.tokenizer, ids, channel, ANSWER_MARKERS[self.cfg.domain], rule)
         solution = ro.after_thinking(ro.decode(self.tokenizer, ids[: seg.answer_end])).strip()
         final_answer = final_answer_of(solution, self.cfg.domain)

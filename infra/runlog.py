@@ -111,6 +111,23 @@ def step_metrics(rollouts, correct, verdicts, fmt, valid, stats, logp_gap, timin
     }
 
 
+def show(bar, record: dict | None) -> None:
+    """The step's answer reward, accuracy and mean c on the progress bar (None: not rank 0)."""
+    if record is not None:
+        mean_c = "-" if record["mean_c"] is None else f"{record['mean_c']:.2f}"
+        bar.set_postfix(reward=f"{record['reward_ans']:.2f}", acc=f"{record['acc']:.2f}", c=mean_c)
+
+
+def rows_logp(pieces: list, n: int) -> list:
+    """[n] each row's log-probs of its completion tokens (a host tensor), from the update's
+    micro-batches `pieces`: (rows, logp [n_mb, L-1] on the device, completion mask [n_mb, L-1])."""
+    out: list[torch.Tensor | None] = [None] * n
+    for rows, logp, mask in pieces:
+        for row, row_logp, row_mask in zip(rows, logp.cpu(), mask):
+            out[row] = row_logp[row_mask]
+    return out
+
+
 def engine_logprob_gap(
     rollouts, completion_logp: list[torch.Tensor], world: parallel.World | None = None
 ) -> float | None:

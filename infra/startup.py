@@ -10,6 +10,10 @@ as `bash run.sh ...` does (run.sh exports the same settings for the other proces
   notice), the tokenizers' fork notice (`TOKENIZERS_PARALLELISM`), and the Python warnings the
   libraries raise from their own code (deprecation notices). A variable already set wins.
   Errors are never silenced, and a warning raised from our own code is shown.
+* `python credo.py <config> [key=value ...]` run directly: its arguments are checked as a config
+  here (config.exit_on_bad_run_arguments, which imports no torch), so a mistake is one line in
+  well under a second instead of after torch, transformers and vLLM load (run.sh checks them
+  the same way first, dataprep.data first-use).
 * Ctrl-C is one line and exit 130 (128 + SIGINT) where the command has no handling of its own:
   while the libraries import (an uncaught KeyboardInterrupt), and while they shut down (in an
   atexit callback or a finalizer, where Python prints a traceback and exits 0). The exit comes
@@ -27,6 +31,8 @@ import os
 import sys
 import warnings
 from pathlib import Path
+
+import config
 
 VERBOSE = os.environ.get("CREDO_VERBOSE", "0") == "1"
 # The libraries whose own logging and warnings are quiet unless VERBOSE (module-name prefixes).
@@ -108,8 +114,16 @@ def exit_if_interrupted() -> None:
         os._exit(EXIT_INTERRUPTED)
 
 
+def check_credo_arguments() -> None:
+    """credo.py run as the program (directly, or by torchrun): its arguments, checked now."""
+    main = sys.modules.get("__main__")
+    if Path(getattr(main, "__file__", None) or "").name == "credo.py":
+        config.exit_on_bad_run_arguments(sys.argv[1:])
+
+
 quiet_libraries(VERBOSE)
 previous_excepthook, previous_unraisablehook = sys.excepthook, sys.unraisablehook
 sys.excepthook = excepthook
 sys.unraisablehook = unraisablehook
 atexit.register(exit_if_interrupted)
+check_credo_arguments()  # after the hooks: validating a config loads torch, and Ctrl-C may come then

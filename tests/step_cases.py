@@ -7,11 +7,11 @@ import dataclasses
 
 import torch
 
+import confidence
 import config
 import credo
 import policy as pol
 import rollout as ro
-import sampling
 import verifier
 from rollout import Rollout, Segments
 
@@ -47,9 +47,9 @@ def fake_rollout(prompt_len, completion_len, answer_end, analysis_end, slot):
     return Rollout("q", list(range(1, prompt_len + 1)), list(range(50, 50 + completion_len)), "", "stop", seg)
 
 
-def outcomes_of(rollouts, correct) -> sampling.Outcomes:
+def outcomes_of(rollouts, correct) -> credo.Outcomes:
     """Outcomes with given a_i, F_i and the slot from the segments, no report sampled as text."""
-    return sampling.Outcomes(
+    return credo.Outcomes(
         correct=torch.as_tensor(correct, dtype=torch.float32),
         verdicts=hand_verdicts(correct),
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
@@ -109,7 +109,7 @@ def random_qwen3(tok, tied: bool, seed: int = 0):
 def method_rollouts(cfg, tok):
     """Three hand-written rollouts of one group, shaped as this config's engine returns them."""
     prompt = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
-    channel = config.confidence_plan(cfg).segments
+    channel = confidence.plan(cfg).segments
     if cfg.conf_train == "sampled":
         texts = [
             "\\boxed{4} <analysis> ok </analysis> <confidence><CONF_HIGH></confidence>",
@@ -143,7 +143,7 @@ def method_rollouts(cfg, tok):
 
 
 def method_batch(cfg, tok, rollouts) -> pol.Batch:
-    return pol.training_batch(rollouts, tok, config.confidence_plan(cfg))
+    return pol.training_batch(rollouts, tok, confidence.plan(cfg))
 
 
 def method_step(name, tiny_dir, correct=A, extra=()):
@@ -153,7 +153,7 @@ def method_step(name, tiny_dir, correct=A, extra=()):
     cfg = config.load_config(
         name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32", *extra]
     )
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
     out = dataclasses.replace(

@@ -94,6 +94,22 @@ def test_a_config_error_leaves_nothing_behind(tmp_path, override, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def refused_before_torch(code: str, says: str) -> None:
+    """`code` run in a fresh process exits 1 with the one line `says` starts, having imported none
+    of torch, transformers and vLLM, within 10 s (well under 2 s on an idle machine)."""
+    check = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules)))\n"
+        + code
+    )
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 1 and result.stdout == "[]\n", (result.stdout, result.stderr[-2000:])
+    assert result.stderr.startswith(says) and result.stderr.count("\n") == 1, result.stderr
+    assert elapsed < 10, f"{elapsed:.1f} s"
+
+
 @pytest.mark.parametrize(
     "override, says",
     [
@@ -101,6 +117,11 @@ def test_a_config_error_leaves_nothing_behind(tmp_path, override, capsys):
         # a registry's name, misspelt: refused from methods.py's text, before methods.py (torch) loads
         ("method=credoo", "credo: method='credoo' is not supported; choose one of ('credo', 'grpo', 'rlcr', 'dcpo'"),
         ("advantage=ppo", "credo: advantage='ppo' is not supported; choose one of ('grpo', 'rloo', 'dr_grpo'"),
+        # a confidence read and a loss term, from confidence.py's and methods.py's text
+        ("confidence=redout", "credo: confidence='redout' is not supported; choose one of ('readout', 'numeral',"),
+        ("loss_terms=pg,kll", "credo: loss_terms='kll' is not supported; choose one of ('pg', 'cal', 'kl')"),
+        # the model a fresh run starts from, before validation reads the registries
+        ("model=/nonexistent", "credo: model=/nonexistent: no such directory, and not a hub id (org/name)"),
     ],
 )
 def test_a_config_error_comes_before_the_heavy_libraries(override, says):
@@ -108,18 +129,36 @@ def test_a_config_error_comes_before_the_heavy_libraries(override, says):
     is one line from a process that never imports torch, transformers or vLLM, in well under the
     2 s asked (about 0.6 s idle for the whole `bash run.sh tiny lrr=1`, 0.7 s for `method=credoo`
     beside other jobs; 10 s allows a loaded machine)."""
-    check = (
-        "import sys\nfrom dataprep import data\n"
-        f"try:\n    data.main(['first-use', 'tiny', {override!r}])\n"
-        "finally:\n    print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))\n"
-    )
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    elapsed = time.perf_counter() - start
-    assert result.returncode == 1 and result.stdout == "[]\n", (result.stdout, result.stderr[-2000:])
-    assert result.stderr.startswith(says)
-    assert result.stderr.count("\n") == 1
-    assert elapsed < 10, f"{elapsed:.1f} s"
+    refused_before_torch(f"from dataprep import data\ndata.main(['first-use', 'tiny', {override!r}])\n", says)
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("method=credoo", "credo: method='credoo' is not supported"),
+        ("confidence=redout", "credo: confidence='redout' is not supported"),
+        ("model=/nonexistent", "credo: model=/nonexistent: no such directory"),
+        ("grad_accum=-1", "credo: grad_accum=-1 must be a positive integer"),
+    ],
+)
+def test_credo_py_run_directly_refuses_a_config_before_torch_loads(override, says):
+    """`python credo.py tiny <typo>` without run.sh: infra/startup.py, which credo.py imports first,
+    checks the arguments before credo.py's own imports load torch (about 0.3 s beside other
+    jobs, against 11 s before; 10 s allows a loaded machine)."""
+    argv = f"sys.argv = ['credo.py', 'tiny', {override!r}]\n"
+    refused_before_torch(f"import runpy\n{argv}runpy.run_path('credo.py', run_name='__main__')\n", says)
+
+
+def test_a_model_that_run_sh_builds_next_is_not_looked_for_yet(tmp_path):
+    """run.sh checks the arguments before it builds the tiny world (`first-use --builds .cache/tiny`):
+    a model under that directory may not exist yet; any other missing model is refused."""
+    later = tmp_path / "tiny"
+    args = ["tiny", f"model={later / 'model'}", f"out_dir={tmp_path / 'runs'}"]
+    assert config.check_run_arguments(args, builds=str(later)).model == str(later / "model")
+    with pytest.raises(FileNotFoundError, match="no such directory, and not a hub id"):
+        config.check_run_arguments(args)
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        config.check_run_arguments(["tiny", f"model={tmp_path / 'elsewhere'}"], builds=str(later))
 
 
 def test_a_registry_name_is_refused_alike_before_and_after_methods_py_loads():

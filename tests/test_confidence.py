@@ -172,7 +172,7 @@ RECORD = {  # one evaluation record (evaluation/report.py's schema)
 
 
 def test_the_run_s_plan_follows_the_read(p_high):
-    plan = config.confidence_plan(config.load_config("credo", ["confidence=p_high"]))
+    plan = confidence.plan(config.load_config("credo", ["confidence=p_high"]))
     assert plan.model_read is p_high and plan.read is p_high and plan.stops_at_slot and plan.forced == ()
     assert (plan.rewards_read, plan.weights_read, plan.record) == ("model", "model", "model")
 
@@ -186,7 +186,6 @@ def test_a_new_read_is_what_training_eval_and_ask_report(p_high, tiny_dir, tmp_p
     tiny run with its config's keys, eval.py on its checkpoint, and `ask` in process (vLLM)."""
     import credo  # the loop, only here: the other tests of this file need no training
     import eval as evaluation_cli
-    import sampling
     from evaluation import client
 
     _, keys = confidence_example()
@@ -202,8 +201,8 @@ def test_a_new_read_is_what_training_eval_and_ask_report(p_high, tiny_dir, tmp_p
         sampled.extend(made)
         return made
 
-    sampling_make_rollouts = sampling.make_rollouts
-    monkeypatch.setattr(sampling, "make_rollouts", make_rollouts)
+    sampling_make_rollouts = credo.make_rollouts
+    monkeypatch.setattr(credo, "make_rollouts", make_rollouts)
     run_dir = credo.train(cfg)
 
     # Training: the step's records carry p(<CONF_HIGH>) at each slot under the step's weights (the

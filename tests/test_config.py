@@ -12,8 +12,9 @@ import yaml
 import confidence
 import config
 import credo
-from confidence import READS
-from config import ConfidencePlan, Config, load_config
+import rollout as ro
+from confidence import READS, ConfidencePlan
+from config import Config, load_config
 
 
 def test_docstring_examples_hold():
@@ -272,7 +273,7 @@ def test_each_baseline_s_code_readings_load():
         "dcpo", ["adv_eps=1e-6", "dcpo_conf_reward=squared", "missing_confidence=minus_one", "conf_out_of_range=keep"]
     )
     assert (dcpo.dcpo_conf_reward, dcpo.missing_confidence, dcpo.conf_out_of_range) == ("squared", "minus_one", "keep")
-    assert config.numeral_rule(rlcr) == config.NumeralRule("last", "float", "reject")
+    assert confidence.plan(rlcr).numeral == ro.NumeralRule("last", "float", "reject")
 
 
 @pytest.mark.parametrize(
@@ -365,7 +366,7 @@ def test_method_and_channel_must_agree():
     assert load_config("rlcr_swd").confidence == "digit_exp"  # weights from eq:digitexp, rewards from q
 
 
-# --- the confidence plan of every config, written out from ConfidencePlan's docstring ---------
+# --- the confidence plan of every config, written out from ConfidencePlan's fields ------------
 
 # CREDO on a readout channel: c is the readout of the training forward; it drives the rewards
 # and eq:sw's weights and is regressed (eq:calloss); rollouts stop at <confidence>.
@@ -373,6 +374,7 @@ READOUT = ConfidencePlan(
     read=READS["readout"],
     prompt="readout",
     segments="readout",
+    numeral=ro.NumeralRule(),
     model_read=READS["readout"],
     report_read=None,
     rewards_read="model",
@@ -389,6 +391,7 @@ NUMERAL = ConfidencePlan(
     read=READS["numeral"],
     prompt="verbalized",
     segments="verbalized",
+    numeral=ro.NumeralRule(),
     model_read=None,
     report_read=READS["numeral"],
     rewards_read="report",
@@ -444,7 +447,11 @@ def test_confidence_plan_of_every_config():
     picked up here without an entry: it must load, validate and have a plan."""
     assert set(EXPECTED_PLANS) <= set(config.config_names())
     for name in config.config_names():
-        plan = config.confidence_plan(load_config(name))
+        cfg = load_config(name)
+        plan = confidence.plan(cfg)
+        numeral = ro.NumeralRule(cfg.conf_tag, cfg.conf_number, cfg.conf_out_of_range)
+        assert plan.numeral == numeral, name  # the config's own parse of a report
+        plan = dataclasses.replace(plan, numeral=ro.NumeralRule())
         assert plan == EXPECTED_PLANS.get(name, plan), name
     reads_model = {name for name, plan in EXPECTED_PLANS.items() if plan.reads_model}
     assert reads_model == set(EXPECTED_PLANS) - {"grpo", "rlcr", "rlcr_sw", "dcpo", "dcpo_sw", "rlcr_swd", "dcpo_swd"}
@@ -455,7 +462,7 @@ def test_confidence_plan_with_thinking_on_cuts_instead_of_stopping():
     may mention <confidence>); the sampled slot token and the numeral are unaffected."""
 
     def plan(name):
-        return config.confidence_plan(load_config(name, ["enable_thinking=true"]))
+        return confidence.plan(load_config(name, ["enable_thinking=true"]))
 
     assert (plan("credo").stops_at_slot, plan("credo").cuts_at_slot) == (True, True)
     assert (plan("credo_digitexp").segments, plan("credo_digitexp").cuts_at_slot) == ("readout", True)

@@ -33,8 +33,8 @@ import engine as eng
 import losses
 import methods
 import policy as pol
+import problems
 import rollout as ro
-import sampling
 import verifier
 from confidence import READS
 from infra import parallel, runlog
@@ -54,10 +54,10 @@ def test_dry_run_prints_the_resolved_config(capsys):
 
 
 def test_question_stream_is_a_deterministic_sequence_of_epochs():
-    stream = sampling.QuestionStream(n=5, seed=1)
+    stream = problems.QuestionStream(n=5, seed=1)
     first = stream.take(3) + stream.take(4)
     assert sorted(first[:5]) == [0, 1, 2, 3, 4]  # epoch 0 is a permutation
-    resumed = sampling.QuestionStream(n=5, seed=1, cursor=3)
+    resumed = problems.QuestionStream(n=5, seed=1, cursor=3)
     assert resumed.take(4) == first[3:]  # the cursor is the whole state
 
 
@@ -459,10 +459,7 @@ def test_digit_expectation_emission_regresses_eq_digitexp(tiny_dir):
     from the same forward (checked against full logits), and L_cal's gradient reaches the trunk."""
     policy, cfg, rollouts, batch, _, grads, stats = method_step("credo_digitexp", tiny_dir)
     model, tok = policy.model, policy.tokenizer
-    assert (
-        eng.stop_strings(config.confidence_plan(cfg)) == [ro.CONF_OPEN]
-        and config.confidence_plan(cfg).segments == "readout"
-    )
+    assert eng.stop_strings(confidence.plan(cfg)) == [ro.CONF_OPEN] and confidence.plan(cfg).segments == "readout"
     digits, dot = [tok.convert_tokens_to_ids(str(d)) for d in range(10)], tok.convert_tokens_to_ids(".")
     for i, r in enumerate(rollouts[:2]):
         seq = r.prompt_ids + r.completion_ids + [digits[0], dot]
@@ -534,11 +531,11 @@ def test_code_rewards_come_from_the_sandbox(tiny_tokenizer):
         )
         for text in answers
     ]
-    out = sampling.outcomes(
+    out = credo.outcomes(
         rollouts,
         [{"id": "c1", "problem": "Double n.", "tests": DOUBLE_TESTS}],
         cfg,
-        config.confidence_plan(cfg),
+        confidence.plan(cfg),
         tiny_tokenizer,
     )
     assert out.correct.tolist() == [1.0, 0.0]  # n + 2 passes the first test (n = 2 is not in it) but not 10 -> 12
@@ -599,14 +596,14 @@ def test_a_rollout_the_grader_fails_on_costs_only_itself(tiny_dir, tmp_path, cap
     cfg = config.load_config(
         "tiny", ["domain=code", "group_size=3", "per_device_batch_size=6", "grad_accum=1", "verify_workers=2"]
     )
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
     questions = [
         {"id": "double", "problem": "Double n.", "tests": DOUBLE_TESTS},
         {"id": "broken", "problem": "Double n.", "tests": MALFORMED_TESTS},
     ]
     programs = ["print(2 * int(input()))", "print('1e-99999999999999999999')", "print('2469134e99999999999999999999')"]
     rollouts = code_rollouts(policy.tokenizer, plan, ["double"] * 3 + ["broken"] * 3, programs * 2)
-    out = sampling.outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
+    out = credo.outcomes(rollouts, questions, cfg, plan, policy.tokenizer)
     broken = "error: ValueError: 2 inputs but 1 outputs"
     assert out.correct.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert [verdict.reason for verdict in out.verdicts] == ["correct", "wrong", "wrong", broken, broken, broken]
@@ -783,9 +780,9 @@ def test_the_sampled_slot_token_is_read_as_text(tiny_dir):
     for text, slot_token in (("\\boxed{4} <analysis> ok </analysis> <confidence>", high), ("\\boxed{5}", None)):
         ids = tok.encode(text, add_special_tokens=False) + ([slot_token] if slot_token is not None else [])
         rollouts.append(Rollout("q", prompt, ids, text, "stop", ro.parse_segments(tok, ids, "readout", "\\boxed")))
-    plan = config.confidence_plan(config.load_config("credo_sampled"))
+    plan = confidence.plan(config.load_config("credo_sampled"))
     q = plan.report_read.from_text(rollouts, tok)
     assert q[0] == 1.0 and torch.isnan(q[1])  # <CONF_HIGH> sampled; no slot
-    assert config.confidence_plan(config.load_config("credo")).report_read is None  # the rewards read the model's c
+    assert confidence.plan(config.load_config("credo")).report_read is None  # the rewards read the model's c
     with pytest.raises(ValueError, match="confidence read 'numeral' is registered twice"):
         confidence.register_text_read("numeral", ("verbalized",))(lambda rollouts, tokenizer: None)

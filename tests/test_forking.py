@@ -169,7 +169,7 @@ def test_the_entropy_term_by_hand(examples):
 
 
 def test_each_example_config_is_a_credo_run_with_one_thing_changed(examples, tmp_path):
-    credo_plan = config.confidence_plan(config.load_config("credo"))
+    credo_plan = confidence.plan(config.load_config("credo"))
     for name, keys in new_configs().items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(keys))
@@ -178,7 +178,7 @@ def test_each_example_config_is_a_credo_run_with_one_thing_changed(examples, tmp
         assert {key: getattr(cfg, key) for key in changed} == changed
         # derived, nothing else edited: a new confidence read is the run's read and its model's c
         read = confidence.READS[changed.get("confidence", "readout")]
-        assert config.confidence_plan(cfg) == dataclasses.replace(credo_plan, read=read, model_read=read), name
+        assert confidence.plan(cfg) == dataclasses.replace(credo_plan, read=read, model_read=read), name
     with pytest.raises(ValueError, match="method=brier needs a confidence with logits"):
         config.load_config("credo", ["method=brier", "channel=verbalized"])
     with pytest.raises(ValueError, match=r"target='nope' is not supported; choose one of \(.*'leave_one_out'"):

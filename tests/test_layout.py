@@ -1,4 +1,4 @@
-"""The layout (docs/architecture.md), read with `ast` from the files themselves.
+"""The layout (README.md, "Layout"), read with `ast` from the files themselves.
 
 The top level holds the method: the modules one training step needs to be read. Every other
 concern is one folder named for it, opening (its `__init__.py`) with what it holds. The rules
@@ -11,7 +11,9 @@ are about concepts, not line counts:
   method (kernels, grading) import nothing of the top level, and nothing imports the entry
   points (credo, eval);
 * the loop reaches the sandbox only through the verifier, and never loads the dataset
-  converters (dataprep).
+  converters (dataprep);
+* one training step reads in at most STEP_LINES lines over at most STEP_FILES modules
+  (bench/step_lines.py says what it counts).
 
 tests/ and bench/ are not modules of the package."""
 
@@ -20,20 +22,21 @@ from pathlib import Path
 
 import pytest
 
+from bench import step_lines
+
 ROOT = Path(__file__).resolve().parent.parent
 # What one training step needs to be read (README, "Layout").
 TOP_LEVEL = {
-    "credo",  # the loop of section 3
-    "sampling",  # steps 1-3: questions, rollouts, outcomes
-    "problems",  # the problems a run reads
+    "credo",  # the loop of section 3: rollouts, outcomes, credit, the update
+    "problems",  # the problems a run reads, and the order it draws them in
     "rollout",  # prompts (app:model) and segments on token ids
     "methods",  # the registries research changes: rewards, target, calibration loss, advantages, loss terms
-    "confidence",  # the confidence channel: every registered read of c
+    "confidence",  # the confidence channel: every registered read of c, and a run's plan
     "losses",  # the paper's equations, one pure function each
     "policy",  # model, batches, THE forward, the readout
     "engine",  # vLLM and HF generation
     "verifier",  # a_i: math-verify and the code sandbox, behind one door
-    "config",  # the typed Config, its loading and the confidence plan
+    "config",  # the typed Config and its loading
     "schema",  # every config key with its default and help
     "eval",  # the evaluation CLI
 }
@@ -45,6 +48,7 @@ METHOD_LAYER = 1
 ENTRY_LAYER = 4  # credo and eval sit above everything they run
 SPLICED = {"grading.sandbox_child"}  # its imports are replaced by text (grading/sandbox.py), never run
 MAX_CHAIN = 7  # modules in the longest import chain from an entry point
+STEP_LINES, STEP_FILES = 800, 5  # what a reader reads for one step (bench/step_lines.py)
 
 
 def module_files() -> dict[str, Path]:
@@ -272,3 +276,14 @@ def test_every_parse_of_python_source_goes_through_the_lock():
                     ):
                         calls.append((name, node.name))
     assert sorted(set(calls)) == [("grading.judge", "parse_python")]
+
+
+def test_one_step_reads_short():
+    """The step's functions and the project functions and classes they use, with the default
+    entries of every registry, stopping at the engine, the verifier, the rollout parser, the
+    kernels and the infrastructure: at most STEP_LINES lines over at most STEP_FILES modules."""
+    per_file: dict[str, int] = {}
+    for (module, _), lines in step_lines.reading_path().items():
+        per_file[module] = per_file.get(module, 0) + lines
+    assert sum(per_file.values()) <= STEP_LINES and len(per_file) <= STEP_FILES, per_file
+    assert {"credo", "policy", "losses", "methods"} <= set(per_file)  # the counter still finds the step

@@ -1,5 +1,5 @@
-"""packing.py: the packed layout (doctests: shared prompts, where each row's positions go) and
-sequence_attention's refusals. That a packed forward equals the padded one, outputs and
+"""packing.py: the micro-batch plan, the packed layout (doctests: shared prompts, where each row's
+positions go) and sequence_attention's refusals. That a packed forward equals the padded one, outputs and
 gradients, is tests/test_policy.py's (it needs the policy's forward)."""
 
 import doctest
@@ -12,7 +12,27 @@ from kernels import packing
 
 def test_doctests():
     result = doctest.testmod(packing)
-    assert result.attempted >= 5 and result.failed == 0
+    assert result.attempted >= 9 and result.failed == 0
+
+
+def test_a_rollout_longer_than_the_budget_is_refused():
+    with pytest.raises(ValueError, match="rollout 1 has 7 tokens, more than micro_batch_tokens = 6"):
+        packing.micro_batches([5, 7], budget=6, group=1, packed=True)
+
+
+def test_micro_batches_pack_whole_groups_up_to_the_budget():
+    """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
+    lengths = [3, 3, 2, 2, 9, 1, 4, 4]
+    plan = packing.micro_batches(lengths, budget=10, group=2, packed=True)
+    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]  # 4 + 6 = 10; 8; 10
+    # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
+    padded = packing.micro_batches(lengths, 10, 2, packed=False)
+    assert padded == [[2, 3], [0, 1], [6, 7], [5], [4]]
+    assert packing.pad_fraction(lengths, padded) == 0.0
+    # groups play no part with group=1: rows by length 1, 2, 2, 3, 3, 4, 4, 9
+    assert packing.micro_batches(lengths, budget=10, group=1, packed=True) == [[5, 2, 3, 0], [1, 6], [7], [4]]
+    with pytest.raises(ValueError, match="8 rows are not whole groups of 3"):
+        packing.micro_batches(lengths, 10, 3, packed=True)
 
 
 def test_sequence_attention_refuses_a_padded_batch_with_segments():

@@ -27,12 +27,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from numerics import assert_same_first_adamw_step, assert_same_gradient, grad_atol  # noqa: E402
 
+import confidence  # noqa: E402
 import config  # noqa: E402
 import credo  # noqa: E402
 import engine as eng  # noqa: E402
 import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
-import sampling  # noqa: E402
 import verifier  # noqa: E402
 from infra import checkpoint, parallel, runlog  # noqa: E402
 
@@ -144,7 +144,7 @@ def one_update(
 
     mine = parallel.rank_slice(GROUPS, world)
     rollouts = [r for problem, texts, _ in mine for r in group_rollouts(tokenizer, problem, texts)]
-    out = sampling.Outcomes(
+    out = credo.Outcomes(
         correct=torch.tensor([a for _, _, answers in mine for a in answers]),  # [N_rank]
         verdicts=[verifier.Verdict(passed=a == 1, reason="set by hand") for _, _, answers in mine for a in answers],
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
@@ -155,7 +155,7 @@ def one_update(
     counts = parallel.all_reduce({"rows": len(rollouts), "valid": float(out.valid.sum())}, world)
     counts = {key: value / world.world_size for key, value in counts.items()} if world.distributed else None
 
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
     batch = pol.training_batch(rollouts, tokenizer, plan)
     if split_groups:
         cfg = dataclasses.replace(cfg, micro_batch_tokens=int(batch.attention_mask.sum(dim=1).max()))
@@ -184,9 +184,7 @@ def generate_on_shards(model_dir: str) -> dict:
     prompt = tokenizer.encode(
         f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
     )
-    samples = eng.HFEngine(model, tokenizer, cfg, config.confidence_plan(cfg)).generate(
-        [prompt], 4, seed=world.rank_seed(2)
-    )
+    samples = eng.HFEngine(model, tokenizer, cfg, confidence.plan(cfg)).generate([prompt], 4, seed=world.rank_seed(2))
     rollouts = [
         ro.Rollout(
             problem,
@@ -201,7 +199,7 @@ def generate_on_shards(model_dir: str) -> dict:
         for s in samples
     ]
     parallel.gather_root(model)
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
     batch = pol.training_batch(rollouts, tokenizer, plan)
     with torch.no_grad():
         fwd = pol.forward(policy, batch)

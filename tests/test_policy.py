@@ -3,7 +3,6 @@ one forward pass, and the no-grad confidence reads (eq:readout, eq:digitexp) by 
 
 import copy
 import dataclasses
-import doctest
 import math
 import os
 
@@ -31,12 +30,6 @@ from confidence import READS
 from infra import parallel, runlog
 from kernels.packing import pack_rows
 from rollout import Rollout
-
-
-def test_docstring_examples_hold():
-    result = doctest.testmod(pol, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 4 and result.failed == 0
-
 
 # --- reserved tokens --------------------------------------------------------------------------
 
@@ -146,7 +139,7 @@ def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokeni
         "\\boxed{4}\n<analysis>\nok\n</analysis>\n<confidence>" + numeral + "</confidence>", add_special_tokens=False
     )
     rollout = Rollout("q", [1, 2, 3], ids, "", "stop", ro.parse_segments(tok, ids, "verbalized", "\\boxed"))
-    (cut,) = pol.at_slot(tok, [rollout])
+    (cut,) = ro.at_slot(tok, [rollout])
     assert cut.slot_repaired == (0 if numeral == "0.8" else 1) and cut.segments.slot == len(cut.completion_ids)
     zero, point = (confidence.token_id(tok, text) for text in READS["digit_exp"].forced)  # "0", "."
     batch = pol.collate([cut], tok.pad_token_id, forced=[zero, point])
@@ -155,27 +148,7 @@ def test_digit_expectation_reads_the_right_positions_when_gt_merges(qwen3_tokeni
     assert ro.decode(tok, row[: slot + 1].tolist()).endswith("</analysis>\n<confidence>") and row[slot] == 29
     assert (row[slot + 1], row[dec]) == (zero, point) and dec == slot + 2 == len(row) - 1
     assert not batch.completion_mask[0, slot:].any()  # ">" was written, not sampled
-    assert pol.at_slot(tok, [cut])[0].completion_ids == cut.completion_ids  # idempotent
-
-
-def test_a_rollout_longer_than_the_budget_is_refused():
-    with pytest.raises(ValueError, match="rollout 1 has 7 tokens, more than micro_batch_tokens = 6"):
-        pol.micro_batches([5, 7], budget=6, group=1, packed=True)
-
-
-def test_micro_batches_pack_whole_groups_up_to_the_budget():
-    """Groups of 2, packed cost = their tokens: [3+3], [2+2], [9+1], [4+4]; budget 10."""
-    lengths = [3, 3, 2, 2, 9, 1, 4, 4]
-    plan = pol.micro_batches(lengths, budget=10, group=2, packed=True)
-    assert plan == [[2, 3, 0, 1], [6, 7], [4, 5]]  # 4 + 6 = 10; 8; 10
-    # padded, a micro-batch costs rows x longest: [2,2] 4, + [3,3] 4 x 3 = 12 > 10; [9,1] is 18 alone: split
-    padded = pol.micro_batches(lengths, 10, 2, packed=False)
-    assert padded == [[2, 3], [0, 1], [6, 7], [5], [4]]
-    assert pol.pad_fraction(lengths, padded) == 0.0
-    # groups play no part with group=1: rows by length 1, 2, 2, 3, 3, 4, 4, 9
-    assert pol.micro_batches(lengths, budget=10, group=1, packed=True) == [[5, 2, 3, 0], [1, 6], [7], [4]]
-    with pytest.raises(ValueError, match="8 rows are not whole groups of 3"):
-        pol.micro_batches(lengths, 10, 3, packed=True)
+    assert ro.at_slot(tok, [cut])[0].completion_ids == cut.completion_ids  # idempotent
 
 
 # --- the forward pass ---------------------------------------------------------------------------
@@ -189,7 +162,7 @@ def test_packed_micro_batches_equal_padded_ones(name, tiny_dir, device):
     policy = tiny_policy(tiny_dir)
     policy.model.to(device)
     cfg = config.load_config(name, ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
     assert batch.attention_mask.sum() < batch.attention_mask.numel()  # the padded batch has padding
@@ -281,7 +254,7 @@ def test_compiled_layers_change_no_output_and_no_gradient(tiny_dir, device, chec
     if checkpointing:
         parallel.enable_activation_checkpointing(policy.model)
     cfg = config.load_config("credo", ["group_size=3", "per_device_batch_size=3", "grad_accum=1", "precision=fp32"])
-    plan = config.confidence_plan(cfg)
+    plan = confidence.plan(cfg)
     rollouts = method_rollouts(cfg, policy.tokenizer)
     batch = method_batch(cfg, policy.tokenizer, rollouts)
 

@@ -8,11 +8,11 @@ import re
 
 import pytest
 
+import confidence
 import config
 import engine as eng
 import problems
 import rollout as ro
-import sampling
 import verifier
 from rollout import NumeralRule, Rollout, confidence_text, parse_segments, parse_verbalized_confidence, system_prompt
 
@@ -155,25 +155,25 @@ def test_no_analysis_variant(tiny_tokenizer):
 
 def test_where_each_arm_stops_generating():
     def stops(name):
-        return eng.stop_strings(config.confidence_plan(config.load_config(name)))
+        return eng.stop_strings(confidence.plan(config.load_config(name)))
 
     assert stops("credo") == stops("credo_noanalysis") == stops("grpo_head") == [ro.CONF_OPEN]  # read at the slot
     assert stops("credo_digitexp") == [ro.CONF_OPEN]  # verbalized prompt, eq:digitexp read at the slot
     assert stops("credo_sampled") == [ro.CONF_CLOSE]  # the slot token itself is sampled
     assert stops("rlcr") == stops("rlcr_swd") == stops("grpo") == []  # the numeral is sampled as text
     assert eng.sampling_settings(
-        config.load_config("credo_sampled"), config.confidence_plan(config.load_config("credo_sampled"))
+        config.load_config("credo_sampled"), confidence.plan(config.load_config("credo_sampled"))
     )["stop"] == [ro.CONF_CLOSE]
 
     def thinking(name):
         cfg = config.load_config(name, ["enable_thinking=true"])
-        plan = config.confidence_plan(cfg)
+        plan = confidence.plan(cfg)
         return eng.stop_strings(plan), plan.cuts_at_slot, plan.segments
 
     # with thinking on, a trace that mentions <confidence> must not end the rollout: cut afterwards
     assert thinking("credo") == ([], True, "readout") and thinking("credo_digitexp") == ([], True, "readout")
     assert thinking("rlcr") == ([], False, "verbalized") and thinking("credo_sampled")[:2] == ([ro.CONF_CLOSE], False)
-    assert not config.confidence_plan(config.load_config("credo")).cuts_at_slot
+    assert not confidence.plan(config.load_config("credo")).cuts_at_slot
 
 
 def test_verbalized_rollouts(tiny_tokenizer):
@@ -531,7 +531,7 @@ def vllm_engine(policy, tmp_path_factory):
 
     cfg, model, tok, *_ = policy
     engine = eng.make_engine(
-        cfg, config.confidence_plan(cfg), model, tok, cfg.model, tmp_path_factory.mktemp("run"), torch.float32
+        cfg, confidence.plan(cfg), model, tok, cfg.model, tmp_path_factory.mktemp("run"), torch.float32
     )
     yield engine
     engine.close()
@@ -652,7 +652,7 @@ def test_weight_push_after_a_training_step(policy, vllm_engine):
     samples = vllm_engine.generate(prompts, group_size=3, seed=13)
     rollouts, batch, before = trainer_logprobs(policy, samples, prompts, 3)
     sequences = [r.prompt_ids + r.completion_ids for r in rollouts]
-    out = sampling.Outcomes(
+    out = credo.Outcomes(
         correct=torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),  # a fixed outcome: something to learn
         verdicts=[verifier.Verdict(passed=a == 1, reason="set by hand") for a in [1, 0, 1, 0, 1, 0]],
         fmt=torch.tensor([float(r.segments.fmt) for r in rollouts]),
@@ -682,7 +682,7 @@ def test_hf_engine_has_the_same_interface(policy):
     import torch
 
     cfg, model, tok, *_, prompts = policy
-    engine = eng.HFEngine(model, tok, cfg, config.confidence_plan(cfg))
+    engine = eng.HFEngine(model, tok, cfg, confidence.plan(cfg))
     samples = engine.generate(prompts, group_size=3, seed=3)
     assert len(samples) == 6
     _, _, trainer = trainer_logprobs(policy, samples, prompts, 3)
@@ -706,7 +706,7 @@ def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     model, tok = loaded.model, loaded.tokenizer
     policy = (cfg, model, tok, loaded.high_id, loaded.low_id, None, prompts)
     thinking = dataclasses.replace(cfg, enable_thinking=True)
-    engine = eng.HFEngine(model, tok, thinking, config.confidence_plan(thinking))
+    engine = eng.HFEngine(model, tok, thinking, confidence.plan(thinking))
     assert engine.settings["stop"] == [] and engine.cut_at_slot
     samples = engine.generate(prompts, group_size=3, seed=3)
     segments = [parse_segments(tok, s.token_ids, "readout", "\\boxed") for s in samples]
@@ -763,7 +763,7 @@ def test_sample_next_filters_like_vllm_and_draws_per_row():
 def engine_samples(policy, prompts, batch, seed=3, **settings):
     """HF engine samples of 2 prompts x 3, `batch` rows at a time, with sampling settings overridden."""
     cfg, model, tok, *_ = policy
-    engine = eng.HFEngine(model, tok, dataclasses.replace(cfg, hf_engine_batch=batch), config.confidence_plan(cfg))
+    engine = eng.HFEngine(model, tok, dataclasses.replace(cfg, hf_engine_batch=batch), confidence.plan(cfg))
     engine.settings = {**engine.settings, **settings}
     return engine.generate(prompts, 3, seed=seed)
 
@@ -847,7 +847,7 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
 
     rows = [prompts[0] + [row[0]] for row in cycles]
     chained = chain_model(model, successor)
-    engine = eng.HFEngine(chained, tok, dataclasses.replace(cfg, hf_engine_batch=6), config.confidence_plan(cfg))
+    engine = eng.HFEngine(chained, tok, dataclasses.replace(cfg, hf_engine_batch=6), confidence.plan(cfg))
     engine.settings = {**engine.settings, "stop": []}
     free = engine.generate(rows, 1, seed=3)
     assert [s.token_ids for s in free] == expected and {s.finish_reason for s in free} == {"length"}
@@ -858,7 +858,7 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
     eos_tok = copy.deepcopy(tok)  # EOS per row: a token of rows 3 and 4 becomes EOS
     eos_tok.eos_token = tok.convert_ids_to_tokens(eos_id)
     assert eos_tok.eos_token_id == eos_id
-    engine = eng.HFEngine(chained, eos_tok, dataclasses.replace(cfg, hf_engine_batch=6), config.confidence_plan(cfg))
+    engine = eng.HFEngine(chained, eos_tok, dataclasses.replace(cfg, hf_engine_batch=6), confidence.plan(cfg))
     engine.settings = {**engine.settings, "stop": []}
     stopped = engine.generate(rows, 1, seed=3)
     assert [(s.token_ids, s.finish_reason) for s in stopped] == [
@@ -869,4 +869,4 @@ def test_hf_engine_stops_each_row_at_its_own_stop_string_and_eos(policy):
 def test_hf_engine_batch_must_be_a_positive_integer(policy):
     cfg, model, tok, *_ = policy
     with pytest.raises(ValueError, match="hf_engine_batch must be a positive integer"):
-        eng.HFEngine(model, tok, dataclasses.replace(cfg, hf_engine_batch=0), config.confidence_plan(cfg))
+        eng.HFEngine(model, tok, dataclasses.replace(cfg, hf_engine_batch=0), confidence.plan(cfg))
