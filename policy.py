@@ -28,7 +28,6 @@ import rollout as ro
 from confidence import ConfidencePlan
 from kernels import logprobs as logprob_kernels
 from kernels import packing
-from kernels.packing import micro_batches, use_sequence_attention
 from schema import Config
 
 RESERVED_TOKENS = (ro.CONF_HIGH, ro.CONF_LOW)
@@ -129,13 +128,8 @@ def load_policy(
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=weights_dtype).to(device)
     high_id, low_id = add_reserved_tokens(model, tokenizer)
-    use_sequence_attention(model)
+    packing.use_sequence_attention(model)
     return Policy(model, tokenizer, high_id, low_id, dtype, temperature=sampling_temperature(temperature))
-
-
-def reserved_ids(tokenizer) -> set[int]:
-    """The ids of <CONF_HIGH> and <CONF_LOW>."""
-    return {tokenizer.convert_tokens_to_ids(t) for t in RESERVED_TOKENS}
 
 
 # --- Rollouts as tensors ----------------------------------------------------------------------
@@ -325,4 +319,4 @@ def slot_confidences(
     forced = [policy.token_id(token) for token in read.forced]
     batch = collate(ro.at_slot(tokenizer, rollouts), tokenizer.pad_token_id, forced=forced or None)
     lengths = batch.attention_mask.sum(dim=1).tolist()
-    return confidences(policy, batch, micro_batches(lengths, budget, 1, packed=packed), packed, read)
+    return confidences(policy, batch, packing.micro_batches(lengths, budget, 1, packed=packed), packed, read)

@@ -131,13 +131,12 @@ def method_rollouts(cfg, tok):
             "\\boxed{6}",
         ]
     rollouts = []
+    reserved = {tok.convert_tokens_to_ids(token) for token in pol.RESERVED_TOKENS}
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False)
         seg = ro.parse_segments(tok, ids, channel, "\\boxed")
         if cfg.conf_train == "sampled":  # as make_rollouts: F needs a reserved slot token
-            seg = dataclasses.replace(
-                seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in pol.reserved_ids(tok)
-            )
+            seg = dataclasses.replace(seg, fmt=seg.fmt and seg.slot is not None and ids[seg.slot] in reserved)
         rollouts.append(Rollout("q", prompt, ids, text, "stop", seg))
     return rollouts
 
