@@ -14,7 +14,8 @@ evaluation/client.py (`ask`) and the toy (through eval.py).
 
 * A **model read** names the tokens it reads after the slot (`probes`: each a token sequence
   whose last token's log-prob it needs, the tokens before it teacher-forced) and computes
-  c [N] from their log-probs [N, K]. A server gives those as prompt log-probs (`ask`); the
+  c [N] from their log-probs [N, K]. A server gives those as prompt log-probs (`ask`), the
+  training engine right after generation (engine.probe_logprobs, credit_confidence=engine); the
   forward computes them from the slot's hidden state under the full softmax (`Read.of_slot`).
   A read whose normaliser cancels may also give `from_slot`, the same c from a few rows of the
   output head: the readout (z_H - z_L in fp32, losses.readout_logits, exactly) and eq:digitexp.
@@ -279,9 +280,9 @@ class ConfidencePlan:
     samples_slot_token: bool  # conf_train=sampled: the slot token is sampled; F_i needs it in the reserved pair
 
     @property
-    def reads_model(self) -> bool:
-        """Credit needs the model's c of every group member (from a forward)."""
-        return "model" in (self.rewards_read, self.weights_read)
+    def model_reads(self) -> list[str]:
+        """The model reads credit needs: "model" (model_read on the training batch), "pass" (eq:sw's)."""
+        return [name for name in ("model", "pass") if name in (self.rewards_read, self.weights_read)]
 
     @property
     def forced(self) -> tuple[str, ...]:

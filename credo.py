@@ -9,8 +9,10 @@ One step, as in section 3 of the paper (equations by their labels), is `train`'s
   1. rollouts   B questions x G samples from the engine (vLLM), stopped at the slot
   2. segments   answer / analysis / slot of each completion, found on token ids
   3. outcomes   a_i by the verifier, F_i, the slot, any confidence sampled as text
-  4. confidence the detached c of every rollout: a no-grad pass over the batch reads
-                z_H - z_L at the slot (`eq:readout`), or eq:digitexp (`detached_confidences`)
+  4. confidence the detached c of every rollout, z_H - z_L at the slot (`eq:readout`) or
+                eq:digitexp: read by the engine at each slot before it sleeps, one decode step
+                a rollout (`engine_confidences`), or by a no-grad pass of the trainer
+                (credit_confidence; `detached_confidences`)
   5. credit     once, for the whole batch: the target t, the method's rewards (`eq:rewards3`),
                 group-standardised A^ans and A^conf, discrepancy weights w (`eq:sw`)
                 (methods.credit)
@@ -34,9 +36,12 @@ Simplifications, on purpose (read them before forking):
     inner epochs.
   * No KL term by default (tab:hyper's KL coefficient is 0): kl_coef > 0 loads the starting
     model a second time, frozen, in the compute dtype (`load_reference`).
-  * Credit needs every group member's c before any gradient: step 4 is a no-grad pass of its
-    own (no vocabulary projection), which costs a forward but keeps one credit path for every
-    method and micro-batch (docs/performance.md measures it).
+  * Credit needs every group member's c before any gradient, so step 4 reads it apart from the
+    update: by default from the engine, which holds each rollout in its prefix cache and has the
+    same weights (one decode step a rollout); credit_confidence=trainer reads it with a no-grad
+    pass of the trainer instead (a forward of the layers, no vocabulary projection). One credit
+    path for every method and micro-batch either way; a step records both c where both exist
+    (docs/performance.md measures their agreement and cost).
   * One process per GPU, data parallel only (infra/parallel.py: torchrun, FSDP2, a colocated
     TP = 1 engine per rank, DCP checkpoints; `NPROC=8 bash run.sh math`). With no launcher it
     is one process with no process group.
@@ -72,7 +77,7 @@ import problems
 import rollout as ro
 import verifier
 from confidence import ConfidencePlan
-from engine import make_engine
+from engine import make_engine, probe_logprobs
 from infra import memfit, parallel, runlog
 from infra.checkpoint import (
     Preempted,
@@ -174,22 +179,35 @@ def warmup(value: float, step: int, warmup_steps: int, shape: str) -> float:
     return value * min(1.0, (step + (shape == "linear")) / warmup_steps)
 
 
-def detached_confidences(learner: Learner, step: Step) -> tuple[Confidences, torch.Tensor | None]:
+def engine_confidences(engine, rollouts: list[ro.Rollout], plan: ConfidencePlan, policy: Policy) -> dict:
+    """Step 4 by the engine (credit_confidence=engine), after generation and before it sleeps: each
+    model read credit needs ({name: c [N]}, NaN where no slot) from the engine's log-probs of the
+    read's probes at each slot. It holds the trainer's weights and each rollout in its prefix cache."""
+    reads = {"model": (plan.model_read, rollouts), "pass": (plan.read, ro.at_slot(policy.tokenizer, rollouts))}
+    c = {}
+    for name in plan.model_reads:
+        read, cut = reads[name]
+        probes = [[policy.token_id(token) for token in probe] for probe in read.probes]
+        c[name] = read.from_logprobs(probe_logprobs(engine, ro.slot_contexts(cut), probes)).float()  # [N]
+    return c
+
+
+def detached_confidences(learner: Learner, step: Step) -> tuple[Confidences, dict[str, torch.Tensor]]:
     """What credit reads ([N] each, NaN where none), as plan.rewards_read and weights_read say, and
-    the model's c [N] (None where credit reads none): a no-grad pass over the training batch, by
-    the update's micro-batches, so it is the c the update's forward computes (to float rounding).
-    A baseline's eq:sw weights may read a model read's pass over its rollouts (tab:sw_baseline)."""
+    the model reads it took ({name: c [N]}): the engine's where the step holds them (the loop's,
+    credit_confidence=engine), else the trainer's no-grad passes."""
     policy, cfg, plan = learner.policy, learner.cfg, learner.plan
-    c_model = None  # [N] the model's c, where credit reads it
-    if plan.reads_model:
-        c_model = pol.confidences(policy, step.batch, step.micro, cfg.pack_sequences, plan.model_read)
-    reads = {"model": c_model, "report": step.outcomes.reported}
-    if plan.weights_read == "pass":
-        if step.rollouts is None:
-            raise ValueError("a baseline's no-grad pass for eq:sw's weights reads the rollouts: make_step(rollouts=)")
+    if step.engine_reads is not None:
+        taken = {name: step.engine_reads[name] for name in plan.model_reads}
+    else:  # credit_confidence=trainer: no-grad passes of the training batch, or of the rollouts cut at the slot
         budget, packed = cfg.micro_batch_tokens, cfg.pack_sequences
-        reads["pass"] = pol.slot_confidences(policy, step.rollouts, plan.read, budget, packed)
-    return Confidences(rewards=reads[plan.rewards_read], weights=reads[plan.weights_read]), c_model
+        passes = {
+            "model": lambda: pol.confidences(policy, step.batch, step.micro, packed, plan.model_read),
+            "pass": lambda: pol.slot_confidences(policy, step.rollouts, plan.read, budget, packed),  # tab:sw_baseline
+        }
+        taken = {name: passes[name]() for name in plan.model_reads}
+    reads = {**taken, "report": step.outcomes.reported}
+    return Confidences(rewards=reads[plan.rewards_read], weights=reads[plan.weights_read]), taken
 
 
 # ============================================================================================
@@ -239,6 +257,7 @@ class Step:
     counts: dict[str, float]  # {"rows": N, "valid": |V|}: the batch means' denominators
     terms: list[tuple[methods.LossTerm, float]]  # the run's loss terms and their coefficients now
     kappa: float  # eq:sw's, after its warm-up
+    engine_reads: dict | None  # {name: c [N]}: the engine's model reads (engine_confidences); None: the trainer reads
     credit: Credit | None = None  # step 5 (train_step)
 
 
@@ -255,16 +274,18 @@ def make_step(
     outcomes: Outcomes,
     rollouts: list | None = None,
     counts: dict[str, float] | None = None,
+    engine_reads: dict | None = None,
 ) -> Step:
     """The context of step `index` on a batch. counts: the denominators of the batch means of the
     loss terms, {"rows": N, "valid": |V|}; by default this batch's. Under data parallelism
-    gradients are averaged over ranks, so the loop passes the global counts / world size."""
+    gradients are averaged over ranks, so the loop passes the global counts / world size.
+    engine_reads: engine_confidences' (credit_confidence=engine); None: a no-grad pass reads c."""
     lengths = batch.attention_mask.sum(dim=1).tolist()
     micro = packing.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=cfg.pack_sequences)
     counts = counts or {"rows": float(len(batch)), "valid": float(outcomes.valid.sum())}
     terms = [(term, coefficient(term, cfg, index)) for term in methods.loss_terms(cfg)]
     kappa = warmup(cfg.kappa, index, cfg.warmup_steps, cfg.warmup_shape)
-    return Step(index, batch, micro, outcomes, rollouts, counts, terms, kappa)
+    return Step(index, batch, micro, outcomes, rollouts, counts, terms, kappa, engine_reads)
 
 
 @dataclass
@@ -274,6 +295,7 @@ class Update:
     terms: dict[str, float]  # each loss term's batch mean, before its coefficient
     grad_norm: float  # before clipping
     completion_logp: list  # [N] of [completion tokens]: the trainer's log-probs (engine/trainer agreement)
+    conf: torch.Tensor | None  # [N] the c the update's forward computed, detached (NaN: no slot); None: no term read it
 
 
 def term_inputs(learner: Learner, step: Step, rows: list[int], mb: Batch, fwd: pol.Forward) -> methods.TermInputs:
@@ -306,6 +328,7 @@ def update(learner: Learner, step: Step) -> Update:
     # Statistics stay on the device until the last backward: reading one back after each
     # backward would stall the GPU before every micro-batch.
     values, logp_of = [], []  # [[term value x share]], [(rows, logp [n_mb, L-1], completion mask)]
+    conf_of = []  # [(rows, c [n_mb])]: the forward's c, detached, where a term read it
     policy.model.train()
     if learner.reference is not None:
         parallel.gather_root(learner.reference.model)
@@ -321,16 +344,19 @@ def update(learner: Learner, step: Step) -> Update:
         sum(coef * value for (_, coef), value in zip(step.terms, shared)).backward()
         values.append(torch.stack([value.detach() for value in shared]))
         logp_of.append((rows, fwd.logp.detach(), mb.completion_mask))
+        if inputs.conf is not None:
+            conf_of.append((rows, torch.where(fwd.has_slot, inputs.conf.detach(), float("nan"))))
     if learner.reference is not None:
         parallel.release_root(learner.reference.model)
 
     totals = torch.stack(values).sum(dim=0).tolist()  # host sync: after the last backward
     completion_logp = runlog.rows_logp(logp_of, len(step.batch))  # [N] the trainer's log-probs of each row
+    conf = runlog.rows_conf(conf_of, len(step.batch)) if conf_of else None  # [N] the update's c
     grad_norm = parallel.clip_gradients(policy.model, cfg.max_grad_norm)
     learner.optimizer.step()
     learner.optimizer.zero_grad(set_to_none=True)
     terms = {term.name: value for (term, _), value in zip(step.terms, totals)}
-    return Update(terms=terms, grad_norm=grad_norm, completion_logp=completion_logp)
+    return Update(terms=terms, grad_norm=grad_norm, completion_logp=completion_logp, conf=conf)
 
 
 # ============================================================================================
@@ -343,12 +369,15 @@ def train_step(learner: Learner, step: Step) -> StepStats:
     step's statistics."""
     cfg, plan, out = learner.cfg, learner.plan, step.outcomes
     # 4. what credit reads, detached
-    conf, c_model = detached_confidences(learner, step)
+    conf, taken = detached_confidences(learner, step)
+    c_model = taken.get("model")  # [N] the model's c credit read, where it read one
     # 5. credit, once, for the whole batch
     step.credit = methods.credit(out.correct, out.fmt, conf, cfg, step.kappa, truncated=out.truncated)
     # 6. the update
     done = update(learner, step)
     report = plan.record == "report"  # the confidence a step logs: a baseline's report, or the model's c
+    by_engine = step.engine_reads is not None  # the trainer's c: its pass, or else the update's forward
+    c_engine, c_trainer = (c_model, done.conf) if by_engine else (None, c_model)
     lengths = step.batch.attention_mask.sum(dim=1).tolist()  # [N] tokens of each row
     return StepStats(
         terms={name: done.terms.get(name) for name in methods.term_names(cfg)},  # None: left out at coefficient 0
@@ -358,11 +387,13 @@ def train_step(learner: Learner, step: Step) -> StepStats:
         grad_norm=done.grad_norm,
         pad_fraction=0.0 if cfg.pack_sequences else packing.pad_fraction(lengths, step.micro),
         micro_batches=len(step.micro),
-        readout_pass_rows=len(step.batch) if c_model is not None else 0,
+        readout_pass_rows=0 if by_engine else len(step.batch) * len(taken),
         credit=step.credit,
         conf=out.reported.float() if report else c_model,
         conf_valid=~torch.isnan(out.reported) if report else out.valid,
         completion_logp=done.completion_logp,
+        conf_engine=runlog.rows_or_nan(c_engine, len(step.batch)),
+        conf_trainer=runlog.rows_or_nan(c_trainer, len(step.batch)),
     )
 
 
@@ -407,6 +438,10 @@ def train(cfg: Config) -> Path:
                 rollouts = make_rollouts(
                     engine, policy.tokenizer, questions, prompts, cfg, plan, step, seed=world.rank_seed(cfg.seed)
                 )
+                # 4. by the engine (credit_confidence=engine): c at each slot, from its prefix cache
+                by_engine = (
+                    engine_confidences(engine, rollouts, plan, policy) if cfg.credit_confidence == "engine" else None
+                )
                 engine.sleep()  # CUDA: free the GPU for the update
 
             # 3. outcomes: a_i, F_i, whether the slot was reached, reports sampled as text
@@ -420,7 +455,7 @@ def train(cfg: Config) -> Path:
                 counts = parallel.all_reduce({"rows": len(rollouts), "valid": float(out.valid.sum())}, world)
                 counts = {key: value / world.world_size for key, value in counts.items()}
                 parallel.gather_root(policy.model)
-                stats = train_step(run.learner, make_step(cfg, step, batch, out, rollouts, counts))
+                stats = train_step(run.learner, make_step(cfg, step, batch, out, rollouts, counts, by_engine))
                 logp_gap = runlog.engine_logprob_gap(rollouts, stats.completion_logp, world)
 
             # 7. weights into the engine

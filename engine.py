@@ -4,8 +4,10 @@
 Both share one interface: `generate(prompts, group_size, seed)` returns `G` samples per
 prompt, contiguous (row q*G + i), with every sampling parameter set explicitly (never from
 generation_config.json) and each ended exactly at `<confidence>` where the run reads its
-confidence there (rollout.close_slot); `push_weights(model)` copies the trainer's weights
-into the engine in memory; `sleep()` frees the GPU during the update.
+confidence there (rollout.close_slot); `next_logprobs(contexts, token_ids)` gives the
+log-probs of a few tokens after each context under the full softmax (`probe_logprobs`: what a
+model read of c needs at each slot, credit_confidence=engine); `push_weights(model)` copies the trainer's
+weights into the engine in memory; `sleep()` frees the GPU during the update.
 
 Holds: the stop strings of a ConfidencePlan (config.py decides where a rollout ends), the sampling settings,
 per-rollout seeds, the engines and `make_engine`. Does not hold: prompts and segments
@@ -96,6 +98,19 @@ def sampling_settings(cfg: Config, plan: ConfidencePlan) -> dict:
     }
 
 
+def probe_logprobs(engine, contexts: list[list[int] | None], probes: list[list[int]]) -> torch.Tensor:
+    """[N, K] float64: log p(probe_k[-1] | contexts[n] + probe_k[:-1]) under the full softmax at
+    T = 1, by `engine.next_logprobs`, one call per distinct forced prefix (probe_k[:-1]); NaN rows
+    for a None context. What a model read of c needs at each slot (confidence.Read.probes)."""
+    rows = [n for n, context in enumerate(contexts) if context is not None]
+    logp = torch.full((len(contexts), len(probes)), float("nan"), dtype=torch.float64)
+    for forced in dict.fromkeys(tuple(probe[:-1]) for probe in probes):
+        ks = [k for k, probe in enumerate(probes) if tuple(probe[:-1]) == forced]
+        got = engine.next_logprobs([contexts[n] + list(forced) for n in rows], [probes[k][-1] for k in ks])
+        logp[torch.tensor(rows, dtype=torch.long)[:, None], torch.tensor(ks)] = got  # [n, len(ks)]
+    return logp
+
+
 def rollout_seed(step_seed: int, row: int) -> int:
     """A distinct, reproducible sampling seed for each rollout row of a step."""
     return (step_seed * 1_000_003 + row) % (2**31 - 1)
@@ -169,18 +184,19 @@ class VLLMEngine:
         self.tokenizer = self.llm.get_tokenizer()  # the one that decodes its samples, reserved tokens included
 
     def _sampling(self, seed: int, **extra):
-        return self._params(
-            n=1,
-            seed=seed,
-            logprobs=0,
-            skip_special_tokens=False,
-            spaces_between_special_tokens=False,
-            include_stop_str_in_output=True,
-            ignore_eos=False,
-            min_tokens=0,
-            detokenize=True,
-            **{**self.settings, **extra},
-        )
+        """SamplingParams: the run's settings and ours, `extra` overriding either."""
+        ours = {
+            "n": 1,
+            "seed": seed,
+            "logprobs": 0,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "include_stop_str_in_output": True,
+            "ignore_eos": False,
+            "min_tokens": 0,
+            "detokenize": True,
+        }
+        return self._params(**{**ours, **self.settings, **extra})
 
     def generate(self, prompts: list[list[int]], group_size: int, seed: int) -> list[Sample]:
         requests, params = [], []
@@ -211,6 +227,38 @@ class VLLMEngine:
             [entry[tok].logprob for tok, entry in zip(seq[1:], out.prompt_logprobs[1:])]
             for seq, out in zip(sequences, outputs)
         ]
+
+    def next_logprobs(self, contexts: list[list[int]], token_ids: list[int]) -> torch.Tensor:
+        """[N, K] log p(token_ids[k] | contexts[n]) under the full softmax of the engine's
+        current weights at T = 1 (no top-k, top-p or penalty; fp32 log_softmax, vLLM's
+        sampler), float64 on the host. One request per context: a context that extends a rollout
+        just generated (prompt + completion through its slot) is in the prefix cache, so it
+        costs one decode step, plus the tokens of its last partial cache block. Read before
+        sleep(), which drops the cache."""
+        if self._asleep:
+            raise RuntimeError("next_logprobs reads the engine's cache: call it before sleep()")
+        if not contexts:
+            return torch.empty(0, len(token_ids), dtype=torch.float64)
+        ids = list(token_ids)
+        # T = 1 and no truncation, so vLLM's processed log-probs are the full softmax's; one token
+        # is sampled (and dropped) with a fixed seed
+        params = self._sampling(
+            0,
+            max_tokens=1,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            stop=[],
+            logprobs=len(ids),
+            logprob_token_ids=ids,
+            detokenize=False,
+        )
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(c)} for c in contexts], [params] * len(contexts), use_tqdm=False
+        )
+        return torch.tensor(
+            [[out.outputs[0].logprobs[0][tok].logprob for tok in ids] for out in outputs], dtype=torch.float64
+        )
 
     def push_weights(self, model) -> None:
         """Copy the trainer's parameters into the engine's model (no disk round trip).
@@ -360,13 +408,48 @@ class HFEngine:
             self.model.train(was_training)
         return samples
 
-    def _generate_chunk(self, rows: list[list[int]], seeds: list[int]) -> list[Sample]:
-        """One left-padded batch, a KV-cached forward per generated token."""
+    def _left_padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids, attention_mask, position_ids), each [N, W], of `rows` left-padded to the longest."""
         device, pad = self.model.device, self.tokenizer.pad_token_id
         width = max(len(p) for p in rows)
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=device)  # [N, W]
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=device)  # [N, W]
-        positions = (attention.cumsum(1) - 1).clamp(min=0)  # [N, W]
+        return input_ids, attention, (attention.cumsum(1) - 1).clamp(min=0)
+
+    def next_logprobs(self, contexts: list[list[int]], token_ids: list[int]) -> torch.Tensor:
+        """[N, K] log p(token_ids[k] | contexts[n]) under the full softmax at T = 1, float64 on the
+        host (VLLMEngine.next_logprobs): a forward of each context, hf_engine_batch at a time, in
+        the engine's dtype. This engine is the trainer's model and keeps no cache, so the read
+        costs a forward of the contexts, as the trainer's no-grad pass does."""
+        chunks = [contexts[s : s + self.batch] for s in range(0, len(contexts), self.batch)]
+        logp = [torch.empty(0, len(token_ids), dtype=torch.float64)]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with (
+                torch.no_grad(),
+                torch.autocast(self.model.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32),
+            ):
+                for c in range(self._max_over_ranks(len(chunks))):  # a sharded forward is a collective
+                    rows = chunks[c] if c < len(chunks) else [[self.tokenizer.eos_token_id]]
+                    input_ids, attention, positions = self._left_padded(rows)
+                    out = self.model(
+                        input_ids=input_ids,
+                        attention_mask=attention,
+                        position_ids=positions,
+                        use_cache=False,
+                        logits_to_keep=1,
+                    )
+                    if c < len(chunks):
+                        logp.append(out.logits[:, -1].float().log_softmax(-1)[:, token_ids].double().cpu())  # [n, K]
+        finally:
+            self.model.train(was_training)
+        return torch.cat(logp)
+
+    def _generate_chunk(self, rows: list[list[int]], seeds: list[int]) -> list[Sample]:
+        """One left-padded batch, a KV-cached forward per generated token."""
+        device = self.model.device
+        input_ids, attention, positions = self._left_padded(rows)  # [N, W] each
         generators = [torch.Generator().manual_seed(s) for s in seeds]
         token_ids: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]

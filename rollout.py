@@ -582,3 +582,11 @@ def at_slot(tokenizer, rollouts: list[Rollout]) -> list[Rollout]:
         segments = parse_segments(tokenizer, ids, "readout", "")
         out.append(replace(r, completion_ids=ids, slot_repaired=repaired or r.slot_repaired, segments=segments))
     return out
+
+
+def slot_contexts(rollouts: list[Rollout]) -> list[list[int] | None]:
+    """Each rollout's ids through its slot (prompt + completion up to and with `<confidence>`):
+    the context whose next-token distribution a model read reads; None where there is no slot."""
+    return [
+        r.prompt_ids + r.completion_ids[: r.segments.slot] if r.segments.slot is not None else None for r in rollouts
+    ]

@@ -72,6 +72,11 @@ class Config:
         "scored by the reward; alpha=0) | head (the readout on a detached trunk)",
         "tab:decompose",
     )
+    credit_confidence: Literal["engine", "trainer"] = _field(
+        "engine",
+        "credit's detached c: engine (read at each slot from its prefix cache, one decode step a rollout) | "
+        "trainer (a no-grad pass). The paper is silent (docs/choices.md)",
+    )
     target: str = _field(
         "hybrid",
         "the confidence target t: hybrid (gamma a + (1 - gamma) mean_group a) | correctness (t = a), or any "

@@ -10,7 +10,12 @@ rollouts (synthetic, varied lengths, groups of G):
              default: micro-batches of whole groups up to micro_batch_tokens=auto
              (`micro` rollouts of the shapes' maximum length, the reference's worst case),
              each one padding-free packed row attended per sequence, log-probs of the
-             completion tokens only (chunked, with the readout).
+             completion tokens only (chunked, with the readout), and the detached c of
+             credit read by the engine (credit_confidence=engine): that read is one
+             decode step a rollout in the rollout phase, not the step's, so here it is
+             computed before the timer starts (`engine_reads`), from the current weights.
+* credo_pass: the same with credit_confidence=trainer: credit's c from a no-grad pass of
+             the layers inside the step (what every run did before the engine's read).
 * reference: in this file: consecutive micro-batches padded to the batch's widest
              row, the model's full [n, T, V] fp32 logits, log_softmax + gather, the
              readout from those logits, and the same credit and loss (losses.py).
@@ -48,6 +53,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import confidence  # noqa: E402
 import config  # noqa: E402
 import credo  # noqa: E402
 import losses  # noqa: E402
@@ -56,6 +62,7 @@ import policy as pol  # noqa: E402
 import rollout as ro  # noqa: E402
 import verifier  # noqa: E402
 from bench.results_io import report  # noqa: E402
+from kernels import packing  # noqa: E402
 
 TRL_PY = ROOT / ".cache" / "bench-trl-venv" / "bin" / "python"
 STEP = 1000  # past warm-up: alpha and kappa at their full values
@@ -158,15 +165,29 @@ def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, l
     return ReferenceStats(loss_pg=loss_pg, loss_cal=loss_cal, grad_norm=grad_norm)
 
 
-def credo_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True) -> ReferenceStats:
-    """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones."""
+def engine_reads(model, batch, correct, fmt, valid, cfg, high_id, low_id) -> dict:
+    """What the engine's read at each slot gives credit (credo.engine_confidences), here from a
+    no-grad pass of the current weights: equal to the engine's to fp32 noise (tests/test_rollout.py),
+    computed outside the timed step because the engine reads it in the rollout phase."""
+    policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    micro = packing.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=cfg.pack_sequences)
+    return {"model": pol.confidences(policy, batch, micro, cfg.pack_sequences, confidence.plan(cfg).model_read)}
+
+
+def credo_step(
+    model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id, packed=True, reads=None
+) -> ReferenceStats:
+    """credo's update, with padding-free packed micro-batches (pack_sequences=true) or padded ones;
+    reads: the engine's reads of c for credit (engine_reads), or None for the trainer's no-grad pass."""
     cfg = dataclasses.replace(cfg, pack_sequences=packed)
     policy = pol.Policy(model, None, high_id, low_id, pol.compute_dtype(cfg))  # the update reads no tokenizer
     verdicts = [verifier.Verdict(passed=a == 1, reason="set by hand") for a in correct.tolist()]
     out = credo.Outcomes(
         correct=correct, verdicts=verdicts, fmt=fmt, valid=valid, reported=None, truncated=torch.zeros_like(valid)
     )
-    stats = credo.train_step(credo.Learner(policy, optimizer, cfg), credo.make_step(cfg, STEP, batch, out))
+    step = credo.make_step(cfg, STEP, batch, out, engine_reads=reads)
+    stats = credo.train_step(credo.Learner(policy, optimizer, cfg), step)
     return ReferenceStats(
         loss_pg=stats.terms["pg"],
         loss_cal=stats.terms["cal"],
@@ -272,14 +293,24 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
     lengths = batch.attention_mask.sum(dim=1).tolist()
     tokens = int(sum(lengths))
 
-    paths = {"credo": lambda m, o: credo_step(m, o, *args), "reference": lambda m, o: reference_step(m, o, *args)}
+    # each path: (its reads of c for credit, prepared before the timer; the step)
+    paths = {
+        "credo": (lambda m: engine_reads(m, *args), lambda m, o, r: credo_step(m, o, *args, reads=r)),
+        "credo_pass": (lambda m: None, lambda m, o, r: credo_step(m, o, *args)),
+        "reference": (lambda m: None, lambda m, o, r: reference_step(m, o, *args)),
+    }
     if use_padded:
-        paths["padded"] = lambda m, o: credo_step(m, o, *args, packed=False)
+        padded_cfg = dataclasses.replace(args[4], pack_sequences=False)
+        padded_args = (*args[:4], padded_cfg, *args[5:])
+        paths["padded"] = (
+            lambda m: engine_reads(m, *padded_args),
+            lambda m, o, r: credo_step(m, o, *args, packed=False, reads=r),
+        )
     models = {key: copy.deepcopy(model) for key in paths}
     optimizers = {key: make_optimizer(models[key], cfg) for key in paths}
 
     # Equal work: the first step (also the warm-up) of each path from the same weights.
-    first = {key: paths[key](models[key], optimizers[key]) for key in paths}
+    first = {key: step(models[key], optimizers[key], reads(models[key])) for key, (reads, step) in paths.items()}
     check = {}
     for key in paths:
         if key != "credo":
@@ -302,9 +333,10 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
                 trl = None
     times = {key: [] for key in [*paths, *(["trl"] if trl else [])]}
     for _ in range(repeats):
-        for key in paths:
+        for key, (reads, step) in paths.items():
+            prepared = reads(models[key])  # the engine's share: the rollout phase's, not the step's
             start = time.perf_counter()
-            paths[key](models[key], optimizers[key])
+            step(models[key], optimizers[key], prepared)
             times[key].append(time.perf_counter() - start)
         if trl:
             times["trl"].append(trl_step(trl))
@@ -329,6 +361,8 @@ def bench_model(name: str, repeats: int, use_trl: bool, use_padded: bool) -> dic
         **{f"{key}_tok_s": round(tokens / s, 1) for key, s in med.items()},
         **{f"{key}_s": [round(t, 3) for t in v] for key, v in times.items()},
         "speedup_vs_reference": round(med["reference"] / med["credo"], 3),
+        "speedup_pass_vs_reference": round(med["reference"] / med["credo_pass"], 3),
+        "speedup_engine_read_vs_pass": round(med["credo_pass"] / med["credo"], 3),
         "speedup_vs_trl": round(med["trl"] / med["credo"], 3) if trl else None,
         "equal_work_check": check,
     }

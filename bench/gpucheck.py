@@ -28,6 +28,9 @@ duration; nothing is left out silently. Needs no network.
     vllm_engine     where vllm imports: sleep mode, seeded generation reproducible, weights pushed
                     and followed within bf16 tolerance, a sleep/wake/push cycle frees and restores memory
     vllm_tiny_run   where vllm imports: `bash run.sh tiny max_steps=2 precision=bf16` and its gap
+    credit_source   where vllm imports: credit's c read by the engine at each slot against the trainer's
+                    no-grad pass (credit_confidence), on the Qwen3-1.7B shape (random weights, bf16; on a
+                    CPU the tiny model): their largest and mean difference, and the seconds of each
     pytest_suite    python -m pytest -m "not slow" on this machine: counts (junit XML) and the failures
 
 A benchmark check passes when it ran; its figures say whether the performance targets (`TARGETS`)
@@ -505,6 +508,10 @@ def check_vllm_tiny_run(ctx: Context):
     return smoke_run(ctx, [sys.executable], "gpucheck-vllm", 1 if ctx.quick else 2, "tiny", None)
 
 
+def check_credit_source(ctx: Context):
+    return child_check(ctx, "credit_source")
+
+
 def check_pytest_suite(ctx: Context):
     junit = ctx.work / "suite.xml"
     # Not the `slow` end-to-end runs (minutes each; the smoke checks above cover their paths on
@@ -532,6 +539,7 @@ CHECKS = {  # name -> (function, time limit in seconds)
     "hf_engine": (check_hf_engine, 90),
     "vllm_engine": (check_vllm_engine, 180),
     "vllm_tiny_run": (check_vllm_tiny_run, 150),
+    "credit_source": (check_credit_source, 300),
     "pytest_suite": (check_pytest_suite, 600),
 }
 
@@ -742,7 +750,106 @@ def vllm_engine_checks(device: str, run_dir: str) -> dict:
     return {"status": "pass", "reason": f"reproducible, {reason}; {figures['memory_cycle']}", **figures}
 
 
-CHILDREN = {"environment": child_environment, "hf_engine": child_hf_engine, "vllm_engine": child_vllm_engine}
+def child_credit_source(device: str, quick: bool) -> dict:
+    """credit_confidence's two sources side by side: c from the vLLM engine at each slot (engine.
+    probe_logprobs) against the trainer's no-grad pass (policy.confidences) on the same rollouts:
+    the largest and mean |difference|, and the seconds of the engine's read with the rollouts in
+    its prefix cache (as right after generation) and without (a prefill), and of the pass."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - the reason is the report
+        return {"status": "skipped", "reason": f"vllm does not import here: {type(err).__name__}: {err}"[:300]}
+    with tempfile.TemporaryDirectory(prefix="gpucheck-credit-") as run_dir:
+        return credit_source_checks(device, quick, Path(run_dir))
+
+
+def credit_source_checks(device: str, quick: bool, run_dir: Path) -> dict:
+    """child_credit_source's measurements, the model and the engine's files under `run_dir`."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from infra import memfit
+    from kernels import packing
+
+    cuda = device == "cuda"
+    # (rollouts, prompt tokens, completion tokens): the paper's groups of 8 with long completions on a GPU
+    rows, prompt_len, completion_len = (16, 512, 4096) if cuda and not quick else (8, 48, 64)
+    cfg = config.load_config(
+        "tiny",
+        [
+            f"precision={'bf16' if cuda else 'fp32'}",
+            "group_size=8",
+            f"max_prompt_tokens={prompt_len}",
+            f"max_completion_tokens={completion_len}",
+            f"micro_batch_tokens={4 * (prompt_len + completion_len)}",
+        ],
+    )
+    policy = pol.load_policy(cfg.model, torch.device(device), pol.compute_dtype(cfg))
+    model_dir, shape = cfg.model, "tiny"
+    if cuda and not quick:  # the Qwen3-1.7B shape, random weights, with the tiny tokenizer's ids
+        shape = "Qwen/Qwen3-1.7B"
+        torch.manual_seed(0)
+        with torch.device(device):
+            policy.model = Qwen3ForCausalLM(Qwen3Config(**memfit.QWEN3_SHAPES[shape], pad_token_id=0)).float()
+        model_dir = str(run_dir / "model")
+        policy.model.save_pretrained(model_dir)
+    read, plan = confidence.READS["readout"], confidence.plan(cfg)
+    engine = eng.make_engine(cfg, plan, policy.model, policy.tokenizer, model_dir, run_dir, policy.dtype)
+    rng = torch.Generator().manual_seed(0)
+    rollouts = []
+    for q in range(rows // cfg.group_size):
+        prompt = torch.randint(3, 1000, (prompt_len,), generator=rng).tolist()
+        for _ in range(cfg.group_size):
+            completion = torch.randint(3, 1000, (completion_len,), generator=rng).tolist()
+            c = completion_len
+            seg = ro.Segments(c - 12, c - 11, c - 3, c - 2, None, True, True, True)
+            rollouts.append(ro.Rollout(f"q{q}", prompt, completion, "", "stop", seg))
+    contexts, probes = ro.slot_contexts(rollouts), [[policy.high_id], [policy.low_id]]
+
+    def timed(fn):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        value = fn()
+        if cuda:
+            torch.cuda.synchronize()
+        return value, time.perf_counter() - start
+
+    _, cold_s = timed(lambda: eng.probe_logprobs(engine, contexts, probes))  # prefills every context
+    logp, warm_s = timed(lambda: eng.probe_logprobs(engine, contexts, probes))  # from the prefix cache
+    c_engine = read.from_logprobs(logp).float()
+    batch = pol.collate(rollouts, policy.tokenizer.pad_token_id)
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    micro = packing.micro_batches(lengths, cfg.micro_batch_tokens, cfg.group_size, packed=True)
+    pol.confidences(policy, batch, micro, True, read)  # warm-up
+    c_trainer, pass_s = timed(lambda: pol.confidences(policy, batch, micro, True, read))
+    engine.close()
+    gaps = (c_engine - c_trainer).abs()
+    tolerance = 0.05 if cuda else 1e-5  # bf16 kernels against fp32 weights under autocast; fp32 both
+    figures = {
+        "shape": shape,
+        "rollouts": rows,
+        "tokens_per_rollout": prompt_len + completion_len,
+        "c_gap_mean": round(float(gaps.mean()), 7),
+        "c_gap_max": round(float(gaps.max()), 7),
+        "engine_read_cached_s": round(warm_s, 4),
+        "engine_read_prefill_s": round(cold_s, 4),
+        "trainer_pass_s": round(pass_s, 4),
+    }
+    status = "pass" if figures["c_gap_max"] <= tolerance else "fail"
+    reason = (
+        f"|c_engine - c_trainer| max {figures['c_gap_max']:.2e} (tolerance {tolerance:g}), mean "
+        f"{figures['c_gap_mean']:.2e}; engine read {warm_s:.3f} s cached, {cold_s:.3f} s prefilled; trainer pass "
+        f"{pass_s:.3f} s ({shape}, {rows} x {prompt_len + completion_len} tokens)"
+    )
+    return {"status": status, "reason": reason, **figures}
+
+
+CHILDREN = {
+    "environment": child_environment,
+    "hf_engine": child_hf_engine,
+    "vllm_engine": child_vllm_engine,
+    "credit_source": child_credit_source,
+}
 
 
 def main(argv: list[str]) -> int:

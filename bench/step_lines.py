@@ -7,8 +7,10 @@ box: generation (engine), grading (verifier), segment parsing and prompts (rollo
 and the run infrastructure (kernels/, infra/), and the configuration's loading (config, schema).
 Each registry's default entries are read too (the rewards, target, calibration loss, advantage,
 aggregation, loss terms and confidence read a default run calls through its registry), and the
-ConfidencePlan the step reads (not `confidence.plan`, which builds it once before the loop). A
-function counts its whole source: signature, docstring, comments, body.
+ConfidencePlan the step reads (not `confidence.plan`, which builds it once before the loop); a
+function a default run reaches only under another value of a config key (OTHER_VALUES) is not,
+as a registry's other entries are not. A function counts its whole source: signature, docstring,
+comments, body.
 
 Not here: any measurement of time; tests/test_layout.py holds the bound (800 lines, 5 files).
 """
@@ -36,6 +38,13 @@ DEFAULT_ENTRIES = [
     ("confidence", "Read"),  # what a registered read declares (learner.plan.read)
     ("confidence", "ConfidencePlan"),  # what the step reads of the run's confidence channel (learner.plan)
 ]
+
+
+# What a default run never calls: reached only under another value of a config key.
+OTHER_VALUES = {
+    ("policy", "confidences"): "credit_confidence=trainer: credit's c from a no-grad pass",
+    ("policy", "slot_confidences"): "credit_confidence=trainer, for a baseline's eq:sw weights (tab:sw_baseline)",
+}
 
 
 def definitions(module: str) -> dict[str, ast.AST]:
@@ -86,7 +95,7 @@ def reading_path() -> dict[tuple[str, str], int]:
     while todo:
         module, name = todo.pop()
         node = defs.get(module, {}).get(name)
-        if node is None or (module, name) in seen:
+        if node is None or (module, name) in seen or (module, name) in OTHER_VALUES:
             continue
         if (module, name) == ("credo", "train"):  # the loop statement only
             node = next(sub for sub in ast.walk(node) if isinstance(sub, ast.For))

@@ -47,11 +47,13 @@ class StepStats:
     grad_norm: float  # before clipping
     pad_fraction: float  # padded share of the micro-batches' token slots (0 when packed)
     micro_batches: int
-    readout_pass_rows: int  # rows whose detached c credit read from the no-grad pass (credo.detached_confidences)
+    readout_pass_rows: int  # rows of the trainer's no-grad passes for credit (0: the engine read c)
     credit: Credit  # [N] each
     conf: torch.Tensor  # [N] the confidence of record: the model's c, or a baseline's report
     conf_valid: torch.Tensor  # [N] bool: conf exists
     completion_logp: list  # [N] of [completion tokens] the trainer's log-probs (None where absent)
+    conf_engine: torch.Tensor  # [N] the model's c as the engine read it (NaN where it read none)
+    conf_trainer: torch.Tensor  # [N] ... as the trainer computed it: its no-grad pass, or the update's forward
 
     def scalars(self) -> dict:
         """The step's scalars that ranks average: every computed term as loss_<name>, and the rest."""
@@ -60,16 +62,40 @@ class StepStats:
         return {**computed, **{name: getattr(self, name) for name in names}}
 
     def per_rollout(self) -> dict:
-        return {"conf": self.conf, "conf_valid": self.conf_valid, **self.credit._asdict()}
+        sources = {"conf_engine": self.conf_engine, "conf_trainer": self.conf_trainer}
+        return {"conf": self.conf, "conf_valid": self.conf_valid, **sources, **self.credit._asdict()}
 
     def merged(self, scalars: dict, per_rollout: dict) -> StepStats:
         """These statistics with `scalars` and `per_rollout` (as scalars() and per_rollout()
         name them) in place of their own: the step over every rank."""
         rows = dict(per_rollout)
-        conf, conf_valid = rows.pop("conf"), rows.pop("conf_valid")
+        named = {key: rows.pop(key) for key in ("conf", "conf_valid", "conf_engine", "conf_trainer")}
         terms = {name: scalars.get(f"loss_{name}") for name in self.terms}
         others = {key: value for key, value in scalars.items() if not key.startswith("loss_")}
-        return replace(self, **others, terms=terms, conf=conf, conf_valid=conf_valid, credit=Credit(**rows))
+        return replace(self, **others, **named, terms=terms, credit=Credit(**rows))
+
+
+def rows_conf(pieces: list, n: int) -> torch.Tensor:
+    """[n] fp32 on the host: each row's c from the update's micro-batches `pieces`, (rows, c [n_mb])."""
+    conf = torch.full((n,), float("nan"))
+    for rows, c in pieces:
+        conf[rows] = c.float().cpu()
+    return conf
+
+
+def rows_or_nan(values: torch.Tensor | None, n: int) -> torch.Tensor:
+    """[n] fp32 `values`, or NaN everywhere where there are none."""
+    return torch.full((n,), float("nan")) if values is None else values.float()
+
+
+def engine_conf_gap(stats: StepStats) -> dict:
+    """The engine's c against the trainer's over the rollouts that have both (credit_confidence=
+    engine and a term that reads c): mean and largest |c_engine - c_trainer|; None where none has both."""
+    both = ~torch.isnan(stats.conf_engine) & ~torch.isnan(stats.conf_trainer)
+    gaps = (stats.conf_engine[both].double() - stats.conf_trainer[both].double()).abs()
+    if not len(gaps):
+        return {"engine_conf_gap": None, "engine_conf_gap_max": None}
+    return {"engine_conf_gap": float(gaps.mean()), "engine_conf_gap_max": float(gaps.max())}
 
 
 def step_metrics(rollouts, correct, verdicts, fmt, valid, stats, logp_gap, timings: dict, n_train_tokens: int) -> dict:
@@ -104,6 +130,7 @@ def step_metrics(rollouts, correct, verdicts, fmt, valid, stats, logp_gap, timin
         "micro_batches": stats.micro_batches,
         "readout_pass_rows": stats.readout_pass_rows,
         "engine_logprob_gap": logp_gap,
+        **engine_conf_gap(stats),
         "completion_len": completion_tokens / len(rollouts),
         "rollout_tok_s": completion_tokens / max(timings["rollout"], 1e-9),
         "train_tok_s": n_train_tokens / max(timings["train"], 1e-9),
@@ -161,6 +188,9 @@ def write_rollouts(path: Path, rollouts, correct, verdicts, stats) -> None:
                         "a": float(correct[i]),
                         "verdict": verdicts[i].reason,  # why a is what it is (verifier.Verdict)
                         "c": float(stats.conf[i]) if stats.conf_valid[i] else None,
+                        # the model's c by each source, where both exist (credo.train_step)
+                        "c_engine": None if stats.conf_engine[i].isnan() else float(stats.conf_engine[i]),
+                        "c_trainer": None if stats.conf_trainer[i].isnan() else float(stats.conf_trainer[i]),
                         "format": r.segments.fmt,
                         "t": float(stats.credit.target[i]),  # the confidence target (the `target` registry)
                         "r_ans": float(stats.credit.r_ans[i]),

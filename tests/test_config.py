@@ -453,7 +453,7 @@ def test_confidence_plan_of_every_config():
         assert plan.numeral == numeral, name  # the config's own parse of a report
         plan = dataclasses.replace(plan, numeral=ro.NumeralRule())
         assert plan == EXPECTED_PLANS.get(name, plan), name
-    reads_model = {name for name, plan in EXPECTED_PLANS.items() if plan.reads_model}
+    reads_model = {name for name, plan in EXPECTED_PLANS.items() if "model" in plan.model_reads}
     assert reads_model == set(EXPECTED_PLANS) - {"grpo", "rlcr", "rlcr_sw", "dcpo", "dcpo_sw", "rlcr_swd", "dcpo_swd"}
 
 

@@ -301,16 +301,21 @@ def test_the_rollout_records_carry_the_target_and_both_rewards(tmp_path):
         conf=torch.tensor([0.5, float("nan")]),
         conf_valid=torch.tensor([True, False]),
         completion_logp=[None, None],
+        conf_engine=torch.tensor([0.5, float("nan")]),
+        conf_trainer=torch.tensor([0.5 + 2**-20, float("nan")]),  # exact in fp32
     )
     path = tmp_path / "step_000000.jsonl"
     verdicts = [verifier.Verdict(passed=True, reason="correct"), verifier.Verdict(passed=False, reason="timeout")]
     runlog.write_rollouts(path, rollouts, torch.tensor([1.0, 0.0]), verdicts, stats)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    keys = ("a", "verdict", "c", "t", "r_ans", "r_conf", "w", "adv_ans", "adv_conf")
+    keys = ("a", "verdict", "c", "t", "r_ans", "r_conf", "w", "adv_ans", "adv_conf", "c_engine")
     assert [tuple(row[k] for k in keys) for row in rows] == [
-        (1.0, "correct", 0.5, 0.75, 1.5, 0.9375, 1.125, 0.5, 0.25),
-        (0.0, "timeout", None, 0.25, 0.0, 0.0, 1.0, -0.5, -0.25),
+        (1.0, "correct", 0.5, 0.75, 1.5, 0.9375, 1.125, 0.5, 0.25, 0.5),
+        (0.0, "timeout", None, 0.25, 0.0, 0.0, 1.0, -0.5, -0.25, None),
     ]
+    assert rows[0]["c_trainer"] == 0.5 + 2**-20 and rows[1]["c_trainer"] is None
+    gap = runlog.engine_conf_gap(stats)  # over the rows with both: the first
+    assert gap == {"engine_conf_gap": 2**-20, "engine_conf_gap_max": 2**-20}
 
 
 # --- end to end: the real engine, verifier and loop -------------------------------------------
@@ -335,14 +340,30 @@ def read_metrics(run_dir):
 
 
 @pytest.mark.slow
-def test_one_step_with_the_hf_engine(tmp_path, tiny_dir):
+def test_one_step_with_the_hf_engine_reading_c_either_way(tmp_path, tiny_dir):
+    """One step with each credit_confidence: the engine's read (the default) takes no trainer pass
+    and records both c, which agree to fp32 noise; the trainer's reads all 8 rows in its pass. The
+    HF engine samples the same rollouts both times (the same seeds and weights)."""
     run_tiny(tmp_path, "max_steps=1", "engine=hf", "run_name=hf")
-    (metrics,) = read_metrics(tmp_path / "hf")
+    run_tiny(tmp_path, "max_steps=1", "engine=hf", "run_name=hf_trainer", "credit_confidence=trainer")
+    (metrics,), (trainer,) = read_metrics(tmp_path / "hf"), read_metrics(tmp_path / "hf_trainer")
     # float noise of two implementations holding the same weights (~4e-7 here; an engine one push behind
     # gives ~8e-3: tests/test_longrun.py's SYNCED_GAP)
     assert metrics["engine_logprob_gap"] < 1e-3 and metrics["t_rollout"] > 0
-    # 8 rollouts of >= 241 tokens: they do not all fit the 4 x 386 budget; credit read all 8 from the no-grad pass
-    assert metrics["micro_batches"] == 2 and metrics["readout_pass_rows"] == 8
+    # 8 rollouts of >= 241 tokens: they do not all fit the 4 x 386 budget
+    assert metrics["micro_batches"] == trainer["micro_batches"] == 2
+    assert metrics["readout_pass_rows"] == 0 and trainer["readout_pass_rows"] == 8
+    assert metrics["engine_conf_gap_max"] < 1e-5 and trainer["engine_conf_gap_max"] is None
+    by_engine, by_trainer = (
+        [json.loads(line) for line in (tmp_path / name / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
+        for name in ("hf", "hf_trainer")
+    )
+    assert [r["text"] for r in by_engine] == [r["text"] for r in by_trainer]
+    for e, t in zip(by_engine, by_trainer):
+        assert (e["c_engine"] is None) == (e["c_trainer"] is None) == (t["c"] is None)
+        if t["c"] is not None:
+            assert abs(e["c_engine"] - t["c"]) < 1e-5 and abs(e["c_engine"] - e["c_trainer"]) < 1e-5
+            assert e["c"] == e["c_engine"] and t["c_trainer"] == t["c"] and t["c_engine"] is None
     assert (tmp_path / "hf" / "ckpt" / "step_000001" / "model.safetensors").exists()
 
 

@@ -128,17 +128,18 @@ def test_without_cuda_it_says_so_and_writes_nothing(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-RUN_HERE = ("environment", "numerics", "hf_engine")
+RUN_HERE = ("environment", "numerics", "hf_engine", "credit_source")
 
 
 @pytest.mark.slow
 def test_the_command_end_to_end_on_the_cpu(tmp_path):
     """The command on a CPU, quick sizes, GPUs hidden: a real report from real checks, the
     others skipped with their reason. Run here: the numerical tests (pytest and its junit
-    report) and the HF engine's throughput. Left to the GPU: the smoke runs (their metrics
-    parsing is tested above), the suite check (it would run this suite again inside itself;
-    its parsing is tested above), the vLLM checks (CUDA's sleep mode), and the benchmarks,
-    which tests/test_bench.py already runs on the CPU."""
+    report), the HF engine's throughput, and credit's c from both sources (vLLM on the CPU).
+    Left to the GPU: the smoke runs (their metrics parsing is tested above), the suite check
+    (it would run this suite again inside itself; its parsing is tested above), the other vLLM
+    checks (CUDA's sleep mode), and the benchmarks, which tests/test_bench.py already runs on
+    the CPU."""
     out_file = tmp_path / "report.json"
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
     out = subprocess.run(
@@ -173,6 +174,7 @@ def test_the_command_end_to_end_on_the_cpu(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert by_name["numerics"]["figures"]["passed"] >= 5  # 3 packing configs + 4 chunks + masked
     assert by_name["hf_engine"]["figures"]["batched_tokens_per_s"] > 0
+    assert by_name["credit_source"]["figures"]["c_gap_max"] <= 1e-5  # fp32 both (tests/test_rollout.py)
     skipped = len(gc.CHECKS) - len(RUN_HERE)
-    assert report["summary"] == {"pass": 3, "fail": 0, "skipped": skipped}
-    assert out.stdout.splitlines()[-2] == f"3 pass, 0 fail, {skipped} skipped"
+    assert report["summary"] == {"pass": 4, "fail": 0, "skipped": skipped}
+    assert out.stdout.splitlines()[-2] == f"4 pass, 0 fail, {skipped} skipped"

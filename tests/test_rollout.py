@@ -694,6 +694,91 @@ def test_hf_engine_has_the_same_interface(policy):
     assert [s.token_ids for s in engine.generate(prompts, 3, seed=3)] == [s.token_ids for s in samples]
 
 
+def slotted_rollouts(tok, prompts, group):
+    """Rollouts of fixed text, every one ending at its slot, different answers and analyses (so
+    that c differs from row to row): what a read sees, independent of what a model samples."""
+    rows = []
+    for q, prompt in enumerate(prompts):
+        for i in range(group):
+            answer = f"{q} + {i} = {q + i}. The answer is \\boxed{{{q + i}}}."
+            text = f"{answer} <analysis> {'check ' * (i + 1)}</analysis> <confidence>"
+            ids = enc(tok, text)
+            segments = parse_segments(tok, ids, "readout", "\\boxed")
+            rows.append(Rollout(f"q{q}", prompt, ids, text, "stop", segments))
+    assert all(r.segments.slot == len(r.completion_ids) for r in rows)
+    return rows
+
+
+@pytest.mark.parametrize("engine_kind", ["vllm", "hf"])
+def test_the_engine_reads_c_at_the_slot_as_the_trainer_does(policy, vllm_engine, engine_kind):
+    """credit_confidence=engine: every registered model read (the readout, and eq:digitexp with its
+    forced "0.") from the engine's next-token log-probs at each slot equals the trainer's no-grad
+    pass to 1e-5. Both compute in fp32 from the same weights; only kernels and summation order
+    differ (about 1e-6 relative on logits of a few units, and |dc| <= |dz| / 4)."""
+    import torch
+
+    import policy as pol
+
+    cfg, model, tok, high, low, _, prompts = policy
+    trainer = pol.Policy(model, tok, high, low, torch.float32)
+    engine = vllm_engine if engine_kind == "vllm" else eng.HFEngine(model, tok, cfg, confidence.plan(cfg))
+    if engine_kind == "vllm":
+        engine.push_weights(model)  # whatever an earlier test of this module trained
+    rollouts = slotted_rollouts(tok, prompts, 3)
+    model_reads = [read for read in confidence.READS.values() if read.model]
+    assert {"readout", "digit_exp"} <= {read.name for read in model_reads}
+    for read in model_reads:
+        probes = [[trainer.token_id(token) for token in probe] for probe in read.probes]
+        by_engine = read.from_logprobs(eng.probe_logprobs(engine, ro.slot_contexts(rollouts), probes)).float()
+        by_trainer = pol.slot_confidences(trainer, rollouts, read, 4096, packed=True)  # [N]
+        assert not by_engine.isnan().any() and len(set(by_engine.tolist())) > 1, read.name
+        torch.testing.assert_close(by_engine, by_trainer, atol=1e-5, rtol=0, msg=read.name)
+    # no slot, no context: NaN log-probs, and no call for them
+    assert eng.probe_logprobs(engine, [None, None], probes).isnan().all()
+
+
+def test_credit_from_the_engine_stays_within_its_bound_of_the_trainers(policy, vllm_engine):
+    """The tolerance credit_confidence=engine holds credit to, given delta = max |c_engine - c_trainer|
+    (at most 1e-5 in fp32, the test above): the target, r_ans and A^ans do not read c and are
+    equal; r_conf = F (1 - (t - c)^2) moves by at most 2 delta; eq:sw's weights by at most
+    2 kappa delta (c_i and the group's mean discrepancy each move by delta); and a group-
+    standardised A^conf by at most 2 sqrt(G / (G - 1)) 2 delta (1 + |A|) / std_g to first order
+    (both r - mean and std move by at most 2 delta), checked here with a factor 2 of room.
+    Outcomes are set by hand, mixed in every group, so that each group's std is far above delta."""
+    import torch
+
+    import methods
+    import policy as pol
+
+    cfg, model, tok, high, low, _, prompts = policy
+    trainer = pol.Policy(model, tok, high, low, torch.float32)
+    vllm_engine.push_weights(model)
+    rollouts = slotted_rollouts(tok, prompts, 3)
+    read = confidence.READS["readout"]
+    probes = [[high], [low]]
+    c = {
+        "engine": read.from_logprobs(eng.probe_logprobs(vllm_engine, ro.slot_contexts(rollouts), probes)).float(),
+        "trainer": pol.slot_confidences(trainer, rollouts, read, 4096, packed=True),
+    }
+    correct, fmt = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]), torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    kappa = 0.5
+    credit = {
+        source: methods.credit(correct, fmt, methods.Confidences(value, value), cfg, kappa)
+        for source, value in c.items()
+    }
+    delta = float((c["engine"] - c["trainer"]).abs().max())
+    assert delta <= 1e-5
+    e, t = credit["engine"], credit["trainer"]
+    for name in ("target", "r_ans", "adv_ans"):
+        assert torch.equal(getattr(e, name), getattr(t, name)), name
+    assert float((e.r_conf - t.r_conf).abs().max()) <= 2 * delta + 1e-7  # + float32 rounding of r near 1
+    assert float((e.w - t.w).abs().max()) <= 2 * kappa * delta + 1e-7
+    std = t.r_conf.reshape(-1, 3).std(dim=1, unbiased=cfg.adv_std == "sample").repeat_interleave(3)  # [N]
+    assert float(std.min()) > 1e3 * delta  # first order holds
+    bound = 2 * 2 * (3 / 2) ** 0.5 * 2 * delta * (1 + t.adv_conf.abs()) / std + 1e-6
+    assert bool(((e.adv_conf - t.adv_conf).abs() <= bound).all())
+
+
 def test_hf_engine_with_thinking_on_cuts_at_the_slot(policy, tiny_dir):
     """No stop string with thinking on: the engine generates past <confidence> and cuts the
     completion there itself; the log-probs kept are the trainer's for the tokens kept."""
