@@ -130,6 +130,7 @@ class ReferenceStats(NamedTuple):
     grad_norm: float
     micro_batches: int | None = None
     pad_fraction: float | None = None
+    credit: methods.Credit | None = None  # credo's (TRL's loss path is fed its per-token advantages)
 
 
 def reference_step(model, optimizer, batch, correct, fmt, valid, cfg, high_id, low_id) -> ReferenceStats:
@@ -194,6 +195,7 @@ def credo_step(
         grad_norm=stats.grad_norm,
         micro_batches=stats.micro_batches,
         pad_fraction=stats.pad_fraction,
+        credit=stats.credit,
     )
 
 
@@ -221,7 +223,9 @@ def update_rel_diff(start, a, b) -> float:
         return (diff / norm) ** 0.5
 
 
-def start_trl(saved: Path, rollouts, stats, batch, cfg, micro: int) -> subprocess.Popen:
+def trl_inputs(saved: Path, rollouts, stats: ReferenceStats, batch, cfg, micro: int) -> dict:
+    """What bench/trl_step_worker.py trains on: the same token ids and credo's per-token advantages
+    (from `stats`, credo's first step)."""
     adv = losses.token_advantages(
         stats.credit.adv_ans, stats.credit.adv_conf, stats.credit.w, batch.ans_mask, batch.conf_mask
     )
@@ -241,8 +245,12 @@ def start_trl(saved: Path, rollouts, stats, batch, cfg, micro: int) -> subproces
         "clip_eps": cfg.clip_eps,
         "threads": torch.get_num_threads(),
     }
+    return spec
+
+
+def start_trl(saved: Path, rollouts, stats: ReferenceStats, batch, cfg, micro: int) -> subprocess.Popen:
     path = saved / "trl_inputs.json"
-    path.write_text(json.dumps(spec))
+    path.write_text(json.dumps(trl_inputs(saved, rollouts, stats, batch, cfg, micro)))
     return subprocess.Popen(
         [str(TRL_PY), str(ROOT / "bench" / "trl_step_worker.py"), str(path)],
         stdin=subprocess.PIPE,

@@ -254,3 +254,20 @@ def test_the_step_bench_runs_to_its_report(tmp_path):
     # elsewhere on more than about 1e-4 of the weights passes 0.02.
     for path in ("reference", "padded"):
         assert tiny["equal_work_check"][path]["update_rel_diff"] < 0.02, path
+
+
+def test_trl_is_fed_credos_per_token_advantages():
+    """TRL's loss path trains on credo's first step's per-token advantages (bench_step.trl_inputs):
+    one per completion token of every rollout, from the credit the step computed."""
+    import copy
+
+    from bench import bench_step
+
+    model, _, saved, rollouts, args = bench_step.step_inputs("tiny")
+    batch, cfg = args[0], args[4]
+    trained = copy.deepcopy(model)
+    first = bench_step.credo_step(trained, bench_step.make_optimizer(trained, cfg), *args)
+    spec = bench_step.trl_inputs(saved, rollouts, first, batch, cfg, micro=4)
+    assert [len(a) for a in spec["token_advantages"]] == [r.sampled_len for r in rollouts]
+    assert spec["completions"] == [r.completion_ids for r in rollouts] and spec["group"] == cfg.group_size
+    assert any(a != 0 for row in spec["token_advantages"] for a in row)
