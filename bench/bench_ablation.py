@@ -4,9 +4,10 @@ time, on bench_step's inputs, timed side by side.
     python bench/bench_ablation.py [--models tiny l4h256] [--repeats 9 3]
 
 Variants (each trains its own copy of the model from the same weights, on the same rollouts):
-* credo:              the default step (as bench_step's `credo`).
+* credo:              the default step (as bench_step's `credo`: credit's c read by the engine,
+                      prepared before the timer for every variant alike).
 * no_score_mask:      log-probs of every column, prompt included, through the vocabulary
-                      projection (logprobs.token_logprobs called without score_mask).
+                      projection (packing.States.logprobs given the prompt's columns to score too).
 * row_micro_batches:  micro-batches of `per_device_batch_size` rows of whole groups (the
                       plan before micro_batch_tokens) instead of the token budget.
 * padded:             pack_sequences=false (micro-batches padded to their longest row).
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import bench_step  # noqa: E402
 from bench.results_io import report  # noqa: E402
-from kernels import logprobs, packing  # noqa: E402
+from kernels import packing  # noqa: E402
 from schema import Config  # noqa: E402
 
 
@@ -41,22 +42,33 @@ def row_micro_batches(lengths: list[int], rows: int, group: int) -> list[list[in
     return [[q * group + i for q in groups[k : k + per] for i in range(group)] for k in range(0, len(groups), per)]
 
 
-def variant(step_args: tuple, cfg: Config, score_mask: bool = True, row_plan: bool = False, packed: bool = True):
-    """credo's step with the given changes taken back (module functions swapped for the call:
-    policy.forward calls logprobs.token_logprobs, credo.make_step calls packing.micro_batches)."""
+def prompt_columns(states: packing.States, scored: torch.Tensor) -> torch.Tensor:
+    """[N, L-1] host bool: the columns that predict each row's prompt tokens (a packed layout's rows)."""
+    if states.packing is None:
+        raise ValueError("the no_score_mask variant runs on packed rows (pack_sequences=true)")
+    columns = torch.arange(scored.shape[1]).expand_as(scored)  # [N, L-1]
+    return columns < states.packing.prompt_len[:, None] - 1
 
-    def step(model, optimizer):
-        full_logprobs, plan = logprobs.token_logprobs, packing.micro_batches
-        if not score_mask:
-            logprobs.token_logprobs = lambda *a, score_mask=None, **k: full_logprobs(*a, **k)
+
+def variant(step_args: tuple, cfg: Config, score_mask: bool = True, row_plan: bool = False, packed: bool = True):
+    """credo's step with the given changes taken back (functions swapped for the call: policy.forward
+    calls packing.States.logprobs, credo.make_step calls packing.micro_batches), taking the
+    engine's reads of c (bench_step.engine_reads)."""
+
+    def step(model, optimizer, reads):
+        scored_only, plan = packing.States.logprobs, packing.micro_batches
+        if not score_mask:  # the prompt's columns through the vocabulary projection too; the loss reads the scored
+            packing.States.logprobs = lambda self, head, ids, scored: torch.where(
+                scored.to(self.hidden.device), scored_only(self, head, ids, scored | prompt_columns(self, scored)), 0.0
+            )
         if row_plan:
             packing.micro_batches = lambda lengths, budget, group, packed: row_micro_batches(
                 lengths, cfg.per_device_batch_size, cfg.group_size
             )
         try:
-            return bench_step.credo_step(model, optimizer, *step_args, packed=packed)
+            return bench_step.credo_step(model, optimizer, *step_args, packed=packed, reads=reads)
         finally:
-            logprobs.token_logprobs, packing.micro_batches = full_logprobs, plan
+            packing.States.logprobs, packing.micro_batches = scored_only, plan
 
     return step
 
@@ -69,11 +81,13 @@ def ablate(name: str, repeats: int) -> dict:
         "no_score_mask": variant(args, cfg, score_mask=False),
         "row_micro_batches": variant(args, cfg, row_plan=True),
         "padded": variant(args, cfg, packed=False),
-        "reference": lambda m, o: bench_step.reference_step(m, o, *args),
+        "reference": lambda m, o, reads: bench_step.reference_step(m, o, *args),
     }
     models = {key: copy.deepcopy(model) for key in paths}
     optimizers = {key: bench_step.make_optimizer(models[key], cfg) for key in paths}
-    first = {key: paths[key](models[key], optimizers[key]) for key in paths}  # warm-up, and the equal-work check
+    reads = lambda key: None if key == "reference" else bench_step.engine_reads(models[key], *args)  # noqa: E731
+    # warm-up, and the equal-work check
+    first = {key: paths[key](models[key], optimizers[key], reads(key)) for key in paths}
     for key, stats in first.items():
         for loss in ("loss_pg", "loss_cal"):
             if abs(getattr(stats, loss) - getattr(first["credo"], loss)) > 1e-5:
@@ -83,8 +97,9 @@ def ablate(name: str, repeats: int) -> dict:
     times = {key: [] for key in paths}
     for _ in range(repeats):
         for key in paths:
+            prepared = reads(key)  # the engine's share: the rollout phase's, not the step's
             start = time.perf_counter()
-            paths[key](models[key], optimizers[key])
+            paths[key](models[key], optimizers[key], prepared)
             times[key].append(time.perf_counter() - start)
     med = {key: statistics.median(v) for key, v in times.items()}
     return {

@@ -182,6 +182,29 @@ def test_ablation_variants_do_the_same_work(tmp_path, monkeypatch):
     assert {"no_score_mask_vs_credo", "row_micro_batches_vs_credo", "padded_vs_credo", "reference_vs_credo"} <= set(out)
 
 
+def test_the_ablation_without_the_score_mask_scores_the_prompts_too(monkeypatch):
+    """The no_score_mask variant puts more columns through the vocabulary projection than credo's
+    step (every prompt token's too): a variant that changed nothing would time nothing."""
+    import copy
+
+    from bench import bench_ablation, bench_step
+    from kernels import logprobs
+
+    model, _, _, rollouts, args = bench_step.step_inputs("tiny")
+    scored, selected = [], logprobs.selected_logprobs
+    monkeypatch.setattr(
+        logprobs, "selected_logprobs", lambda hidden, *a, **k: scored.append(len(hidden)) or selected(hidden, *a, **k)
+    )
+    for score_mask in (True, False):
+        m = copy.deepcopy(model)
+        step = bench_ablation.variant(args, args[4], score_mask=score_mask)
+        step(m, bench_step.make_optimizer(m, args[4]), bench_step.engine_reads(m, *args))
+    half = len(scored) // 2
+    completions = sum(r.sampled_len for r in rollouts)
+    prompts = sum(len(r.prompt_ids) - 1 for r in rollouts)
+    assert sum(scored[:half]) == completions and sum(scored[half:]) == completions + prompts
+
+
 def test_sync_counting_runs_its_two_layouts(tmp_path, monkeypatch, capsys):
     """bench_syncs on the CPU (its test hook; nothing synchronises there), in this process:
     the two layouts do the same work in 1 and `rows` micro-batches, and the counting helpers
