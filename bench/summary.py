@@ -8,6 +8,10 @@ command that regenerates it (the JSON's own "command", runnable as printed), its
 JSON's last commit (`git log -1 -- <file>`; "not committed" while the file differs from it, so
 commit a new result before rendering). `--write-docs` then refreshes the include blocks of those
 docs (bench/includes.py). The full figures stay in the JSONs and docs/performance.md.
+
+`stale` names each result older than the last commit to the code it measures (MEASURES);
+tests/test_summary.py holds the committed results to it, so a change to measured code lands
+with its benchmark re-run.
 """
 
 import argparse
@@ -42,7 +46,10 @@ def step(r: dict) -> tuple[str, str]:
     for name, m in r["by_model"].items():
         trl = f"**{m['speedup_vs_trl']:.2f}x** TRL's" if m.get("speedup_vs_trl") else "TRL not run"
         shape = f"{m['layers']} layers / hidden {m['hidden']} / V {m['vocab']:,}"
-        parts.append(f"{name} ({shape}): **{m['speedup_vs_reference']:.2f}x** the reference, {trl}")
+        with_pass = ""
+        if m.get("speedup_pass_vs_reference"):
+            with_pass = f" (with credit_confidence=trainer's pass: {m['speedup_pass_vs_reference']:.2f}x the reference)"
+        parts.append(f"{name} ({shape}): **{m['speedup_vs_reference']:.2f}x** the reference, {trl}{with_pass}")
     what = "training step without rollout, against a padded full-logits reference and TRL's GRPOTrainer loss path"
     return what + ", equal work checked", "; ".join(parts)
 
@@ -70,6 +77,17 @@ def verifier(r: dict) -> tuple[str, str]:
     return what, f"math {', '.join(rates)}; code {code['stdio_1_test_ms']:.0f} ms for one stdio test"
 
 
+def credit_source(r: dict) -> tuple[str, str]:
+    parts = []
+    for name, m in r["by_config"].items():
+        parts.append(
+            f"{name}: |c_engine - c_trainer| max {m['c_gap_max']:.1e}, training phase "
+            f"**{m['train_phase_engine_vs_trainer']:.2f}x**, step {m['step_engine_vs_trainer']:.2f}x"
+        )
+    what = "credit's c read by the engine at each slot against the trainer's no-grad pass, real training runs"
+    return what, "; ".join(parts)
+
+
 # What docs/results.md reports: the result file's stem, and how its row reads the JSON.
 ROWS: dict[str, Callable[[dict], tuple[str, str]]] = {
     "logprobs_cpu": logprobs,
@@ -77,7 +95,57 @@ ROWS: dict[str, Callable[[dict], tuple[str, str]]] = {
     "padding": padding,
     "rollout_cpu": rollout,
     "verifier": verifier,
+    "credit_source_cpu": credit_source,
 }
+
+
+# The code each result of ROWS measures (paths from the repository root; a folder: everything in
+# it): a commit to any of them after the result's own last commit makes the result stale.
+MEASURES: dict[str, tuple[str, ...]] = {
+    "logprobs_cpu": ("kernels/logprobs.py", "bench/bench_logprobs.py"),
+    "step_cpu": (
+        "credo.py",
+        "policy.py",
+        "losses.py",
+        "methods.py",
+        "confidence.py",
+        "kernels",
+        "bench/bench_step.py",
+        "bench/trl_step_worker.py",
+    ),
+    "padding": ("kernels/packing.py", "bench/bench_padding.py"),
+    "rollout_cpu": ("engine.py", "rollout.py", "bench/bench_rollout.py"),
+    "verifier": ("verifier.py", "grading", "bench/bench_verifier.py"),
+    "credit_source_cpu": ("credo.py", "engine.py", "policy.py", "confidence.py", "bench/bench_credit_source.py"),
+}
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise ValueError(f"git {' '.join(args)} failed in {root}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def stale(results: Path = RESULTS, root: Path = ROOT) -> list[str]:
+    """One line for each result of MEASURES that is not committed, or whose last commit is older
+    than a commit to the code it measures, naming that commit and the command to re-run."""
+    found = []
+    for name, paths in MEASURES.items():
+        result = results / f"{name}.json"
+        relative = str(result.relative_to(root))
+        measured = _git(root, "log", "-1", "--format=%H", "--", relative)
+        if not measured or _git(root, "status", "--porcelain", "--", relative):
+            found.append(f"{name}: {relative} is not committed as it is")
+            continue
+        later = _git(root, "log", "--format=%h %s", f"{measured}..HEAD", "--", *paths).splitlines()
+        if later:
+            rerun = command(json.loads(result.read_text()))
+            found.append(
+                f"{name}: measured at {measured[:7]}, but {len(later)} later commit(s) changed {', '.join(paths)} "
+                f"(the latest: {later[0]}); re-run {rerun} and commit its result"
+            )
+    return found
 
 
 def command(r: dict) -> str:

@@ -5,6 +5,9 @@ import json
 import os
 import subprocess
 
+import pytest
+
+import config
 from bench import summary
 
 ROWS = {
@@ -22,7 +25,14 @@ ROWS = {
         "command": "python bench/bench_step.py --repeats 5",
         "machine": "x86_64 2 cpus",
         "by_model": {
-            "tiny": {"layers": 2, "hidden": 64, "vocab": 1088, "speedup_vs_reference": 1.636, "speedup_vs_trl": None},
+            "tiny": {
+                "layers": 2,
+                "hidden": 64,
+                "vocab": 1088,
+                "speedup_vs_reference": 1.636,
+                "speedup_vs_trl": None,
+                "speedup_pass_vs_reference": 1.274,
+            },
             "big": {"layers": 4, "hidden": 256, "vocab": 151936, "speedup_vs_reference": 3.0, "speedup_vs_trl": 5.511},
         },
     },
@@ -47,6 +57,17 @@ ROWS = {
         "math": {"items": 300, "by_workers": {"1": {"items_per_s": 87.2}, "2": {"items_per_s": 158.5}}},
         "code": {"sandbox_mode": "namespaces", "stdio_1_test_ms": 25.2},
     },
+    "credit_source_cpu": {
+        "command": "python bench/bench_credit_source.py --configs tiny",
+        "machine": "x86_64 2 cpus",
+        "by_config": {
+            "tiny": {
+                "c_gap_max": 3.5762786865234375e-07,
+                "train_phase_engine_vs_trainer": 0.791,
+                "step_engine_vs_trainer": 1.017,
+            }
+        },
+    },
 }
 
 
@@ -63,7 +84,8 @@ def test_the_table_of_hand_made_results(tmp_path):
         "date of logprobs_cpu.json |",
         "| training step without rollout, against a padded full-logits reference and TRL's GRPOTrainer loss path, "
         "equal work checked | `.venv/bin/python bench/bench_step.py --repeats 5` | "
-        "tiny (2 layers / hidden 64 / V 1,088): **1.64x** the reference, TRL not run; "
+        "tiny (2 layers / hidden 64 / V 1,088): **1.64x** the reference, TRL not run "
+        "(with credit_confidence=trainer's pass: 1.27x the reference); "
         "big (4 layers / hidden 256 / V 151,936): **3.00x** the reference, **5.51x** TRL's | x86_64 2 cpus | "
         "date of step_cpu.json |",
         "| padded share of the micro-batches (the paper's math layout, group 8, micro-batch 2, synthetic lengths) | "
@@ -75,6 +97,10 @@ def test_the_table_of_hand_made_results(tmp_path):
         "`.venv/bin/python bench/bench_verifier.py --math-items 300` | "
         "math 87 items/s with 1 worker, 158 items/s with 2 workers; code 25 ms for one stdio test | "
         "x86_64 2 cpus | date of verifier.json |",
+        "| credit's c read by the engine at each slot against the trainer's no-grad pass, real training runs | "
+        "`.venv/bin/python bench/bench_credit_source.py --configs tiny` | "
+        "tiny: \\|c_engine - c_trainer\\| max 3.6e-07, training phase **0.79x**, step 1.02x | x86_64 2 cpus | "
+        "date of credit_source_cpu.json |",
     ]
 
 
@@ -109,3 +135,45 @@ def test_the_committed_summary_is_the_table_of_the_committed_results():
     """Every cell but the date (the JSONs' commits, which a shallow clone does not have)."""
     without_date = lambda text: [line.rsplit(" | ", 1)[0] for line in text.splitlines()]
     assert without_date(summary.OUT.read_text()) == without_date(summary.table(dated=lambda path: ""))
+
+
+def test_a_result_older_than_the_code_it_measures_is_stale(tmp_path, monkeypatch):
+    env = {**os.environ, "GIT_COMMITTER_DATE": "2026-01-02T03:04:05Z", "GIT_AUTHOR_DATE": "2026-01-02T03:04:05Z"}
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    commit = lambda message: subprocess.run([*git, "commit", "-q", "-am", message], check=True, env=env)
+    monkeypatch.setattr(summary, "MEASURES", {"padding": ("kernels/packing.py", "bench")})
+    results, kernels = tmp_path / "bench" / "results", tmp_path / "kernels"
+    results.mkdir(parents=True)
+    kernels.mkdir()
+    subprocess.run([*git, "init", "-q"], check=True, env=env)
+    (kernels / "packing.py").write_text("x = 1\n")
+    (kernels / "other.py").write_text("y = 1\n")
+    (results / "padding.json").write_text('{"command": "python bench/bench_padding.py --steps 6"}\n')
+    subprocess.run([*git, "add", "."], check=True, env=env)
+    commit("code and its result")
+    assert summary.stale(results, tmp_path) == []
+    (kernels / "other.py").write_text("y = 2\n")  # not what it measures
+    commit("other code")
+    assert summary.stale(results, tmp_path) == []
+    (kernels / "packing.py").write_text("x = 2\n")
+    commit("faster packing")
+    (found,) = summary.stale(results, tmp_path)
+    assert found.startswith("padding: measured at ") and "1 later commit(s) changed kernels/packing.py, bench" in found
+    assert "faster packing); re-run `.venv/bin/python bench/bench_padding.py --steps 6`" in found
+    (results / "padding.json").write_text('{"command": "python bench/bench_padding.py --steps 6", "new": 1}\n')
+    assert summary.stale(results, tmp_path) == ["padding: bench/results/padding.json is not committed as it is"]
+    commit("re-run")
+    assert summary.stale(results, tmp_path) == []
+
+
+def test_the_committed_results_are_newer_than_the_code_they_measure():
+    """Each committed benchmark figure is one of the code as it is (summary.MEASURES). A clone
+    without the history (shallow, or no .git) cannot tell, and says so."""
+    if not (config.ROOT / ".git").exists():
+        pytest.skip("no git history in this copy: the results' commits cannot be compared")
+    shallow = subprocess.run(
+        ["git", "-C", str(config.ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
+    )
+    if shallow.stdout.strip() != "false":
+        pytest.skip("a shallow clone: the results' commits are not in it")
+    assert summary.stale() == []
