@@ -228,10 +228,20 @@ def test_the_page_followed_literally_in_a_copy(tmp_path, tiny_dir):
     for name in new_configs():  # each new config's real step ran, and passed (-rA lists what passed)
         assert f"PASSED tests/test_credo.py::test_one_real_training_step_per_method[{name}]" in done.stdout
     assert " passed" in done.stdout and "failed" not in done.stdout
-    for name, keys in new_configs().items():
-        out_dir = tmp_path / "runs"
-        overrides = [f"{key}={value}" for key, value in keys.items() if key != "inherit"]
-        run("credo.py", "tiny", *overrides, "max_steps=1", "engine=hf", f"out_dir={out_dir}", f"run_name={name}")
+    # one training step of each new config, the same loop as `python credo.py tiny ...`, all in one
+    # process (torch and transformers load once: each run alone is mostly their start-up)
+    out_dir = tmp_path / "runs"
+    runs = {
+        name: [f"{k}={v}" for k, v in keys.items() if k != "inherit"]
+        + ["max_steps=1", "engine=hf", f"out_dir={out_dir}", f"run_name={name}"]
+        for name, keys in new_configs().items()
+    }
+    train_each = (
+        "import json, sys\nimport config, credo\n"
+        "for args in json.loads(sys.argv[1]).values():\n    credo.train(config.load_config('tiny', args))"
+    )
+    run("-c", train_each, json.dumps(runs))
+    for name in new_configs():
         (metrics,) = [json.loads(line) for line in (out_dir / name / "metrics.jsonl").read_text().splitlines()]
         rows = [
             json.loads(line) for line in (out_dir / name / "rollouts" / "step_000000.jsonl").read_text().splitlines()
