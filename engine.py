@@ -234,7 +234,10 @@ class VLLMEngine:
         sampler), float64 on the host. One request per context: a context that extends a rollout
         just generated (prompt + completion through its slot) is in the prefix cache, so it
         costs one decode step, plus the tokens of its last partial cache block. Read before
-        sleep(), which drops the cache."""
+        sleep(), which drops the cache. These requests go in a generate call of their own: vLLM's
+        sampler (0.28-0.32 at least) returns the gathered ids' log-probs for every row of a batch
+        in which any request asks for logprob_token_ids, so a sampled rollout beside them would
+        get wrong log-probs."""
         if self._asleep:
             raise RuntimeError("next_logprobs reads the engine's cache: call it before sleep()")
         if not contexts:
