@@ -315,6 +315,10 @@ def slot_confidences(
     completion up to its slot (rollout.at_slot: a tag that merged with a numeral sampled after it is
     closed first) + the read's teacher-forced tokens; NaN where there is no slot. What eval.py
     reads, and a baseline's eq:sw weights (tab:sw_baseline)."""
+    if rollouts is None:
+        raise ValueError(
+            "a pass at the slot reads the rollouts: credo.make_step(rollouts=) for a baseline's eq:sw weights"
+        )
     tokenizer = policy.tokenizer
     forced = [policy.token_id(token) for token in read.forced]
     batch = collate(ro.at_slot(tokenizer, rollouts), tokenizer.pad_token_id, forced=forced or None)

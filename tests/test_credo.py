@@ -522,6 +522,11 @@ def test_baseline_weights_from_the_digit_expectation(tiny_dir):
     assert stats.credit.w.tolist() == pytest.approx(w.tolist())
     parsed = losses.discrepancy_weights(correct, reported, ~torch.isnan(reported), stats.kappa, 3)
     assert stats.credit.w.tolist() != pytest.approx(parsed.tolist())
+    # the trainer's pass reads the rollouts: a step built without them says so
+    learner = credo.Learner(policy, torch.optim.SGD(policy.model.parameters(), lr=0.0), cfg)
+    batch = pol.training_batch(rollouts, policy.tokenizer, learner.plan)
+    with pytest.raises(ValueError, match=r"reads the rollouts: credo.make_step\(rollouts=\)"):
+        credo.train_step(learner, credo.make_step(cfg, 100, batch, out))
 
 
 # --- the code domain: rows, the sandboxed reward, and a real step -------------------------------

@@ -353,6 +353,17 @@ def test_a_two_rank_checkpoint_resumes_exactly(tmp_path, tiny_dir):
         checkpoint.restore_state(ckpt, None)
 
 
+@pytest.mark.slow
+def test_two_ranks_with_the_hf_engine_read_credits_c_at_the_slot(tmp_path, tiny_dir):
+    """credit_confidence=engine with the HF engine under FSDP2: each rank's engine reads its own
+    rollouts' slots by forwards of the sharded model, a collective that keeps the ranks in step
+    (HFEngine.next_logprobs); no trainer pass, and the update's c agrees."""
+    run_tiny_ranks(tmp_path, "max_steps=2", "engine=hf", "run_name=hf")
+    metrics = read_metrics(tmp_path / "hf")
+    assert [m["world_size"] for m in metrics] == [2, 2] and all(m["readout_pass_rows"] == 0 for m in metrics)
+    assert all(m["engine_conf_gap_max"] is not None and m["engine_conf_gap_max"] < 1e-5 for m in metrics)
+
+
 # --- cheap checks -----------------------------------------------------------------------------
 
 
