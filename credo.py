@@ -183,10 +183,10 @@ def engine_confidences(engine, rollouts: list[ro.Rollout], plan: ConfidencePlan,
     """Step 4 by the engine (credit_confidence=engine), after generation and before it sleeps: each
     model read credit needs ({name: c [N]}, NaN where no slot) from the engine's log-probs of the
     read's probes at each slot. It holds the trainer's weights and each rollout in its prefix cache."""
-    reads = {"model": (plan.model_read, rollouts), "pass": (plan.read, ro.at_slot(policy.tokenizer, rollouts))}
     c = {}
     for name in plan.model_reads:
-        read, cut = reads[name]
+        read = plan.model_read if name == "model" else plan.read
+        cut = rollouts if name == "model" else ro.at_slot(policy.tokenizer, rollouts)  # "pass": tab:sw_baseline
         probes = [[policy.token_id(token) for token in probe] for probe in read.probes]
         c[name] = read.from_logprobs(probe_logprobs(engine, ro.slot_contexts(cut), probes)).float()  # [N]
     return c

@@ -19,6 +19,7 @@ from step_cases import (
     copy_policy,
     fake_rollout,
     group_of_four,
+    method_rollouts,
     method_step,
     outcomes_of,
     random_qwen3,
@@ -527,6 +528,20 @@ def test_baseline_weights_from_the_digit_expectation(tiny_dir):
     batch = pol.training_batch(rollouts, policy.tokenizer, learner.plan)
     with pytest.raises(ValueError, match=r"reads the rollouts: credo.make_step\(rollouts=\)"):
         credo.train_step(learner, credo.make_step(cfg, 100, batch, out))
+
+
+def test_the_engine_reads_a_baselines_weights_as_the_trainers_pass_does(tiny_dir):
+    """credit_confidence=engine for tab:sw_baseline: the engine reads eq:digitexp at the slot of each
+    verbalized rollout cut right after its tag ("pass"), and gives the trainer's pass's c to 1e-5."""
+    policy = tiny_policy(tiny_dir)
+    cfg = config.load_config("rlcr_swd", ["group_size=3", "per_device_batch_size=3", "grad_accum=1"])
+    plan = confidence.plan(cfg)
+    rollouts = method_rollouts(cfg, policy.tokenizer)
+    reads = credo.engine_confidences(eng.HFEngine(policy.model, policy.tokenizer, cfg, plan), rollouts, plan, policy)
+    assert plan.model_reads == ["pass"] and set(reads) == {"pass"}
+    want = pol.slot_confidences(policy, rollouts, plan.read, cfg.micro_batch_tokens, cfg.pack_sequences)
+    assert torch.isfinite(want[:2]).all() and torch.isnan(want[2])  # the third has no <confidence>
+    torch.testing.assert_close(reads["pass"], want, atol=1e-5, rtol=0, equal_nan=True)
 
 
 # --- the code domain: rows, the sandboxed reward, and a real step -------------------------------
