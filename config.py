@@ -415,17 +415,24 @@ COUNTS = {
     "hf_engine_batch": 1,
     "warmup_steps": 0,
     "top_k": 0,
+    "lora_rank": 0,
 }
 
 
 def _validate_counts(cfg: Config) -> None:
-    """Every count of COUNTS is at least its least value (max_steps may also be null)."""
+    """Every count of COUNTS is at least its least value (max_steps may also be null); LoRA's alpha
+    is positive and its targets name at least one module."""
     for key, least in COUNTS.items():
         value = getattr(cfg, key)
         if value is not None and value < least:
             kind = "a positive integer" if least == 1 else f"an integer >= {least}"
             null = " (or null: epochs x |train| / questions per step)" if key == "max_steps" else ""
             raise ValueError(f"{key}={value!r} must be {kind}{null}")
+    if not cfg.lora_alpha > 0:
+        raise ValueError(f"lora_alpha={cfg.lora_alpha!r} must be positive (the adapters are scaled by alpha / rank)")
+    targets = cfg.lora_targets.split(",") if isinstance(cfg.lora_targets, str) else cfg.lora_targets
+    if not [t for t in targets if isinstance(t, str) and t.strip()] or not all(isinstance(t, str) for t in targets):
+        raise ValueError(f"lora_targets={cfg.lora_targets!r} must name modules, comma-separated (e.g. q_proj,v_proj)")
 
 
 def _confidence() -> types.ModuleType:

@@ -76,6 +76,7 @@ import policy as pol
 import problems
 import rollout as ro
 import verifier
+from adapters import lora
 from confidence import ConfidencePlan
 from engine import make_engine, probe_logprobs
 from infra import memfit, parallel, runlog
@@ -221,7 +222,7 @@ def make_optimizer(model, cfg: Config, device_type: str) -> torch.optim.AdamW:
     resumes in the other."""
     fused = {"fused": True} if config.fuses_adam(cfg, device_type) else {}
     return torch.optim.AdamW(
-        model.parameters(),
+        [p for p in model.parameters() if p.requires_grad],  # under LoRA: the adapters and reserved rows
         lr=cfg.lr,
         betas=(cfg.adam_beta1, cfg.adam_beta2),
         eps=cfg.adam_eps,
@@ -531,6 +532,7 @@ def setup(cfg: Config) -> Run:
 
     policy = pol.load_policy(str(resume or cfg.model), world.load_device, pol.compute_dtype(cfg), cfg.temperature)
     policy.model.config.use_cache = False
+    lora.for_run(policy.model, cfg, (policy.high_id, policy.low_id), policy.dtype)  # lora_rank > 0: adapters/lora.py
     checkpointing, why = memfit.decide_checkpointing(
         cfg, memfit.shape_of(policy.model.config.to_dict()), world.world_size, parallel.gpu_memory_gib(world)
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from adapters import lora
 from confidence import ConfidencePlan
 from rollout import (
     CONF_CLOSE,
@@ -264,7 +265,8 @@ class VLLMEngine:
         )
 
     def push_weights(self, model) -> None:
-        """Copy the trainer's parameters into the engine's model (no disk round trip).
+        """Copy the trainer's weights into the engine's model (no disk round trip): its parameters,
+        or a LoRA model's merged weights (lora.merged_weights).
 
         vLLM's in-place reload takes checkpoint-format (HF) names, fuses them
         (q/k/v -> qkv_proj, ...) and re-runs the backend's post-load processing
@@ -272,25 +274,17 @@ class VLLMEngine:
         the live model fails). Cached KV blocks were computed by the old
         weights: the prefix cache is reset after every push."""
         self.wake_up(("weights",))  # the KV cache stays released until the push is done
-
-        def full_weights():
-            """(HF name, full tensor in the engine's dtype), one parameter at a time in module
-            order (layer by layer). A sharded (FSDP2 DTensor) parameter is all-gathered: a
-            collective, so every rank pushes into its own engine in the same order."""
-            from torch.distributed.tensor import DTensor
-
-            for name, param in model.named_parameters():
-                tensor = param.detach()
-                if isinstance(tensor, DTensor):
-                    tensor = tensor.full_tensor()
-                yield name, tensor.to(self.dtype)
-
-        self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": full_weights(), "is_checkpoint_format": True}
-        )
+        weights = self._cast(lora.merged_weights(model))
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         self.wake_up(("kv_cache",))
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight push")
+
+    def _cast(self, weights):
+        """(HF name, full tensor) in the engine's dtype, one at a time (lora.merged_weights: a sharded
+        parameter is all-gathered, a collective, so every rank pushes into its own engine in step)."""
+        for name, tensor in weights:
+            yield name, tensor.to(self.dtype)
 
     def sleep(self) -> None:
         """Release the GPU for the update (sleep level 1: weights copied to host memory, KV
@@ -544,12 +538,12 @@ def make_engine(
     tokenizer_dir = Path(run_dir) / "tokenizer"
     tokenizer.save_pretrained(tokenizer_dir)  # the engine must see the reserved tokens
     model.config.save_pretrained(tokenizer_dir)  # vLLM reads a config.json beside the tokenizer
-    source = model_dir
-    rows_on_disk = _vocab_rows(model_dir)
+    source = lora.base_of(model_dir)  # a LoRA checkpoint's base: the push below brings the merged weights
+    rows_on_disk = _vocab_rows(source)
     if rows_on_disk != model.get_input_embeddings().weight.shape[0]:
         # The embedding matrix grew (no spare rows): vLLM must load a matrix of the new shape.
         source = str(Path(run_dir) / "engine_init")
-        model.save_pretrained(source, safe_serialization=True)
+        model.save_pretrained(source, state_dict=dict(lora.merged_weights(model)), safe_serialization=True)
     engine = VLLMEngine(
         str(source),
         str(tokenizer_dir),

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import confidence
 import rollout as ro
+from adapters import lora
 from confidence import ConfidencePlan
 from kernels import logprobs as logprob_kernels
 from kernels import packing
@@ -122,12 +123,15 @@ def load_policy(
 ) -> Policy:
     """The policy model and its tokenizer, with the reserved tokens in place; `temperature`: the
     rollouts' sampling temperature (sampling_temperature). Weights in fp32 (the master weights
-    AdamW needs), or `weights_dtype` for a model nothing trains (a frozen reference)."""
+    AdamW needs), or `weights_dtype` for a model nothing trains (a frozen reference). A LoRA
+    run's checkpoint (adapters/lora.py) loads as its base model with its adapters applied."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=weights_dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(lora.base_of(model_dir), dtype=weights_dtype).to(device)
     high_id, low_id = add_reserved_tokens(model, tokenizer)
+    if lora.is_adapter(model_dir):
+        lora.apply_saved(model, model_dir, (high_id, low_id), dtype)
     packing.use_sequence_attention(model)
     return Policy(model, tokenizer, high_id, low_id, dtype, temperature=sampling_temperature(temperature))
 
@@ -257,7 +261,7 @@ def forward(
     the output head (the readout's two rows of H and L: the auxiliary head of tab:decompose).
     Computed in policy.dtype (autocast) over fp32 weights; logp is fp32, and so is every read of c."""
     model, dtype = policy.model, policy.dtype
-    lm_head = model.lm_head.weight  # [V, H]
+    lm_head = lora.output_head(model)  # [V, H]
     with torch.autocast(model.device.type, dtype=dtype, enabled=dtype != torch.float32):
         states = packing.run_layers(
             model,

@@ -265,6 +265,18 @@ class Config:
     compile_layers: AUTO | bool = _field(
         "auto", "torch.compile the update's decoder layers and log-prob blocks; auto: CUDA only"
     )
+    # --- LoRA (adapters/lora.py; docs/distributed.md): the paper fine-tunes every weight, so it is silent here
+    lora_rank: int = _field(
+        0,
+        "LoRA's rank r; 0: full fine-tuning (the paper's). r > 0 trains adapters on lora_targets and the reserved "
+        "tokens' embedding and head rows, and nothing else (docs/distributed.md)",
+    )
+    lora_alpha: float = _field(32.0, "LoRA's alpha: adapters scaled by lora_alpha / lora_rank (PEFT's default scaling)")
+    lora_targets: str | list = _field(
+        "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+        "decoder modules given adapters (comma-separated): every attention and MLP projection, as LoRA Without "
+        "Regret (2025) advises for RL",
+    )
     # --- derived at load, not settable
     config_name: str = _field("", "the config file's name (derived)")
 

@@ -6,8 +6,9 @@ and how a long run survives preemption.
     step, cursor = restore_state(ckpt, optimizer, policy.model, world)
     with PreemptionGuard() as guard: ...         # SIGTERM / SIGINT: finish the step, checkpoint, exit
 
-A checkpoint is HF safetensors weights + tokenizer (what eval.py and vLLM load), the resolved
-config, the step and data position, AdamW's state and every RNG stream, so that a resumed
+A checkpoint is HF safetensors weights + tokenizer (what eval.py and vLLM load), or for a LoRA
+run PEFT's adapter files (adapters/lora.py), the model's config.json and the tokenizer; then the
+resolved config, the step and data position, AdamW's state and every RNG stream, so that a resumed
 run takes the same next step as a straight one. A checkpoint directory exists only once it
 is complete (written under `.tmp`, then renamed). Does not hold: the sharded formats
 themselves (infra/parallel.py: DCP), nor the choice of when to save (credo.py).
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from adapters import lora
 from config import as_dict
 from infra import parallel
 from policy import Policy
@@ -40,7 +42,8 @@ def save_checkpoint(
 ) -> Path:
     """runs/<name>/ckpt/step_XXXXXX/ after `step` completed optimizer steps.
 
-    Always: HF safetensors weights + tokenizer (what eval.py loads), trainer_state.json
+    Always: HF safetensors weights (a LoRA run: adapter_config.json and adapter_model.safetensors,
+    which peft.PeftModel.from_pretrained loads on the base) + tokenizer (what eval.py loads), trainer_state.json
     (step, data position), config.yaml. One process: optimizer.pt and rng.pt. Under torchrun
     (every rank calls it): sharded/ holds the model and AdamW shards of every rank (DCP),
     rng/rank_XXXXX.pt each rank's RNG streams, and trainer_state.json the world size."""
@@ -63,7 +66,12 @@ def save_checkpoint(
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(parallel.rng_state(), tmp / "rng.pt")
     if world.is_main:
-        model.save_pretrained(tmp, state_dict=full_weights, safe_serialization=True)
+        if lora.applied(model):
+            ids = (policy.high_id, policy.low_id)
+            lora.save_adapter(full_weights or model.state_dict(), tmp, model, cfg.model, ids)
+            model.config.save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp, state_dict=full_weights, safe_serialization=True)
         policy.tokenizer.save_pretrained(tmp)
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
         (tmp / "config.yaml").write_text(yaml.safe_dump(as_dict(cfg), sort_keys=False))

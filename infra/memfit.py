@@ -5,7 +5,12 @@
     python -m infra.memfit math --table                # the table of docs/distributed.md, for the Qwen3 sizes
 
 What one step holds on each GPU, in its update and in its rollout phase, is listed in
-`estimate_memory`'s docstring.
+`estimate_memory`'s docstring: for full fine-tuning (lora_rank=0, the paper's) every weight's
+fp32 master, gradient and AdamW state; with LoRA (lora_rank=r > 0) that state for the adapters
+and the reserved tokens' rows only (`lora_parameter_count`), the adapted projections frozen in
+the compute dtype and the other weights in fp32.
+
+    python -m infra.memfit math lora_rank=32           # the same with rank-32 adapters on lora_targets
 
 Does not hold: the runtime (infra/parallel.py: process groups, sharding, reductions) or the model
 (policy.py); it reads a model's config.json, never its weights.
@@ -107,6 +112,70 @@ def parameter_counts(shape: dict) -> tuple[int, int]:
     return shape["num_hidden_layers"] * layer + embed + head + h, layer
 
 
+def compute_bytes(cfg: Config) -> int:
+    """Bytes of a value in the compute dtype on a GPU: 4 for precision=fp32, else 2 (auto is bf16 there)."""
+    return 4 if cfg.precision == "fp32" else 2
+
+
+def projection_features(shape: dict) -> dict[str, tuple[int, int]]:
+    """(in, out) features of each linear projection of a decoder layer: LoRA's possible targets."""
+    h, inter, hd = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
+    q, kv = shape["num_attention_heads"] * hd, shape["num_key_value_heads"] * hd
+    return {
+        "q_proj": (h, q),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (q, h),
+        "gate_proj": (h, inter),
+        "up_proj": (h, inter),
+        "down_proj": (inter, h),
+    }
+
+
+def lora_modules(targets: str | list) -> list[str]:
+    """The module names of lora_targets (comma-separated or a list), each once; none, or a name that
+    is not a projection of a decoder layer, is an error (as adapters/lora.py refuses them).
+
+    >>> lora_modules("q_proj, v_proj,q_proj"), lora_modules(["down_proj"])
+    (['q_proj', 'v_proj'], ['down_proj'])
+    """
+    names = targets.split(",") if isinstance(targets, str) else [str(name) for name in targets]
+    names = list(dict.fromkeys(name.strip() for name in names if name.strip()))
+    known = list(projection_features(QWEN3_SHAPES["Qwen/Qwen3-8B"]))
+    unknown = [name for name in names if name not in known]
+    if not names:
+        raise ValueError(f"lora_targets is empty: name the projections that get adapters ({', '.join(known)})")
+    if unknown:
+        raise ValueError(
+            f"lora_targets names {', '.join(unknown)}: not a projection of a decoder layer ({', '.join(known)})"
+        )
+    return names
+
+
+def reserved_row_count(shape: dict) -> int:
+    """Parameters of the reserved tokens' rows, which train in full with LoRA: 2 rows x hidden of the
+    input embedding, and 2 more of the output head when it is untied."""
+    return 2 * shape["hidden_size"] * (1 if shape["tie_word_embeddings"] else 2)
+
+
+def lora_layer_count(shape: dict, rank: int, targets: str | list) -> int:
+    """Adapter parameters of one decoder layer: A [r, in] and B [out, r] on every target module."""
+    features = projection_features(shape)
+    return rank * sum(sum(features[name]) for name in lora_modules(targets))
+
+
+def lora_parameter_count(shape: dict, rank: int, targets: str | list) -> int:
+    """Trainable parameters with LoRA of rank r > 0: the adapters of every decoder layer and the
+    reserved tokens' rows (Qwen3-8B at rank 32 on all seven projections: 87.3 M, 1.1 % of 8.19 B).
+
+    >>> lora_parameter_count(QWEN3_SHAPES["Qwen/Qwen3-8B"], 32, Config().lora_targets)  # all seven projections
+    87310336
+    """
+    if rank < 1:
+        raise ValueError(f"a LoRA rank is positive (0 is full fine-tuning), got {rank}")
+    return shape["num_hidden_layers"] * lora_layer_count(shape, rank, targets) + reserved_row_count(shape)
+
+
 def activation_bytes_per_token(shape: dict, checkpointing: bool, compute_bytes: int, compiled: bool = False) -> float:
     """Bytes kept for backward per token of a micro-batch, over the whole model (an estimate).
 
@@ -139,6 +208,16 @@ def activation_bytes_per_token(shape: dict, checkpointing: bool, compute_bytes: 
     return per_layer * layers
 
 
+def lora_activation_bytes_per_token(
+    shape: dict, rank: int, targets: str | list, checkpointing: bool, compute_bytes: int
+) -> int:
+    """Bytes LoRA adds to activation_bytes_per_token per token: each target module's rank-r
+    intermediate (A's output, B's input; r values in the compute dtype) in every layer, or with
+    checkpointing in the one live layer. The adapters' inputs are the projections' inputs, counted there."""
+    per_layer = compute_bytes * rank * len(lora_modules(targets))
+    return per_layer if checkpointing else per_layer * shape["num_hidden_layers"]
+
+
 def kv_bytes_per_token(shape: dict, engine_bytes: int = 2) -> int:
     return 2 * shape["num_hidden_layers"] * shape["num_key_value_heads"] * shape["head_dim"] * engine_bytes
 
@@ -148,14 +227,17 @@ def estimate_memory(
 ) -> dict:
     """Peak GiB per GPU in the two phases of a step, for W ranks with `gpu_gib` each.
 
-    update:  fp32 shards of params, grads, AdamW m and v (16 P / W) + the gathered bf16
-             root unit (embeddings/head, kept until backward) and its fp32 gradient + two
-             gathered layers (one prefetched) + activations of one full micro-batch
-             (micro_batch_tokens; compiled layers as compile_layers decides on a GPU) +
-             a sleeping engine.
-    rollout: fp32 params and AdamW state (12 P / W; gradients are freed) + the engine's
-             share of the GPU (vllm_gpu_memory_utilization), which must hold the bf16
-             weights (2 P) and the KV cache of at least one full-length sequence.
+    update:  the weights and their training state (training_state_bytes / W) + what a forward and
+             backward hold unsharded (gathered_bytes) + activations of one full micro-batch
+             (micro_batch_tokens; compiled layers as compile_layers decides on a GPU; with LoRA
+             also the adapters' rank-r intermediates) + a sleeping engine.
+    rollout: the same weights and state without gradients (training_state_bytes / W) + the
+             engine's share of the GPU (vllm_gpu_memory_utilization), which must hold the bf16
+             weights (2 P, merged with LoRA) and the KV cache of at least one full-length sequence.
+    Full fine-tuning (lora_rank=0) holds fp32 shards of params, grads, AdamW m and v (16 P / W;
+    12 P / W in the rollout phase) and counts bf16 compute (the paper's). With LoRA (lora_rank > 0)
+    only the T = lora_parameter_count trainable parameters hold that state; the other weights are
+    frozen (training_state_bytes), without gradient or AdamW state.
     A loss term with a frozen reference (kl_coef > 0) adds its bf16 shards (2 P / W) to both
     phases, and in the update its gathered root unit and two gathered layers under FSDP2.
     """
@@ -164,17 +246,15 @@ def estimate_memory(
     root_params = params - shape["num_hidden_layers"] * layer_params
     seq = cfg.max_prompt_tokens + cfg.max_completion_tokens
     tokens = cfg.micro_batch_tokens
-    sharded = 16 * params / world_size
-    # One process: autocast keeps bf16 copies of the weights it used until backward (2 P).
-    # FSDP2: the gathered bf16 root unit and its fp32 gradient, and two gathered bf16 layers.
-    gathered = 2 * params if world_size == 1 else (2 + 4) * root_params + 2 * 2 * layer_params
-    compiled = config.compiles_layers(cfg, "cuda")  # what compile_layers decides on a GPU
-    activations = tokens * activation_bytes_per_token(shape, checkpointing, compute_bytes=2, compiled=compiled)
+    state = training_state_bytes(cfg, shape)
+    gathered = gathered_bytes(cfg, shape, world_size)
+    activations = tokens * activation_bytes(cfg, shape, checkpointing)
     reference = reference_bytes(cfg, params, root_params, layer_params, world_size)
-    update = (sharded + gathered + activations + reference["update"]) / GIB + VLLM_ASLEEP_GIB + CUDA_OVERHEAD_GIB
+    held = state["update"] / world_size + gathered + activations + reference["update"]
+    update = held / GIB + VLLM_ASLEEP_GIB + CUDA_OVERHEAD_GIB
     engine_gib = cfg.vllm_gpu_memory_utilization * gpu_gib
     kv_gib = engine_gib - 2 * params / GIB - 1.0  # 1 GiB of engine activations / graphs
-    rollout = (12 * params / world_size + reference["rollout"]) / GIB + engine_gib + CUDA_OVERHEAD_GIB
+    rollout = (state["rollout"] / world_size + reference["rollout"]) / GIB + engine_gib + CUDA_OVERHEAD_GIB
     full_sequences = kv_gib * GIB / (seq * kv_bytes_per_token(shape)) if kv_gib > 0 else 0.0
     return {
         "params_b": params / 1e9,
@@ -185,6 +265,61 @@ def estimate_memory(
         "concurrent_sequences": full_sequences,
         "fits": update <= gpu_gib and rollout <= gpu_gib and full_sequences >= 1,
     }
+
+
+def training_state_bytes(cfg: Config, shape: dict) -> dict[str, int]:
+    """Bytes of the policy's weights and their training state over all ranks (FSDP2 shards them
+    all alike: a rank holds 1 / W), in the update and in the rollout phase (gradients freed).
+    Full fine-tuning: fp32 weights, gradients, AdamW m and v for every parameter (16 P; 12 P).
+    LoRA (adapters/lora.py): that for the T trainable parameters (16 T; 12 T); the target
+    projections' frozen weights in the compute dtype, every other frozen weight (embedding, head,
+    norms, projections without adapters) in fp32, as in full fine-tuning."""
+    params = parameter_counts(shape)[0]
+    if cfg.lora_rank == 0:
+        return {"update": 16 * params, "rollout": 12 * params}
+    trainable = lora_parameter_count(shape, cfg.lora_rank, cfg.lora_targets)
+    targeted = target_weight_count(shape, cfg.lora_targets)
+    frozen = compute_bytes(cfg) * targeted + 4 * (params - targeted - reserved_row_count(shape))
+    return {"update": 16 * trainable + frozen, "rollout": 12 * trainable + frozen}
+
+
+def target_weight_count(shape: dict, targets: str | list) -> int:
+    """Weights of the projections that get adapters, over every layer (frozen in the compute dtype)."""
+    features = projection_features(shape)
+    return shape["num_hidden_layers"] * sum(i * o for i, o in (features[name] for name in lora_modules(targets)))
+
+
+def gathered_bytes(cfg: Config, shape: dict, world_size: int) -> float:
+    """Bytes per GPU a forward and backward hold beyond the shards. One process: autocast's bf16
+    copies of the fp32 weights it used, kept until backward (2 P). FSDP2: the gathered root unit
+    (embeddings/head, kept until backward) and its fp32 gradient, and two gathered layers (one
+    prefetched), in the compute dtype. LoRA: autocast's copies of the adapters and of the fp32
+    frozen weights only (2 (P - targeted)), or under FSDP2 the gathered root unit and layers with
+    their adapters; and in either case the head the trainer reads (adapters/lora.output_head: an fp32
+    [V, H] copy with the trained rows in place) and that copy's fp32 gradient, [V, H] each."""
+    params, layer_params = parameter_counts(shape)
+    root_params = params - shape["num_hidden_layers"] * layer_params
+    if cfg.lora_rank == 0:
+        return 2 * params if world_size == 1 else (2 + 4) * root_params + 2 * 2 * layer_params
+    dtype_bytes = compute_bytes(cfg)
+    head_copy = (4 + 4) * shape["vocab_size"] * shape["hidden_size"]
+    if world_size == 1:
+        return head_copy + (0 if dtype_bytes == 4 else 2 * (params - target_weight_count(shape, cfg.lora_targets)))
+    adapters = lora_layer_count(shape, cfg.lora_rank, cfg.lora_targets)
+    root = dtype_bytes * root_params + 4 * reserved_row_count(shape)
+    return head_copy + root + 2 * dtype_bytes * (layer_params + adapters)
+
+
+def activation_bytes(cfg: Config, shape: dict, checkpointing: bool) -> float:
+    """Activation bytes per token of a micro-batch on a GPU (compile_layers as it decides there):
+    activation_bytes_per_token in bf16 for full fine-tuning; with LoRA in the compute dtype, plus
+    the adapters' intermediates (lora_activation_bytes_per_token)."""
+    compiled = config.compiles_layers(cfg, "cuda")  # what compile_layers decides on a GPU
+    if cfg.lora_rank == 0:
+        return activation_bytes_per_token(shape, checkpointing, compute_bytes=2, compiled=compiled)
+    dtype_bytes = compute_bytes(cfg)
+    layers = activation_bytes_per_token(shape, checkpointing, compute_bytes=dtype_bytes, compiled=compiled)
+    return layers + lora_activation_bytes_per_token(shape, cfg.lora_rank, cfg.lora_targets, checkpointing, dtype_bytes)
 
 
 def reference_bytes(cfg: Config, params: int, root_params: int, layer_params: int, world_size: int) -> dict:
@@ -257,6 +392,17 @@ def decide_checkpointing(cfg: Config, shape: dict, world_size: int, gpu_gib: flo
     )
 
 
+def lora_label(cfg: Config) -> str:
+    """What a LoRA config trains, for the CLI's headers ("" for full fine-tuning)."""
+    if cfg.lora_rank == 0:
+        return ""
+    frozen = "fp32" if compute_bytes(cfg) == 4 else "bf16"
+    return (
+        f"LoRA rank {cfg.lora_rank} on {','.join(lora_modules(cfg.lora_targets))} and the reserved tokens' rows, "
+        f"those projections frozen in {frozen}, the other weights in fp32"
+    )
+
+
 def fit_table(cfg: Config, models: list[str], gpus_gib: list[float], world_sizes: list[int]) -> str:
     """A markdown table of what fits where for cfg's sequence budget and micro-batch:
     models x GPU memory (rows) x number of GPUs (columns)."""
@@ -264,10 +410,12 @@ def fit_table(cfg: Config, models: list[str], gpus_gib: list[float], world_sizes
     lines = [head, "|" + "---|" * (3 + len(world_sizes))]
     for model in models:
         shape = model_shape(model)
-        params = parameter_counts(shape)[0] / 1e9
+        params = f"{parameter_counts(shape)[0] / 1e9:.1f} B"
+        if cfg.lora_rank:
+            params += f", {lora_parameter_count(shape, cfg.lora_rank, cfg.lora_targets) / 1e6:.1f} M trained"
         for gpu in gpus_gib:
             cells = [fit_cell(cfg, shape, w, gpu) for w in world_sizes]
-            lines.append(f"| {model.split('/')[-1]} | {params:.1f} B | {gpu:.0f} GiB | " + " | ".join(cells) + " |")
+            lines.append(f"| {model.split('/')[-1]} | {params} | {gpu:.0f} GiB | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -277,22 +425,29 @@ def _fit_cli(argv: list[str]) -> None:
     args = [a for a in argv if a != "--table"]
     cfg = config.load_config(args[0] if args else "math", args[1:])
     if table:
+        rows = fit_table(cfg, list(QWEN3_SHAPES), [24.0, 80.0, 141.0], [1, 8, 16])  # a bad setting stops here
         seq = cfg.max_prompt_tokens + cfg.max_completion_tokens
         print(
             f"Sequence budget {seq} tokens ({cfg.max_prompt_tokens} prompt + {cfg.max_completion_tokens} "
             f"completion), micro-batches of {cfg.micro_batch_tokens} tokens, engine share "
             f"vllm_gpu_memory_utilization={cfg.vllm_gpu_memory_utilization}. Cells: peak GiB per GPU in the "
             f"update / the rollout phase, full-length sequences the engine's KV cache holds at once; AC: "
-            f"activation_checkpointing=true needed; util: the engine share (vllm_gpu_memory_utilization) it needs.\n"
+            f"activation_checkpointing=true needed; util: the engine share (vllm_gpu_memory_utilization) it needs."
+            + (f" {lora_label(cfg)}." if cfg.lora_rank else "")
+            + "\n"
         )
-        print(fit_table(cfg, list(QWEN3_SHAPES), [24.0, 80.0, 141.0], [1, 8, 16]))
+        print(rows)
         return
     shape = model_shape(cfg.model)
+    trainable = lora_parameter_count(shape, cfg.lora_rank, cfg.lora_targets) if cfg.lora_rank else 0
     print(
         f"# {cfg.model}: sequence budget {cfg.max_prompt_tokens + cfg.max_completion_tokens} tokens, "
         f"micro-batches of {cfg.micro_batch_tokens} tokens, "
         f"activation checkpointing {cfg.activation_checkpointing}"
     )
+    if cfg.lora_rank:
+        share = trainable / parameter_counts(shape)[0]
+        print(f"# {lora_label(cfg)}: {trainable / 1e6:.1f} M trainable parameters ({share:.2%})")
     for gpu in (24.0, 80.0, 141.0):
         for w in (1, 8, 16):
             est = estimate_memory(cfg, shape, w, gpu)

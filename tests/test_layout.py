@@ -43,7 +43,7 @@ TOP_LEVEL = {
 ENTRY_POINTS = ("credo", "eval")  # run, never imported
 # Each folder and the layer it sits in: a module may import its own layer's and lower layers'
 # modules, never a higher layer's. The method (the top level) is layer 1.
-FOLDERS = {"kernels": 0, "grading": 0, "infra": 2, "evaluation": 2, "dataprep": 2, "worlds": 3}
+FOLDERS = {"kernels": 0, "grading": 0, "adapters": 1, "infra": 2, "evaluation": 2, "dataprep": 2, "worlds": 3}
 METHOD_LAYER = 1
 ENTRY_LAYER = 4  # credo and eval sit above everything they run
 SPLICED = {"grading.sandbox_child"}  # its imports are replaced by text (grading/sandbox.py), never run

@@ -1,0 +1,6 @@
+"""Parameter-efficient training beside the method (it reads a Config, so it sits in the method's layer):
+
+  lora.py   LoRA adapters and the reserved tokens' rows over a frozen model; merged weights; PEFT's files
+
+Not the method: with lora_rank = 0 (the default) nothing here changes a run.
+"""
