@@ -122,7 +122,7 @@ def apply_settings(
         raise ValueError("lora_targets is empty: name the decoder's linear modules that get adapters")
     model.requires_grad_(False)
     decoder = model.get_decoder()
-    found = set()
+    found, names = set(), {n.rpartition(".")[2] for n, m in decoder.named_modules() if isinstance(m, nn.Linear)}
     for name, module in list(decoder.named_modules()):
         leaf = name.rpartition(".")[2]
         if leaf in targets and isinstance(module, nn.Linear):
@@ -131,9 +131,7 @@ def apply_settings(
             found.add(leaf)
     missing = sorted(targets - found)
     if missing:
-        linear = sorted(
-            {n.rpartition(".")[2] for n, m in decoder.named_modules() if isinstance(m, (nn.Linear, LoRALinear))}
-        )
+        linear = sorted(names)
         raise ValueError(
             f"lora_targets names {missing}, which are not linear modules of {type(model).__name__}'s decoder; "
             f"its linear modules: {linear}"

@@ -106,6 +106,7 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "step_cpu": (
         "credo.py",
         "policy.py",
+        "adapters",
         "losses.py",
         "methods.py",
         "confidence.py",
@@ -114,9 +115,16 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "bench/trl_step_worker.py",
     ),
     "padding": ("kernels/packing.py", "bench/bench_padding.py"),
-    "rollout_cpu": ("engine.py", "rollout.py", "bench/bench_rollout.py"),
+    "rollout_cpu": ("engine.py", "rollout.py", "adapters", "bench/bench_rollout.py"),
     "verifier": ("verifier.py", "grading", "bench/bench_verifier.py"),
-    "credit_source_cpu": ("credo.py", "engine.py", "policy.py", "confidence.py", "bench/bench_credit_source.py"),
+    "credit_source_cpu": (
+        "credo.py",
+        "engine.py",
+        "policy.py",
+        "confidence.py",
+        "adapters",
+        "bench/bench_credit_source.py",
+    ),
 }
 
 

@@ -50,8 +50,10 @@ import yaml
 import confidence
 import config
 import engine
+import policy as pol
 import rollout as ro
 import verifier
+from adapters import lora
 from schema import Config
 
 ANSWER_MARKERS = {"math": "\\boxed{", "code": "```python"}
@@ -136,6 +138,25 @@ def inference_config(
         return config.config_from_values(values)
     except config.INPUT_ERRORS as error:
         raise ClientError(f"{ckpt}: {error.args[0] if error.args else error}") from error
+
+
+def served_weights(ckpt: str) -> str:
+    """The directory vLLM loads for a checkpoint: the checkpoint itself, or for a LoRA run's (PEFT's
+    adapter files over a base model) its merged weights, written once under <ckpt>/merged: base +
+    adapters + the trained reserved rows, what the training engine was pushed (lora.merged_weights)."""
+    if not lora.is_adapter(ckpt):
+        return str(ckpt)
+    merged = Path(ckpt) / "merged"
+    if not (merged / "config.json").is_file():
+        print(f"[ask] merging the LoRA adapters of {ckpt} into {merged} (once)", file=sys.stderr, flush=True)
+        policy = pol.load_policy(str(ckpt), torch.device("cpu"))
+        tmp = merged.with_name("merged.tmp")
+        policy.model.save_pretrained(tmp, state_dict=dict(lora.merged_weights(policy.model)), safe_serialization=True)
+        policy.tokenizer.save_pretrained(tmp)
+        if (Path(ckpt) / "config.yaml").is_file():
+            (tmp / "config.yaml").write_text((Path(ckpt) / "config.yaml").read_text())
+        tmp.rename(merged)  # complete, or absent
+    return str(merged)
 
 
 def engine_dtype(cfg: Config) -> str:
@@ -252,7 +273,8 @@ class LocalTransport:
     """A vllm.LLM for the checkpoint in this process (engine.VLLMEngine)."""
 
     def __init__(self, ckpt: str, cfg: Config):
-        self.engine = engine.VLLMEngine(ckpt, ckpt, cfg, confidence.plan(cfg), engine_dtype(cfg))
+        weights = served_weights(ckpt)
+        self.engine = engine.VLLMEngine(weights, weights, cfg, confidence.plan(cfg), engine_dtype(cfg))
 
     def generate(self, prompt_ids: list[int], settings: dict, seed: int) -> tuple[list[int], str]:
         sample = self.engine.generate([list(prompt_ids)], 1, seed)[0]  # its settings are `settings`
@@ -432,15 +454,17 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def serve_command(ckpt: str, host: str = "127.0.0.1", port: int = 8000, extra: list[str] = ()) -> list[str]:
-    """`vllm serve` for a checkpoint with its training engine's settings: its dtype, the tokenizer
-    beside the weights (reserved tokens included), max model len = prompt + completion budgets,
+    """`vllm serve` for a checkpoint (a LoRA one's merged weights, served_weights) with its training
+    engine's settings: its dtype, the tokenizer beside the weights (reserved tokens included), max
+    model len = prompt + completion budgets,
     sampling defaults never taken from generation_config.json, and on CPU the explicit KV-cache
     size and whole-prompt prefill of engine.VLLMEngine."""
     cfg = config.config_from_values(checkpoint_config(ckpt))
     max_len = int(cfg.max_prompt_tokens + cfg.max_completion_tokens)
-    command = server_program(str(ckpt)) + [
+    weights = served_weights(ckpt)  # a LoRA checkpoint's merged weights
+    command = server_program(weights) + [
         "--tokenizer",
-        str(ckpt),
+        weights,
         "--dtype",
         engine_dtype(cfg),
         "--max-model-len",

@@ -59,19 +59,23 @@ def test_stuck_worker_is_killed_and_replaced():
 
 def test_an_item_whose_worker_dies_fails_with_that_reason():
     """A worker that dies while it grades an item costs that item only, and says so: its verdict
-    is a grading error naming the dead worker, not a timeout, and the pool grades on."""
+    is a grading error naming the dead worker, not a timeout, and the pool grades on. The worker is
+    stopped (SIGSTOP) before it is given the item, so it dies holding it however loaded the machine
+    is: it can neither grade the item first nor be killed before it has one."""
     verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1)
     verdicts = []
-    tower = [r"\boxed{2^{2^{2^{2^{2^{2}}}}}}"]  # 10-s alarms inside the worker at timeout_s=30
+    worker = mathpool._POOL.workers[0]
+    os.kill(worker.proc.pid, signal.SIGSTOP)
     thread = threading.Thread(
-        target=lambda: verdicts.extend(verifier.grade(tower, ["5"], "math", workers=1, timeout_s=30.0))
+        target=lambda: verdicts.extend(verifier.grade([r"\boxed{5}"], ["5"], "math", workers=1, timeout_s=30.0))
     )
     thread.start()
-    worker, deadline = mathpool._POOL.workers[0], time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while worker.item is None and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert worker.item is not None, "the pool never handed the item to its worker"
     os.kill(worker.proc.pid, signal.SIGKILL)
-    thread.join(30)
+    thread.join(60)
     assert verdicts == [verifier.Verdict(passed=False, reason="error: the math worker died")]
     assert verdicts[0].grading_error
     assert verifier.verify_math_batch([(r"\boxed{7}", "7")], workers=1) == [True]

@@ -292,3 +292,23 @@ def test_committed_tables_name_no_path_of_the_machine(tmp_path):
     """What --document and the tables' header write names paths inside the checkout relative to it."""
     assert toy_tables.shown(toy_tables.ROOT / "runs" / "toy-final") == "runs/toy-final"
     assert toy_tables.shown(tmp_path) == str(tmp_path.resolve())
+
+
+def test_paired_differences_pair_by_training_seed():
+    """A - B seed by seed, over the seeds both ran: CREDO's acc differences 0.10 and 0.20 (seeds 72,
+    73; seed 74 only in A) give mean 0.15, std 0.0707, t(1) = 12.706: half-width 12.706 x 0.0707 /
+    sqrt(2) = 0.635."""
+    metrics = {column: 0.5 for column, _ in toy_tables.COLUMNS}
+
+    def job(row, seed, acc):
+        return {"row": row, "seed": seed, "metrics": {**metrics, "acc": acc}}
+
+    first = [job("credo", 72, 0.9), job("credo", 73, 0.8), job("credo", 74, 0.7), job("rlcr", 72, 0.6)]
+    second = [job("credo", 72, 0.8), job("credo", 73, 0.6), job("grpo", 72, 0.5)]
+    rows = toy_tables.paired_differences(first, second)
+    assert set(rows) == {"credo"} and rows["credo"]["seeds"] == [72, 73]
+    mean, half = rows["credo"]["acc"]
+    assert mean == pytest.approx(0.15) and half == pytest.approx(12.706 * 0.1 / 2**0.5 / 2**0.5, abs=1e-3)
+    assert rows["credo"]["ece"] == (0.0, 0.0)
+    text = toy_tables.markdown_differences(rows, "runs/a", "runs/b")
+    assert "| CREDO | +0.150 ± 0.635 |" in text and "runs/a - runs/b, paired by training seed" in text

@@ -301,6 +301,39 @@ def tabulate(jobs: list[tuple[dict, list[dict]]]) -> dict:
     return rows
 
 
+def paired_differences(first: list[dict], second: list[dict]) -> dict:
+    """{row: {"seeds": [...], column: (mean, 95% t half-width)}} of first - second seed by seed, over
+    the seeds both ran: two configurations of the same rows on the same training seeds (each a
+    tables.json's "jobs"). Pairing takes out what a seed's data order and samples share."""
+    key = {(r["row"], r["seed"]): r["metrics"] for r in second}
+    rows = {}
+    for row in [*BASES, *ROWS]:
+        pairs = [
+            (r["seed"], r["metrics"], key[row, r["seed"]]) for r in first if r["row"] == row and (row, r["seed"]) in key
+        ]
+        pairs.sort(key=lambda pair: pair[0])
+        if pairs:
+            rows[row] = {"seeds": [seed for seed, _, _ in pairs]}
+            for column, _ in COLUMNS:
+                rows[row][column] = interval([a[column] - b[column] for _, a, b in pairs])
+    return rows
+
+
+def markdown_differences(rows: dict, first: str, second: str) -> str:
+    """paired_differences as a markdown table."""
+    lines = [
+        f"**{first} - {second}, paired by training seed** (mean ± 95% t-interval half-width over seeds)",
+        "",
+        "| Row | " + " | ".join(name for _, name in COLUMNS) + " | seeds |",
+        "|---|" + "---|" * (len(COLUMNS) + 1),
+    ]
+    for row, values in rows.items():
+        cells = [f"{values[c][0]:+.3f} ± {values[c][1]:.3f}" for c, _ in COLUMNS]
+        label = BASE_LABELS.get(row) or ROWS[row].label
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {', '.join(map(str, values['seeds']))} |")
+    return "\n".join(lines) + "\n"
+
+
 def documented_ranges(results: list[dict]) -> dict:
     """{METHOD: {metric: {mean, low, high, min, max}}} for each method row that worlds/toy.py also
     trains (toy.METHODS), over its seeds: low-high is toy_claims.prediction_range for toy.FIGURES
@@ -441,6 +474,23 @@ def markdown_tables(rows: dict, header: str, split: str = "test") -> str:
     return "\n".join(out)
 
 
+def compare(spec: str) -> dict:
+    """--compare A,B: A/paired.md from the two folders' tables.json (their plans named in it)."""
+    folders = [Path(f.strip()).resolve() for f in spec.split(",") if f.strip()]
+    if len(folders) != 2 or not all((f / "tables.json").exists() for f in folders):
+        sys.exit(f"toy_tables: --compare {spec!r}: two finished runs' folders, each holding tables.json")
+    runs = [json.loads((f / "tables.json").read_text()) for f in folders]
+    rows = paired_differences(runs[0]["jobs"], runs[1]["jobs"])
+    if not rows:
+        sys.exit(f"toy_tables: --compare {spec!r}: no row and training seed in common")
+    names = [shown(f) for f in folders]
+    text = "\n\n".join(f"{name}: {run['header']}" for name, run in zip(names, runs))
+    text += "\n\n" + markdown_differences(rows, *names)
+    (folders[0] / "paired.md").write_text(text)
+    print(text)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(
         description="tab:main and tab:ablation in miniature on the toy (module docstring)."
@@ -489,8 +539,16 @@ def main(argv: list[str] | None = None) -> dict | None:
         help="comma-separated folders of finished runs (tables.json and plan.json, as under docs/results/): "
         "write the ranges over all their seeds into worlds/toy_expected.json, training nothing",
     )
+    parser.add_argument(
+        "--compare",
+        default=None,
+        help="A,B: two finished runs' --out folders (the same rows and training seeds, other overrides): "
+        "write A/paired.md, each row's A - B paired by seed, training nothing",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every training (e.g. max_steps=40)")
     args = parser.parse_args(argv)
+    if args.compare:
+        return compare(args.compare)
     try:  # bad input: one line, before anything runs
         rows, seeds = parse_rows(args.rows), parse_seeds(args.seeds, args.seed_list)
         if args.jobs < 1 or args.eval_n < 1:
