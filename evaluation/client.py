@@ -148,7 +148,7 @@ def served_weights(ckpt: str) -> str:
         return str(ckpt)
     merged = Path(ckpt) / "merged"
     if not (merged / "config.json").is_file():
-        print(f"[ask] merging the LoRA adapters of {ckpt} into {merged} (once)", file=sys.stderr, flush=True)
+        print(f"[lora] merging the adapters of {ckpt} into {merged} (once)", file=sys.stderr, flush=True)
         policy = pol.load_policy(str(ckpt), torch.device("cpu"))
         tmp = merged.with_name("merged.tmp")
         policy.model.save_pretrained(tmp, state_dict=dict(lora.merged_weights(policy.model)), safe_serialization=True)

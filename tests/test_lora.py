@@ -159,18 +159,16 @@ def test_a_checkpoint_of_other_lora_settings_is_refused_on_resume(tiny_dir):
 # --- a run --------------------------------------------------------------------------------------
 
 
-def tiny_run(out_dir: Path, name: str, *overrides: str, nproc: int | None = None) -> Path:
+def run_ok(command: list[str], env: dict = ENV) -> None:
+    """Run a command of ours in the checkout; it must succeed (its output's tail says why not)."""
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+
+def train_tiny(out_dir: Path, name: str, *overrides: str, nproc: int | None = None) -> Path:
     env = {**ENV, "NPROC": str(nproc)} if nproc else ENV
     command = ["bash", "run.sh", "tiny"] if nproc else [sys.executable, "credo.py", "tiny"]
-    result = subprocess.run(
-        [*command, f"out_dir={out_dir}", f"run_name={name}", *overrides],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    run_ok([*command, f"out_dir={out_dir}", f"run_name={name}", *overrides], env)
     return out_dir / name
 
 
@@ -182,18 +180,24 @@ def rows_of(run_dir: Path, step: int) -> list[dict]:
 def lora_run(tmp_path_factory) -> Path:
     """Two steps of the tiny world with rank-4 adapters (vLLM engine, pushed merged weights), a
     checkpoint after each."""
-    return tiny_run(tmp_path_factory.mktemp("lora"), "lora", "max_steps=2", "save_every=1", "lora_rank=4")
+    return train_tiny(tmp_path_factory.mktemp("lora"), "lora", "max_steps=2", "save_every=1", "lora_rank=4")
 
 
 @pytest.mark.slow
-def test_the_first_step_of_a_lora_run_is_full_fine_tunings(lora_run, tmp_path):
+@pytest.mark.xdist_group("test_lora")  # the tests of lora_run share one worker: it trains once
+def test_the_first_step_of_a_lora_run_is_full_fine_tunings(lora_run, tiny_run):
     """Adapters at zero: the engine is pushed the base weights, so the same rollouts, verdicts, c (the
-    engine's and the trainer's), targets, rewards, weights and advantages, and the same loss."""
-    full = tiny_run(tmp_path, "full", "max_steps=1")
-    assert rows_of(lora_run, 0) == rows_of(full, 0)
-    first = [json.loads((run / "metrics.jsonl").read_text().splitlines()[0]) for run in (lora_run, full)]
+    engine's and the trainer's), targets, rewards, weights and advantages, and the same loss, as the
+    shared full fine-tuning run of the tiny world (conftest's tiny_run: one step, the same config).
+    After every push the engine reads the trainer's c: the merged weights are the trained ones."""
+    assert rows_of(lora_run, 0) == rows_of(tiny_run, 0)
+    first = [json.loads((run / "metrics.jsonl").read_text().splitlines()[0]) for run in (lora_run, tiny_run)]
     for key in ("loss", "loss_pg", "loss_cal", "reward_ans", "reward_conf", "acc", "mean_c", "ece", "w_std"):
         assert first[0][key] == first[1][key], key
+    metrics = [json.loads(line) for line in (lora_run / "metrics.jsonl").read_text().splitlines()]
+    gaps = [m["engine_conf_gap_max"] for m in metrics if m["engine_conf_gap_max"] is not None]
+    assert gaps and max(gaps) < 1e-5  # fp32 kernels' rounding, as full fine-tuning's (tests/test_rollout.py)
+    assert all(m["engine_logprob_gap"] < 1e-3 for m in metrics)
 
 
 def slot_logits(model, tokenizer, high: int, low: int) -> torch.Tensor:
@@ -205,6 +209,7 @@ def slot_logits(model, tokenizer, high: int, low: int) -> torch.Tensor:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("test_lora")
 def test_a_run_s_adapter_loads_in_peft_with_the_served_slot_logits_and_ask_reads_its_c(lora_run):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -237,6 +242,8 @@ def test_a_run_s_adapter_loads_in_peft_with_the_served_slot_logits_and_ask_reads
     expected = torch.sigmoid(z_served[0] - z_served[1]).item()
     assert answer.reason is None and answer.c == pytest.approx(expected, abs=1e-5)
     assert (ckpt / "merged" / "config.json").exists()
+    command = client.serve_command(str(ckpt))  # `bash run.sh serve <ckpt>`: vLLM's server on the same weights
+    assert str(ckpt / "merged") in command and command[command.index("--tokenizer") + 1] == str(ckpt / "merged")
     completion = trained.tokenizer.encode(READOUT, add_special_tokens=False)
     segments = ro.parse_segments(trained.tokenizer, completion, "readout", "\\boxed{")
     rollout = ro.Rollout("q", prompt, completion, READOUT, "stop", segments)
@@ -245,13 +252,14 @@ def test_a_run_s_adapter_loads_in_peft_with_the_served_slot_logits_and_ask_reads
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("test_lora")
 def test_a_lora_run_resumes_exactly(lora_run, tmp_path):
     """A straight 2-step run against step 1's checkpoint resumed: the same step-2 rollouts, loss and adapters."""
     resumed = tmp_path / "resumed"
     shutil.copytree(lora_run, resumed)
     shutil.rmtree(resumed / "ckpt" / "step_000002")
     (resumed / "metrics.jsonl").write_text((lora_run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
-    tiny_run(tmp_path, "resumed", "max_steps=2", "save_every=1", "lora_rank=4", "resume=auto")
+    train_tiny(tmp_path, "resumed", "max_steps=2", "save_every=1", "lora_rank=4", "resume=auto")
     assert rows_of(resumed, 1) == rows_of(lora_run, 1)
     got, want = (json.loads((r / "metrics.jsonl").read_text().splitlines()[1]) for r in (resumed, lora_run))
     assert got["loss"] == want["loss"] and got["grad_norm"] == want["grad_norm"]
@@ -265,7 +273,7 @@ def test_a_lora_run_resumes_exactly(lora_run, tmp_path):
 def test_two_ranks_train_and_resume_exactly_with_lora(tmp_path):
     """NPROC=2 on CPU (FSDP2 over gloo) with adapters: the engine of each rank is pushed the gathered,
     merged weights; a resume of step 1's checkpoint takes the straight run's step 2."""
-    run = tiny_run(tmp_path, "run", "max_steps=2", "save_every=1", "lora_rank=4", nproc=2)
+    run = train_tiny(tmp_path, "run", "max_steps=2", "save_every=1", "lora_rank=4", nproc=2)
     straight = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["world_size"] for m in straight] == [2, 2]
     assert all(m["engine_logprob_gap"] < 1e-3 for m in straight)  # the engines sample from the trained weights
@@ -273,7 +281,7 @@ def test_two_ranks_train_and_resume_exactly_with_lora(tmp_path):
     assert (ckpt / lora.ADAPTER_CONFIG).exists() and (ckpt / "sharded" / ".metadata").exists()
     shutil.copytree(run / "ckpt" / "step_000002", tmp_path / "straight_step2")
     straight_rollouts = rows_of(run, 1)
-    tiny_run(tmp_path, "run", "max_steps=2", "lora_rank=4", f"resume={ckpt}", nproc=2)
+    train_tiny(tmp_path, "run", "max_steps=2", "lora_rank=4", f"resume={ckpt}", nproc=2)
     resumed = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows_of(run, 1) == straight_rollouts
     for key in ("loss_pg", "loss_cal", "grad_norm", "acc", "mean_c"):
@@ -286,29 +294,17 @@ def test_two_ranks_train_and_resume_exactly_with_lora(tmp_path):
 
 
 @pytest.mark.slow
-def test_eval_reads_a_lora_checkpoint_as_its_merged_weights(lora_run, tiny_dir, tmp_path):
-    """eval.py on the LoRA checkpoint (base + adapters, the engine pushed the merged weights) and on
-    its merged full weights (client.served_weights) gives the same samples and the same c."""
+@pytest.mark.xdist_group("test_lora")
+def test_eval_reads_a_lora_checkpoint(lora_run, tiny_dir, tmp_path):
+    """eval.py on a LoRA checkpoint: base + adapters for the trainer's reads, the base for vLLM to start
+    from and the merged weights pushed (engine.make_engine, as a LoRA run's engine)."""
     ckpt = lora_run / "ckpt" / "step_000002"
-    merged = client.served_weights(str(ckpt))
     (tmp_path / "small.jsonl").write_text("".join((tiny_dir / "math_test.jsonl").read_text().splitlines(True)[:3]))
-    records = {}
-    for name, path in (("lora", ckpt), ("merged", merged)):
-        result = subprocess.run(
-            [sys.executable, "eval.py", "--ckpt", f"CREDO={path}", "--sets", f"tiny={tmp_path / 'small.jsonl'}:math"]
-            + ["--n", "2", "--out", str(tmp_path / name), "--config", "tiny", "--no-report"],
-            cwd=ROOT,
-            env=ENV,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-        lines = (tmp_path / name / "samples.jsonl").read_text().splitlines()
-        records[name] = [json.loads(line) for line in lines if json.loads(line)["source"] == "readout"]
-    assert len(records["lora"]) == 3 * 2
-    for got, want in zip(records["lora"], records["merged"]):
-        assert got["text"] == want["text"] and got["a"] == want["a"]
-        assert (got["c"] is None) == (want["c"] is None)
-        if got["c"] is not None:
-            assert got["c"] == pytest.approx(want["c"], abs=1e-5)
+    run_ok(
+        [sys.executable, "eval.py", "--ckpt", f"CREDO={ckpt}", "--sets", f"tiny={tmp_path / 'small.jsonl'}:math"]
+        + ["--n", "2", "--out", str(tmp_path / "eval"), "--config", "tiny", "--no-report"]
+    )
+    records = [json.loads(line) for line in (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()]
+    readout = [r for r in records if r["source"] == "readout"]
+    assert len(readout) == 3 * 2 and {r["run"] for r in readout} == {"lora/step_000002"}
+    assert all(r["c"] is None or 0 < r["c"] < 1 for r in readout) and all(r["a"] in (0, 1) for r in readout)
