@@ -113,7 +113,7 @@ def refused_before_torch(code: str, says: str) -> None:
 @pytest.mark.parametrize(
     "override, says",
     [
-        ("lrr=1", "credo: unknown config key 'lrr' in the command line; did you mean lr?"),
+        ("lrr=1", "credo: unknown config key 'lrr' in the command line; did you mean lr or lora_rank?"),
         # a registry's name, misspelt: refused from methods.py's text, before methods.py (torch) loads
         ("method=credoo", "credo: method='credoo' is not supported; choose one of ('credo', 'grpo', 'rlcr', 'dcpo'"),
         ("advantage=ppo", "credo: advantage='ppo' is not supported; choose one of ('grpo', 'rloo', 'dr_grpo'"),

@@ -225,7 +225,16 @@ def parse_names(text: str, option: str, known) -> list[str]:
 
 # The options of worlds/toy_tables.py that this run does not have: given here, they are refused
 # with a line that says where they belong (tests/test_toy_tables.py checks the list)
-TABLES_ONLY = ("--rows", "--seeds", "--seed-list", "--split", "--eval-n", "--checkpoints-from", "--document-from")
+TABLES_ONLY = (
+    "--rows",
+    "--seeds",
+    "--seed-list",
+    "--split",
+    "--eval-n",
+    "--checkpoints-from",
+    "--document-from",
+    "--compare",
+)
 
 
 def tables_option(argv: list[str]) -> str | None:
