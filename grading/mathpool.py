@@ -15,7 +15,10 @@ work, and by a wall-clock deadline kept by the parent.  A worker that misses
 its deadline is killed with its whole process group and replaced; its item's
 status is ``timeout`` (``error: ...`` where a worker died).  The parent never
 holds a sympy object: workers return statuses.  Workers are not sandboxed:
-they get an address-space limit and die with their parent.  A worker whose
+they get an address-space limit and die with their parent (the kernel's
+``PR_SET_PDEATHSIG``, whose "parent" is the *thread* that started the
+worker: so every worker of a pool is started by one thread that lives as
+long as the pool, never by the thread that happens to grade).  A worker whose
 resident memory, reported with each status, is over ``MATH_WORKER_RECYCLE_MB``
 after an item is replaced by a fresh one: answers that fill sympy's caches
 (a 2^(2^26) costs about 20 MB that stays) would otherwise keep it at its 4 GiB
@@ -29,17 +32,21 @@ from __future__ import annotations
 
 import atexit
 import collections
+import ctypes
 import json
 import logging
 import math
 import os
+import resource
 import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -97,18 +104,17 @@ def _discard_pool() -> None:
     _POOL = None
 
 
-class _MathWorker:
-    """One math worker process and the parent's view of it."""
+STDERR_TAIL_CHARS = 2000  # of a worker's start-up errors, quoted when it exits before it is ready
 
-    def __init__(self, command: Sequence[str]) -> None:
-        self.proc = subprocess.Popen(
-            [*command, str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+
+class _MathWorker:
+    """One math worker process and the parent's view of it. Its stderr goes to a temporary file
+    until it is ready (``serve`` then points it at /dev/null), so that a worker that exits during
+    start-up can be reported with its exit status and its last words."""
+
+    def __init__(self, proc: subprocess.Popen, stderr) -> None:
+        self.proc = proc
+        self.stderr = stderr
         self.started = time.monotonic()
         self.ready = False
         self.item: int | None = None
@@ -136,13 +142,32 @@ class _MathWorker:
         self._buffer = bytearray(rest)
         return [json.loads(line) for line in lines if line]
 
+    def start_up_failure(self) -> str:
+        """Why this worker, gone before it said ready, is gone: its exit status and the end of
+        what it wrote to stderr."""
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            status = "closed its output without exiting"
+        elif code < 0:
+            status = f"was killed by {signal.Signals(-code).name}"
+        else:
+            status = f"exited with status {code}"
+        self.stderr.seek(0)
+        said = self.stderr.read().decode(errors="replace").strip()[-STDERR_TAIL_CHARS:]
+        return f"a math worker {status} during start-up" + (
+            f"; its stderr ends: {said}" if said else ", saying nothing"
+        )
+
     def kill(self) -> None:
         """Kill the worker's process group and reap it."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for stream in (self.proc.stdin, self.proc.stdout):
+        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
             try:
                 stream.close()
             except OSError:
@@ -154,12 +179,23 @@ class _MathWorker:
 
 
 class _MathPool:
-    """A persistent pool of math workers owned by one parent process."""
+    """A persistent pool of math workers owned by one parent process.
+
+    Every worker is started by the pool's one spawner thread, which lives until ``close``: the
+    kernel kills a worker when the thread that started it ends (``PR_SET_PDEATHSIG``), and the
+    thread that grades may be any thread of the caller's, one that ends as soon as its batch is
+    done (a grading call in a short-lived thread killed its pool's workers, in start-up or idle).
+    """
 
     def __init__(self, size: int, command: Sequence[str]) -> None:
         self.owner_pid = os.getpid()
         self.command = tuple(command)
-        self.workers = [_MathWorker(self.command) for _ in range(size)]
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="credo-math-spawner")
+        self.workers = [self._start() for _ in range(size)]
+
+    def _start(self) -> _MathWorker:
+        """A new worker, started by the spawner thread (the worker's parent for the kernel)."""
+        return self._spawner.submit(_spawn, self.command).result()
 
     @property
     def size(self) -> int:
@@ -170,12 +206,14 @@ class _MathPool:
         while len(self.workers) > size:
             self.workers.pop().kill()
         while len(self.workers) < size:
-            self.workers.append(_MathWorker(self.command))
+            self.workers.append(self._start())
 
     def close(self) -> None:
+        """Kill every worker, then end the spawner thread."""
         for worker in self.workers:
             worker.kill()
         self.workers = []
+        self._spawner.shutdown(wait=True)
 
     def run(self, items: list[tuple[str, str]], timeout_s: float, show: bool) -> list[str]:
         """The statuses of ``items``; see ``run_batch``."""
@@ -221,7 +259,7 @@ class _MathPool:
         """Record a worker's results, or replace it if it died."""
         if messages is None:
             if not worker.ready:
-                raise RuntimeError("a math worker exited during start-up (is math-verify installed?)")
+                raise RuntimeError(worker.start_up_failure())
             self._replace(worker, batch, WORKER_DIED)
             return
         for message in messages:
@@ -250,7 +288,22 @@ class _MathPool:
         if worker.item is not None:
             batch.finish(worker.item, why)
         worker.kill()
-        self.workers[self.workers.index(worker)] = _MathWorker(self.command)
+        self.workers[self.workers.index(worker)] = self._start()
+
+
+def _spawn(command: tuple[str, ...]) -> _MathWorker:
+    """Start one worker: ``command`` with this process's pid appended, in a session of its own
+    (so that a kill reaches its whole process group), stderr to a temporary file."""
+    stderr = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        [*command, str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        start_new_session=True,
+        close_fds=True,
+    )
+    return _MathWorker(proc, stderr)
 
 
 class _MathBatch:
@@ -286,6 +339,8 @@ def _read_worker(worker: _MathWorker) -> list[dict] | None:
 
 
 def _progress_bar(total: int):
+    # Deferred: a worker imports this module, and workers (like the sandbox's grader, verifier.py)
+    # run on the standard library alone, under any Python 3 (tests/test_sandbox.py's non-root user).
     from tqdm import tqdm
 
     return tqdm(total=total, desc="verify_math", leave=False)
@@ -327,8 +382,6 @@ def serve(parent_pid: int, grade: Callable[[str, str, float], str]) -> int:
     os.dup2(devnull, 1)  # stray prints must not corrupt the protocol
     try:
         _die_with_parent(parent_pid)
-        import resource
-
         limit = MATH_WORKER_MEMORY_MB << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -345,6 +398,7 @@ def serve(parent_pid: int, grade: Callable[[str, str, float], str]) -> int:
         channel.write(json.dumps({"fatal": repr(error)}).encode() + b"\n")
         channel.flush()
         return 1
+    os.dup2(devnull, 2)  # start-up went well: what the parent keeps of stderr is for start-up failures
     channel.write(b'{"ready": true}\n')
     channel.flush()
     for line in sys.stdin.buffer:
@@ -366,9 +420,8 @@ def _resident_bytes() -> int:
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies."""
-    import ctypes
-
+    """Ask the kernel to SIGKILL this process when its parent dies: when the thread that started
+    it ends, that is, which the pool's spawner thread does only in ``close``."""
     libc = ctypes.CDLL(None, use_errno=True)
     pr_set_pdeathsig = 1
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)

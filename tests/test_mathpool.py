@@ -81,11 +81,62 @@ def test_an_item_whose_worker_dies_fails_with_that_reason():
     assert verifier.verify_math_batch([(r"\boxed{7}", "7")], workers=1) == [True]
 
 
+def _wait_until_the_thread_is_gone(thread):
+    """Until the kernel has released ``thread`` (its /proc/self/task entry goes after the kernel
+    has signalled the children it started): ``join`` returns when Python is done with it, before."""
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/self/task/{thread.native_id}").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not Path(f"/proc/self/task/{thread.native_id}").exists(), "the grading thread never ended"
+
+
+def test_workers_started_while_a_thread_grades_outlive_that_thread():
+    """A trainer may grade from any thread, one that ends with its batch. The kernel kills a worker
+    when the thread that started it ends (PR_SET_PDEATHSIG), so a pool whose workers a grading
+    thread started lost them all with it: idle ones were replaced at the next batch, and one still
+    starting made that batch raise "a math worker exited during start-up" (the suite's flaky math
+    tests, after the module's threaded tests on the same xdist worker). Every worker is started by
+    the pool's own thread: the same workers, alive, grade the next batch."""
+    verifier.close()
+    thread = threading.Thread(target=lambda: verifier.verify_math_batch([(r"\boxed{1}", "1")] * 4, workers=2))
+    thread.start()
+    thread.join(120)
+    _wait_until_the_thread_is_gone(thread)
+    pids = [worker.proc.pid for worker in mathpool._POOL.workers]
+    assert [worker.proc.poll() for worker in mathpool._POOL.workers] == [None, None]  # alive (one may still start)
+    assert verifier.verify_math_batch([(r"\boxed{4}", "4"), (r"\boxed{5}", "4")], workers=2) == [True, False]
+    assert [worker.proc.pid for worker in mathpool._POOL.workers] == pids
+
+
+@pytest.mark.parametrize(
+    "start_up, says",
+    [
+        (
+            "import sys; sys.stderr.write('math-verify missing'); sys.exit(3)",
+            "a math worker exited with status 3 during start-up; its stderr ends: math-verify missing",
+        ),
+        (
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+            "a math worker was killed by SIGKILL during start-up, saying nothing",
+        ),
+    ],
+)
+def test_a_worker_that_exits_during_start_up_is_reported_with_its_status_and_stderr(start_up, says):
+    verifier.close()
+    with pytest.raises(RuntimeError) as failure:
+        mathpool.run_batch([(r"\boxed{1}", "1")], 1, 10.0, False, (sys.executable, "-c", start_up))
+    assert str(failure.value) == says
+    assert mathpool._POOL is None
+    assert verifier.verify_math_batch([(r"\boxed{7}", "7")], workers=1) == [True]
+
+
 def test_close_stops_workers_and_pool_restarts():
     verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=2)
     pids = [worker.proc.pid for worker in mathpool._POOL.workers]
+    spawner = [thread for thread in threading.enumerate() if thread.name.startswith("credo-math-spawner")]
     verifier.close()
     assert mathpool._POOL is None
+    assert spawner and not any(thread.is_alive() for thread in spawner)
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -97,6 +148,7 @@ def test_math_worker_warms_up_before_ready():
     the worker says ready, so a cold start never eats an item's alarm budget."""
     code = (
         "import os, sys, verifier\n"
+        "sys.stderr = os.fdopen(os.dup(2), 'w')  # serve points fd 2 at /dev/null once it is ready\n"
         "assert verifier._math_worker_main(os.getppid()) == 0\n"
         "from math_verify.parser import lazy_latex_regex\n"
         "sys.stderr.write(str(lazy_latex_regex.cache_info().currsize))\n"
@@ -118,6 +170,7 @@ def test_math_worker_imports_neither_torch_nor_the_sandbox_child():
     math-verify and the standard library only: no torch, no code that runs in a sandbox."""
     code = (
         "import os, sys, verifier\n"
+        "sys.stderr = os.fdopen(os.dup(2), 'w')  # serve points fd 2 at /dev/null once it is ready\n"
         "assert verifier._math_worker_main(os.getppid()) == 0\n"
         "heavy = ('torch', 'transformers', 'vllm', 'grading.sandbox_child', 'grading.sandbox_lockdown')\n"
         "sys.stderr.write(repr(sorted(name for name in heavy if name in sys.modules)))\n"
