@@ -14,3 +14,11 @@ def end_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+
+
+def sigint_as_at_a_terminal() -> None:
+    """`preexec_fn` of a child a test interrupts with SIGINT: its SIGINT back to the default. A
+    shell starts a background job (`cmd &`, without job control) with SIGINT ignored, every child
+    inherits that, and a Python started so never sees the signal: the Ctrl-C tests would fail only
+    for how the suite was launched."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
+from processes import sigint_as_at_a_terminal
 
 import config
 import credo
@@ -315,6 +316,7 @@ def test_ctrl_c_while_the_libraries_import_is_one_line_and_exit_130(tmp_path, ar
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_as_at_a_terminal,
     )
     try:
         assert loading(proc), proc.communicate(timeout=60)
@@ -342,7 +344,14 @@ def test_ctrl_c_while_the_libraries_shut_down_is_one_line_and_exit_130(where):
         "def interrupted():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
         f"{where}\nprint('done', flush=True)\n"
     )
-    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=sigint_as_at_a_terminal,
+    )
     assert result.returncode == 130 and result.stdout == "done\n", (result.returncode, result.stdout, result.stderr)
     assert result.stderr == "credo: interrupted (Ctrl-C) while shutting down\n"
 
