@@ -145,22 +145,27 @@ def _sandbox_processes():
     return found
 
 
-def run_attack(kind, source, limits=None, timeout_s=ATTACK_TIMEOUT_S):
-    """Verify ``source`` on the kind's tests; return (verdict, elapsed, bound)."""
-    start = time.monotonic()
-    verdict = verifier.verify_code(attack(source), TESTS[kind], timeout_s=timeout_s, limits=limits)
-    return verdict, time.monotonic() - start, timeout_s * PHASES[kind]
+def assert_defeated(kind, source, limits=None, timeout_s=ATTACK_TIMEOUT_S):
+    """The attack ``source`` scores False on the kind's tests within its time bound plus SLACK_S
+    (see ``assert_false_within``)."""
+    assert_false_within(
+        lambda: verifier.verify_code(attack(source), TESTS[kind], timeout_s=timeout_s, limits=limits),
+        timeout_s * PHASES[kind],
+        kind,
+    )
 
 
-def assert_defeated(kind, source, **kwargs):
-    """The attack scores False within its time bound plus SLACK_S. On a machine so loaded that even a
-    correct program's verdict is slow (CI beside other jobs), the slack grows by three times what a
-    correct program takes right now. Load comes in bursts that one measurement can miss, so an
-    attempt over its bound is repeated once and the slack measured again: a verdict that stalls on
-    the attack stalls every time and still fails, a busy CPU rarely twice in a row."""
+def assert_false_within(verdict, bound, kind="call"):
+    """``verdict()`` is False within ``bound`` (the grading budgets it was given) plus SLACK_S. On a
+    machine so loaded that even a correct program's verdict is slow (CI beside other jobs), the
+    slack grows by three times what a correct program of ``kind`` takes right now. Load comes in
+    bursts that one measurement can miss, so an attempt over its bound is repeated once and the slack
+    measured again: a verdict that stalls stalls every time and still fails, a busy CPU rarely twice
+    in a row."""
     for _attempt in range(2):
-        verdict, elapsed, bound = run_attack(kind, source, **kwargs)
-        assert verdict is False
+        start = time.monotonic()
+        assert verdict() is False
+        elapsed = time.monotonic() - start
         if elapsed < bound + SLACK_S:
             return
         start = time.monotonic()

@@ -97,18 +97,16 @@ def test_a_config_error_leaves_nothing_behind(tmp_path, override, capsys):
 
 def refused_before_torch(code: str, says: str) -> None:
     """`code` run in a fresh process exits 1 with the one line `says` starts, having imported none
-    of torch, transformers and vLLM, within 10 s (well under 2 s on an idle machine)."""
+    of torch, transformers and vLLM (what makes a refusal quick: checked as imports, not as a wall
+    clock that a loaded machine would break)."""
     check = (
         "import atexit, sys\n"
         "atexit.register(lambda: print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules)))\n"
         + code
     )
-    start = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    elapsed = time.perf_counter() - start
     assert result.returncode == 1 and result.stdout == "[]\n", (result.stdout, result.stderr[-2000:])
     assert result.stderr.startswith(says) and result.stderr.count("\n") == 1, result.stderr
-    assert elapsed < 10, f"{elapsed:.1f} s"
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,7 @@ from sandbox_cases import (
     _mode_config,
     _sandbox_processes,
     assert_defeated,
+    assert_false_within,
     attack,
     completion,
     many_descriptors,
@@ -115,11 +116,11 @@ def test_interpreter_under_tmp_stays_reachable(monkeypatch, kind):
 def test_time_limits_are_per_test_and_total(any_mode):
     source = "import time\ntime.sleep(0.4)\nprint(input())"
     tests = {"kind": "stdio", "inputs": ["a", "b", "c"], "outputs": ["a", "b", "c"]}
-    start = time.monotonic()
-    assert verifier.verify_code(completion(source), tests, timeout_s=1.0) is True
-    assert verifier.verify_code(completion(source), tests, timeout_s=1.0, total_timeout_s=0.6) is False
-    assert verifier.verify_code(completion(source), tests, timeout_s=0.2) is False
-    assert time.monotonic() - start < 1.2 + 0.6 + 0.2 + 3 * SLACK_S
+    assert verifier.verify_code(completion(source), tests, timeout_s=1.0) is True  # 3 x 0.4 s: each test has 1 s
+    assert_false_within(
+        lambda: verifier.verify_code(completion(source), tests, timeout_s=1.0, total_timeout_s=0.6), 0.6
+    )
+    assert_false_within(lambda: verifier.verify_code(completion(source), tests, timeout_s=0.2), 0.2)
 
 
 def test_sandbox_mode_follows_the_environment(monkeypatch):
