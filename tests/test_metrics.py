@@ -90,9 +90,25 @@ def test_brier_by_hand():
     assert metrics.brier([1.0, 0.7, 0.3, 0.0], [1, 1, 0, 0]) == pytest.approx(0.045)
 
 
-def test_auroc_and_brier_agree_with_scikit_learn():
-    from sklearn.metrics import brier_score_loss, roc_auc_score
+def roc_area(conf, correct) -> float:
+    """The area under the ROC curve by the trapezoid rule, one point per distinct threshold: the
+    other standard way to compute AUROC (scikit-learn's), independent of the pair counting of
+    metrics.auroc."""
+    conf, correct = np.asarray(conf, float), np.asarray(correct, int)
+    thresholds = np.unique(conf)[::-1]
+    tpr = [0.0] + [float(np.mean(conf[correct == 1] >= t)) for t in thresholds]
+    fpr = [0.0] + [float(np.mean(conf[correct == 0] >= t)) for t in thresholds]
+    return float(np.sum(np.diff(fpr) * (np.array(tpr[1:]) + np.array(tpr[:-1])) / 2))
 
+
+def test_roc_area_by_hand():
+    # thresholds .9, .5, .1: (fpr, tpr) = (0, 1/2), (1/2, 1), (1, 1): area 1/2 * 3/4 + 1/2 * 1 = .875
+    assert roc_area([0.9, 0.5, 0.5, 0.1], [1, 1, 0, 0]) == pytest.approx(0.875, abs=1e-15)
+
+
+def test_auroc_and_brier_agree_with_their_definitions_on_random_pools():
+    """AUROC against the ROC curve's area (roc_area) and against every (correct, wrong) pair counted
+    one by one; Brier against its mean of squares: random pools, half of them with heavy ties."""
     rng = np.random.default_rng(1)
     for trial in range(10):
         n = int(rng.integers(20, 300))
@@ -102,8 +118,11 @@ def test_auroc_and_brier_agree_with_scikit_learn():
         correct = (rng.random(n) < conf).astype(int)
         if correct.min() == correct.max():
             continue
-        assert metrics.auroc(conf, correct) == pytest.approx(roc_auc_score(correct, conf), abs=1e-12)
-        assert metrics.brier(conf, correct) == pytest.approx(brier_score_loss(correct, conf), abs=1e-12)
+        right, wrong = conf[correct == 1], conf[correct == 0]
+        by_pairs = sum((r > w) + 0.5 * (r == w) for r in right for w in wrong) / (len(right) * len(wrong))
+        assert metrics.auroc(conf, correct) == pytest.approx(by_pairs, abs=1e-12)
+        assert metrics.auroc(conf, correct) == pytest.approx(roc_area(conf, correct), abs=1e-12)
+        assert metrics.brier(conf, correct) == pytest.approx(float(np.mean((conf - correct) ** 2)), abs=1e-12)
 
 
 # Selective prediction (app:data) ---------------------------------------------------------
