@@ -75,12 +75,16 @@ def toy_world() -> Path:
     return toy_build.load_world()[1]
 
 
+TINY_RUN_ARGS = ("tiny", "max_steps=3", "save_every=1", "run_name=credo")  # tiny_run's command, less out_dir
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tiny_dir, tmp_path_factory) -> Path:
-    """A CREDO run of one real training step on the tiny world (readout channel, vLLM engine),
-    shared by the tests that only read it (the client, eval's CLI): its run directory, whose
-    checkpoint is ckpt/step_000001. Under xdist the workers share one run: the first to need it
-    trains it, under a lock, in the directory their base temps share."""
+    """A CREDO run of three real training steps on the tiny world (readout channel, vLLM engine,
+    a checkpoint after every step: ckpt/step_00000{1,2,3}), shared by the tests that only read it
+    (the client and eval's CLI read step 1's checkpoint, LoRA compares its step 0, the SIGTERM test
+    resumes a preempted run to it): its run directory. Under xdist the workers share one run: the
+    first to need it trains it, under a lock, in the directory their base temps share."""
     from worlds import tiny
 
     shared = tmp_path_factory.getbasetemp()
@@ -88,9 +92,9 @@ def tiny_run(tiny_dir, tmp_path_factory) -> Path:
         shared = shared.parent
     out = shared / "tiny-run"
     with tiny.build_lock(out):
-        if not (out / "credo" / "ckpt" / "step_000001").exists():
+        if not (out / "credo" / "ckpt" / "step_000003").exists():
             result = subprocess.run(
-                [sys.executable, "credo.py", "tiny", "max_steps=1", "run_name=credo", f"out_dir={out}"],
+                [sys.executable, "credo.py", *TINY_RUN_ARGS, f"out_dir={out}"],
                 cwd=ROOT,
                 capture_output=True,
                 text=True,
@@ -136,6 +140,7 @@ def qwen3_tokenizer():
 
 # Under xdist the tests that need the toy world run first, on one worker (group "toy"): they are
 # minutes of toy runs, which the other workers overlap with the rest instead of the suite ending on them.
+# The modules with slow tests come next (pytest_collection_modifyitems).
 TOY_GROUP = "toy"
 # Modules whose module-scoped fixtures are expensive (a vLLM server, an engine, a trained random
 # Qwen3, the converted real snapshots): under xdist (`bash run.sh test` runs `--dist loadgroup`)
@@ -152,8 +157,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(TOY_GROUP))
         elif item.path.stem in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
-    if "PYTEST_XDIST_WORKER" in os.environ:  # stable: the rest keep their order
-        items.sort(key=lambda item: "toy_world" not in getattr(item, "fixturenames", ()))
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        # The toy's tests first, then the modules that hold slow tests (minutes of real runs), then
+        # the rest: xdist hands tests out in this order, and the seconds-long tests left for the end
+        # even the workers out, where a slow test handed out last kept one worker busy alone. Whole
+        # modules move, each in its own order, so that no module-scoped fixture is built twice.
+        slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(
+            key=lambda item: ("toy_world" not in getattr(item, "fixturenames", ()), item.path not in slow_modules)
+        )
 
 
 def pytest_unconfigure(config):

@@ -2,7 +2,7 @@
 process equals policy.py's readout (what eval.py reads) / digit expectation of the same completion; bad input and
 servers that do not answer give one clear error; a completion without a slot gives c = None.
 
-One checkpoint (a one-step tiny run) and one server for the module: about 3-4 minutes on a
+One checkpoint (step 1 of the suite's shared tiny run) and one server for the module: about 3-4 minutes on a
 loaded 2-core machine, most of it the training step and the two engines' start-up.
 """
 

@@ -179,15 +179,16 @@ def test_the_time_split_stacks_the_four_phases_or_says_it_cannot(tmp_path):
 
 @pytest.mark.slow
 def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_run):
-    """The metrics.jsonl of a real run (the suite's shared one-step tiny run, copied, since the
+    """The metrics.jsonl of a real run (the suite's shared three-step tiny run, copied, since the
     figure is written beside it) and a second run of two steps on one figure."""
     real = tmp_path / "real"
     real.mkdir()
     shutil.copy(tiny_run / "metrics.jsonl", real / "metrics.jsonl")
     lines = (real / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 1
+    assert len(lines) == 3
     # the second run: the real step's keys, other values, and no confidence (as a GRPO run)
-    step = json.loads(lines[0])
+    steps = [json.loads(line) for line in lines]
+    step = steps[0]
     other = [
         {**step, "step": i, "reward_ans": 0.25 * i, "acc": 0.5 * i, "mean_c": None, "ece": None, "brier": None}
         | {"t_rollout": 1.0 + i}
@@ -204,7 +205,11 @@ def test_a_real_run_and_a_second_run_on_one_figure(tmp_path, tiny_run):
     runs = [("real", curves.read_metrics(real), "a"), ("grpo", curves.read_metrics(tmp_path / "grpo"), "b")]
     fig, ax = plt.subplots()
     curves.draw_metric(ax, "acc", "accuracy", runs, window=3)
-    assert drawn(ax)[0] == ("C0", [step["step"]], [step["acc"]]) and drawn(ax)[2] == ("C1", [0, 1], [0.0, 0.5])
+    assert drawn(ax)[0] == ("C0", [m["step"] for m in steps], [m["acc"] for m in steps]) and drawn(ax)[2] == (
+        "C1",
+        [0, 1],
+        [0.0, 0.5],
+    )
     ax.clear()
     curves.draw_metric(ax, "mean_c", "mean c", runs, window=3)
     assert [t.get_text() for t in ax.texts] == ["no mean_c in grpo"] and len(ax.lines) == 2

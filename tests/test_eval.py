@@ -88,8 +88,8 @@ def test_ckpt_and_plan_are_one_or_the_other(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
-    # a CREDO checkpoint (one real training step) and the untrained base model
-    ckpt = tiny_run / "ckpt" / "step_000001"
+    # a CREDO run (the shared tiny run: its run directory stands for its last checkpoint) and the base model
+    ckpt = tiny_run / "ckpt" / "step_000003"
     problems = (tiny_dir / "math_test.jsonl").read_text().splitlines()[:6]
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
@@ -121,7 +121,7 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
     by_source = {s: [r for r in records if r["source"] == s] for s in ("readout", "verbalized", "digit")}
     # the base model once per evaluation seed; the run directory stands for its latest checkpoint
     assert len(by_source["readout"]) == 6 * 3 and len(by_source["verbalized"]) == len(by_source["digit"]) == 2 * 6 * 3
-    assert {(r["method"], r["run"]) for r in by_source["readout"]} == {("Tiny CREDO", "credo/step_000001")}
+    assert {(r["method"], r["run"]) for r in by_source["readout"]} == {("Tiny CREDO", "credo/step_000003")}
     assert {(r["method"], r["run"], r["seed"]) for r in by_source["digit"]} == {
         ("Base", "model/e43", 43),
         ("Base", "model/e44", 44),

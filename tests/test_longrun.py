@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, TINY_RUN_ARGS
 
 import credo
 
@@ -59,9 +59,11 @@ def rollouts(run_dir) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, tiny_dir, capsys):
-    tiny(tmp_path, "max_steps=3", "run_name=straight")
-    straight = tmp_path / "straight"
+def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, tiny_run, capsys):
+    """The straight run is the suite's shared tiny run (conftest's tiny_run: three steps, a checkpoint
+    after each); the preempted one checkpoints only when it is stopped. Checkpoints draw no random
+    numbers, so the two take the same steps."""
+    straight = tiny_run
     first = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in first] == [0, 1, 2]
     for key in (
@@ -91,7 +93,7 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
 
     # The same run again: refused, untouched; resume=auto on it: nothing to do (no engine built).
     # Both in this process: credo.main is what run.sh execs after its set-up.
-    same = ["tiny", f"out_dir={tmp_path}", "save_every=100", "max_steps=3", "run_name=straight"]
+    same = [*TINY_RUN_ARGS, f"out_dir={straight.parent}"]
     with pytest.raises(SystemExit) as refused:
         credo.main(same)
     message = str(refused.value)

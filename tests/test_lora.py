@@ -188,7 +188,7 @@ def lora_run(tmp_path_factory) -> Path:
 def test_the_first_step_of_a_lora_run_is_full_fine_tunings(lora_run, tiny_run):
     """Adapters at zero: the engine is pushed the base weights, so the same rollouts, verdicts, c (the
     engine's and the trainer's), targets, rewards, weights and advantages, and the same loss, as the
-    shared full fine-tuning run of the tiny world (conftest's tiny_run: one step, the same config).
+    shared full fine-tuning run of the tiny world (conftest's tiny_run: its first of three steps, the same config).
     After every push the engine reads the trainer's c: the merged weights are the trained ones."""
     assert rows_of(lora_run, 0) == rows_of(tiny_run, 0)
     first = [json.loads((run / "metrics.jsonl").read_text().splitlines()[0]) for run in (lora_run, tiny_run)]
