@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fakehub import FakeHub
 from sandbox_cases import _mode_config, _sandbox_processes
+from warm import Launchers
 
 import verifier
 from grading import sandbox
@@ -102,6 +103,25 @@ def tiny_run(tiny_dir, tmp_path_factory) -> Path:
             )
             assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return out / "credo"
+
+
+@pytest.fixture(scope="session")
+def warm():
+    """The warm launcher of this test process (tests/warm.py): `warm.run(["credo.py", ...])` runs a
+    script as `python credo.py ...` would, forked from a process that has imported torch,
+    transformers and vLLM already (the 11 s of a fresh process's 16 s tiny run)."""
+    launchers = Launchers()
+    yield launchers
+    launchers.close()
+
+
+@pytest.fixture
+def warm_stages(warm, monkeypatch):
+    """worlds/toy.py's stages (its credo.py and eval.py runs, with their environment) forked from
+    the warm launcher instead of started as processes."""
+    from worlds import toy
+
+    monkeypatch.setattr(toy, "start_stage", lambda args, log_path: warm.spawn(args, log_path, env=toy._env()))
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import json
 import math
-import sys
 
 import pytest
 import torch
@@ -322,16 +321,9 @@ def test_the_rollout_records_carry_the_target_and_both_rewards(tmp_path):
 # --- end to end: the real engine, verifier and loop -------------------------------------------
 
 
-def run_tiny(out_dir, *overrides):
-    import subprocess
-
-    result = subprocess.run(
-        ["bash", "run.sh", "tiny", f"out_dir={out_dir}", *overrides],
-        cwd=config.ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+def run_tiny(warm, out_dir, *overrides):
+    """`python credo.py tiny out_dir=... *overrides`, forked from the warm launcher (tests/warm.py)."""
+    result = warm.run(["credo.py", "tiny", f"out_dir={out_dir}", *overrides])
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 
@@ -341,12 +333,12 @@ def read_metrics(run_dir):
 
 
 @pytest.mark.slow
-def test_one_step_with_the_hf_engine_reading_c_either_way(tmp_path, tiny_dir):
+def test_one_step_with_the_hf_engine_reading_c_either_way(warm, tmp_path, tiny_dir):
     """One step with each credit_confidence: the engine's read (the default) takes no trainer pass
     and records both c, which agree to fp32 noise; the trainer's reads all 8 rows in its pass. The
     HF engine samples the same rollouts both times (the same seeds and weights)."""
-    run_tiny(tmp_path, "max_steps=1", "engine=hf", "run_name=hf")
-    run_tiny(tmp_path, "max_steps=1", "engine=hf", "run_name=hf_trainer", "credit_confidence=trainer")
+    run_tiny(warm, tmp_path, "max_steps=1", "engine=hf", "run_name=hf")
+    run_tiny(warm, tmp_path, "max_steps=1", "engine=hf", "run_name=hf_trainer", "credit_confidence=trainer")
     (metrics,), (trainer,) = read_metrics(tmp_path / "hf"), read_metrics(tmp_path / "hf_trainer")
     # float noise of two implementations holding the same weights (~4e-7 here; an engine one push behind
     # gives ~8e-3: tests/test_longrun.py's SYNCED_GAP)
@@ -369,8 +361,8 @@ def test_one_step_with_the_hf_engine_reading_c_either_way(tmp_path, tiny_dir):
 
 
 @pytest.mark.slow
-def test_one_step_of_a_verbalized_baseline_with_the_engine(tmp_path, tiny_dir):
-    run_tiny(tmp_path, "max_steps=1", "method=rlcr", "channel=verbalized", "alpha=0", "kappa=0", "run_name=rlcr")
+def test_one_step_of_a_verbalized_baseline_with_the_engine(warm, tmp_path, tiny_dir):
+    run_tiny(warm, tmp_path, "max_steps=1", "method=rlcr", "channel=verbalized", "alpha=0", "kappa=0", "run_name=rlcr")
     (metrics,) = read_metrics(tmp_path / "rlcr")
     assert metrics["readout_rate"] == 0 and metrics["loss_cal"] is None and 0 <= metrics["report_rate"] <= 1
     rows = [
@@ -585,7 +577,7 @@ def test_code_rewards_come_from_the_sandbox(tiny_tokenizer):
 
 
 @pytest.mark.slow
-def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
+def test_one_step_in_the_code_domain(warm, tmp_path, tiny_dir):
     data = tmp_path / "code_train.jsonl"
     data.write_text(
         "".join(
@@ -600,7 +592,7 @@ def test_one_step_in_the_code_domain(tmp_path, tiny_dir):
             for i in range(4)
         )
     )
-    run_tiny(tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
+    run_tiny(warm, tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
     cfg = config.load_config(str(tmp_path / "code" / "config.yaml"))
     assert (cfg.domain, cfg.kappa) == ("code", 0.5)  # kappa from the code profile (tab:hyper)
     (metrics,) = read_metrics(tmp_path / "code")
@@ -671,7 +663,7 @@ def test_a_rollout_the_grader_fails_on_costs_only_itself(tiny_dir, tmp_path, cap
 
 
 @pytest.mark.exhaustive  # minutes: the step above holds the same, in process
-def test_a_run_goes_on_past_a_question_whose_tests_are_malformed(tmp_path, tiny_dir):
+def test_a_run_goes_on_past_a_question_whose_tests_are_malformed(warm, tmp_path, tiny_dir):
     """The real loop (bash run.sh tiny) in the code domain, one of its two questions with malformed
     tests: before, its grading raised out of the step and the run died; now the step
     completes, each of that question's rollouts has a = 0 and the reason in its record, the step
@@ -682,7 +674,7 @@ def test_a_run_goes_on_past_a_question_whose_tests_are_malformed(tmp_path, tiny_
         {"id": "broken", "problem": "Print twice the input.", "tests": MALFORMED_TESTS},
     ]
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    result = run_tiny(tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
+    result = run_tiny(warm, tmp_path, "max_steps=1", "domain=code", f"train_data={data}", "run_name=code")
     (metrics,) = read_metrics(tmp_path / "code")
     records = [
         json.loads(line) for line in (tmp_path / "code" / "rollouts" / "step_000000.jsonl").read_text().splitlines()
@@ -752,13 +744,14 @@ def reaches_the_slot(text: str) -> bool:
 
 
 @pytest.mark.slow
-def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path):
+def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(warm, qwen3_world, tmp_path):
     """A few steps of the loop (HF engine) and an evaluation: every rollout whose text reaches
     <confidence> (after a closed analysis) has a readout, also those whose ">" the model glued
     to the next token."""
     root, sft_loss = qwen3_world
     assert sft_loss < 0.5
     run_tiny(
+        warm,
         tmp_path,
         f"model={root / 'model'}",
         f"train_data={root / 'train.jsonl'}",
@@ -782,12 +775,9 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
     # cost nats
     assert all(m["slot_misaligned"] == 0 and m["engine_logprob_gap"] < 1e-3 for m in metrics)
 
-    import subprocess
-
     out = tmp_path / "eval"
-    result = subprocess.run(
+    result = warm.run(
         [
-            sys.executable,
             "eval.py",
             "--ckpt",
             str(tmp_path / "qwen3"),
@@ -799,11 +789,7 @@ def test_hf_loop_with_qwen3s_tokenizer_keeps_every_readout(qwen3_world, tmp_path
             "hf",
             "--out",
             str(out),
-        ],
-        cwd=config.ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        ]
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

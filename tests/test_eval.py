@@ -3,8 +3,6 @@ the command line (--ckpt, --plan, --no-report), and eval.py end to end on the ti
 through the real engine and verifier."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -87,15 +85,14 @@ def test_ckpt_and_plan_are_one_or_the_other(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
+def test_eval_cli_writes_every_table_and_figure(warm, tmp_path, tiny_dir, tiny_run):
     # a CREDO run (the shared tiny run: its run directory stands for its last checkpoint) and the base model
     ckpt = tiny_run / "ckpt" / "step_000003"
     problems = (tiny_dir / "math_test.jsonl").read_text().splitlines()[:6]
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
-    result = subprocess.run(
+    result = warm.run(
         [
-            sys.executable,
             "eval.py",
             "--ckpt",
             f"{tiny_dir / 'model'},Tiny CREDO={ckpt.parent.parent}",
@@ -109,11 +106,7 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
             "tiny",
             "--base-seeds",
             "43,44",
-        ],
-        cwd=config.ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        ]
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
@@ -140,7 +133,7 @@ def test_eval_cli_writes_every_table_and_figure(tmp_path, tiny_dir, tiny_run):
 
 
 @pytest.mark.slow
-def test_eval_plan_gives_each_checkpoint_its_own_settings(tmp_path, tiny_dir):
+def test_eval_plan_gives_each_checkpoint_its_own_settings(warm, tmp_path, tiny_dir):
     """--plan: one model read through both channels under labels of its own; --no-report writes
     the records only."""
     model = str(tiny_dir / "model")
@@ -156,9 +149,8 @@ def test_eval_plan_gives_each_checkpoint_its_own_settings(tmp_path, tiny_dir):
     problems = (tiny_dir / "math_test.jsonl").read_text().splitlines()[:2]
     (tmp_path / "small.jsonl").write_text("\n".join(problems) + "\n")
     out = tmp_path / "eval"
-    result = subprocess.run(
+    result = warm.run(
         [
-            sys.executable,
             "eval.py",
             "--plan",
             str(plan),
@@ -173,11 +165,7 @@ def test_eval_plan_gives_each_checkpoint_its_own_settings(tmp_path, tiny_dir):
             "--out",
             str(out),
             "--no-report",
-        ],
-        cwd=config.ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        ]
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert f"[eval] 12 records in {out / 'samples.jsonl'}" in result.stdout  # 2 x 2 readout, 2 x (2 x 2) verbalized

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -165,10 +164,22 @@ def run_ok(command: list[str], env: dict = ENV) -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
 
-def train_tiny(out_dir: Path, name: str, *overrides: str, nproc: int | None = None) -> Path:
-    env = {**ENV, "NPROC": str(nproc)} if nproc else ENV
-    command = ["bash", "run.sh", "tiny"] if nproc else [sys.executable, "credo.py", "tiny"]
-    run_ok([*command, f"out_dir={out_dir}", f"run_name={name}", *overrides], env)
+def warm_ok(warm, argv: list[str]) -> None:
+    """`python *argv` forked from the warm launcher (tests/warm.py); it must succeed."""
+    result = warm.run(argv, env=ENV)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+
+def train_tiny(warm, out_dir: Path, name: str, *overrides: str) -> Path:
+    warm_ok(warm, ["credo.py", "tiny", f"out_dir={out_dir}", f"run_name={name}", *overrides])
+    return out_dir / name
+
+
+def train_tiny_ranks(out_dir: Path, name: str, *overrides: str, nproc: int) -> Path:
+    """`NPROC=nproc bash run.sh tiny ...`: torchrun's ranks, real processes."""
+    run_ok(
+        ["bash", "run.sh", "tiny", f"out_dir={out_dir}", f"run_name={name}", *overrides], {**ENV, "NPROC": str(nproc)}
+    )
     return out_dir / name
 
 
@@ -177,10 +188,10 @@ def rows_of(run_dir: Path, step: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def lora_run(tmp_path_factory) -> Path:
+def lora_run(warm, tmp_path_factory) -> Path:
     """Two steps of the tiny world with rank-4 adapters (vLLM engine, pushed merged weights), a
     checkpoint after each."""
-    return train_tiny(tmp_path_factory.mktemp("lora"), "lora", "max_steps=2", "save_every=1", "lora_rank=4")
+    return train_tiny(warm, tmp_path_factory.mktemp("lora"), "lora", "max_steps=2", "save_every=1", "lora_rank=4")
 
 
 @pytest.mark.slow
@@ -253,13 +264,13 @@ def test_a_run_s_adapter_loads_in_peft_with_the_served_slot_logits_and_ask_reads
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("test_lora")
-def test_a_lora_run_resumes_exactly(lora_run, tmp_path):
+def test_a_lora_run_resumes_exactly(warm, lora_run, tmp_path):
     """A straight 2-step run against step 1's checkpoint resumed: the same step-2 rollouts, loss and adapters."""
     resumed = tmp_path / "resumed"
     shutil.copytree(lora_run, resumed)
     shutil.rmtree(resumed / "ckpt" / "step_000002")
     (resumed / "metrics.jsonl").write_text((lora_run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
-    train_tiny(tmp_path, "resumed", "max_steps=2", "save_every=1", "lora_rank=4", "resume=auto")
+    train_tiny(warm, tmp_path, "resumed", "max_steps=2", "save_every=1", "lora_rank=4", "resume=auto")
     assert rows_of(resumed, 1) == rows_of(lora_run, 1)
     got, want = (json.loads((r / "metrics.jsonl").read_text().splitlines()[1]) for r in (resumed, lora_run))
     assert got["loss"] == want["loss"] and got["grad_norm"] == want["grad_norm"]
@@ -273,7 +284,7 @@ def test_a_lora_run_resumes_exactly(lora_run, tmp_path):
 def test_two_ranks_train_and_resume_exactly_with_lora(tmp_path):
     """NPROC=2 on CPU (FSDP2 over gloo) with adapters: the engine of each rank is pushed the gathered,
     merged weights; a resume of step 1's checkpoint takes the straight run's step 2."""
-    run = train_tiny(tmp_path, "run", "max_steps=2", "save_every=1", "lora_rank=4", nproc=2)
+    run = train_tiny_ranks(tmp_path, "run", "max_steps=2", "save_every=1", "lora_rank=4", nproc=2)
     straight = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["world_size"] for m in straight] == [2, 2]
     assert all(m["engine_logprob_gap"] < 1e-3 for m in straight)  # the engines sample from the trained weights
@@ -281,7 +292,7 @@ def test_two_ranks_train_and_resume_exactly_with_lora(tmp_path):
     assert (ckpt / lora.ADAPTER_CONFIG).exists() and (ckpt / "sharded" / ".metadata").exists()
     shutil.copytree(run / "ckpt" / "step_000002", tmp_path / "straight_step2")
     straight_rollouts = rows_of(run, 1)
-    train_tiny(tmp_path, "run", "max_steps=2", "lora_rank=4", f"resume={ckpt}", nproc=2)
+    train_tiny_ranks(tmp_path, "run", "max_steps=2", "lora_rank=4", f"resume={ckpt}", nproc=2)
     resumed = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows_of(run, 1) == straight_rollouts
     for key in ("loss_pg", "loss_cal", "grad_norm", "acc", "mean_c"):
@@ -295,14 +306,15 @@ def test_two_ranks_train_and_resume_exactly_with_lora(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("test_lora")
-def test_eval_reads_a_lora_checkpoint(lora_run, tiny_dir, tmp_path):
+def test_eval_reads_a_lora_checkpoint(warm, lora_run, tiny_dir, tmp_path):
     """eval.py on a LoRA checkpoint: base + adapters for the trainer's reads, the base for vLLM to start
     from and the merged weights pushed (engine.make_engine, as a LoRA run's engine)."""
     ckpt = lora_run / "ckpt" / "step_000002"
     (tmp_path / "small.jsonl").write_text("".join((tiny_dir / "math_test.jsonl").read_text().splitlines(True)[:3]))
-    run_ok(
-        [sys.executable, "eval.py", "--ckpt", f"CREDO={ckpt}", "--sets", f"tiny={tmp_path / 'small.jsonl'}:math"]
-        + ["--n", "2", "--out", str(tmp_path / "eval"), "--config", "tiny", "--no-report"]
+    warm_ok(
+        warm,
+        ["eval.py", "--ckpt", f"CREDO={ckpt}", "--sets", f"tiny={tmp_path / 'small.jsonl'}:math"]
+        + ["--n", "2", "--out", str(tmp_path / "eval"), "--config", "tiny", "--no-report"],
     )
     records = [json.loads(line) for line in (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()]
     readout = [r for r in records if r["source"] == "readout"]

@@ -16,8 +16,6 @@ import math
 import os
 import random
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -424,15 +422,14 @@ def test_trainings_run_at_once_and_a_failure_stops_the_others(tmp_path):
 LEARN_STEPS, LEARN_WINDOW, LEARN_GAIN = 30, 8, 0.15
 
 
-def learning_run(tmp_path, toy_world, *overrides) -> list[dict]:
+def learning_run(warm, tmp_path, toy_world, *overrides) -> list[dict]:
     """A GRPO run of LEARN_STEPS on the first four level-3 training problems: its metrics."""
     rows = [r for r in map(json.loads, (toy_world / "train.jsonl").read_text().splitlines()) if r["level"] == 3][:4]
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(
+    result = warm.run(
         [
-            sys.executable,
             "credo.py",
             "configs/toy.yaml",
             f"out_dir={tmp_path}",
@@ -448,11 +445,7 @@ def learning_run(tmp_path, toy_world, *overrides) -> list[dict]:
             "save_rollouts=false",
             *overrides,
         ],
-        cwd=toy.ROOT,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return [json.loads(line) for line in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
@@ -474,8 +467,8 @@ def test_the_built_world_passed_its_addition_check_and_the_check_is_reproducible
 
 
 @pytest.mark.slow
-def test_the_loop_raises_the_reward_on_a_task_with_a_known_answer(tmp_path, toy_world):
-    metrics = learning_run(tmp_path, toy_world)
+def test_the_loop_raises_the_reward_on_a_task_with_a_known_answer(warm, tmp_path, toy_world):
+    metrics = learning_run(warm, tmp_path, toy_world)
     reward = [m["reward_ans"] for m in metrics]
     first, last = np.mean(reward[:LEARN_WINDOW]), np.mean(reward[-LEARN_WINDOW:])
     assert len(reward) == LEARN_STEPS
@@ -504,7 +497,7 @@ def calibration_gap_rise(report: dict) -> float:
 
 
 @pytest.mark.slow
-def test_quick_toy_run_calibrates_the_readout(tmp_path, toy_world):
+def test_quick_toy_run_calibrates_the_readout(warm_stages, tmp_path, toy_world):
     report = toy.main(["--quick", "--out", str(tmp_path / "toy")])
     before, after = report["CREDO"]["before"], report["CREDO"]["after"]
     assert before["n"] > 100 and after["n"] > 100
@@ -521,7 +514,9 @@ def test_quick_toy_run_calibrates_the_readout(tmp_path, toy_world):
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("CREDO_TOY_ALPHA0") != "1", reason="set CREDO_TOY_ALPHA0=1 to run the alpha=0 check")
-def test_quick_toy_run_without_the_calibration_loss_leaves_the_readout_behind_the_accuracy(tmp_path, toy_world):
+def test_quick_toy_run_without_the_calibration_loss_leaves_the_readout_behind_the_accuracy(
+    warm_stages, tmp_path, toy_world
+):
     report = toy.main(["--quick", "--out", str(tmp_path / "toy"), "alpha=0"])
     before, after = report["CREDO"]["before"], report["CREDO"]["after"]
     assert after["acc"] > before["acc"] and calibration_gap_rise(report) < 0, (before, after)

@@ -224,7 +224,7 @@ def test_checkpoints_are_taken_only_from_a_run_of_the_same_world_and_overrides(t
 # every job is found finished, nothing is trained, the tables come out the same. Then the CREDO
 # job again as --checkpoints-from runs it: its checkpoint evaluated on the development split.
 @pytest.mark.slow
-def test_a_small_tables_run_end_to_end_and_resumed(tmp_path, toy_world, capsys):
+def test_a_small_tables_run_end_to_end_and_resumed(warm_stages, tmp_path, toy_world, capsys):
     argv = [
         "--rows",
         "credo",

@@ -90,11 +90,15 @@ def _failure(args: list[str], code: int, log_path: Path) -> RuntimeError:
     return RuntimeError(f"`{' '.join(args)}` failed (exit {code}); last lines of {log_path}:\n{tail}")
 
 
-def run_stage(args: list[str], log_path: Path) -> None:
+def start_stage(args: list[str], log_path: Path) -> subprocess.Popen:
+    """`python *args` in the checkout, its output (stdout and stderr) to `log_path`."""
     with log_path.open("w") as log:
-        proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        raise _failure(args, proc.returncode, log_path)
+        return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_stage(args: list[str], log_path: Path) -> None:
+    """One stage, to its end; a failure raises with its log's tail."""
+    run_stages([(args, log_path)], jobs=1)
 
 
 def pace(stages: int, jobs: int) -> str:
@@ -117,24 +121,18 @@ def run_stages(stages: list[tuple[list[str], Path]], jobs: int) -> dict[Path, fl
         while pending or running:
             while pending and len(running) < jobs:
                 args, log_path = pending.pop(0)
-                log = log_path.open("w")
-                proc = subprocess.Popen(
-                    [sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT
-                )
-                running.append((proc, args, log_path, log, time.perf_counter()))
-            time.sleep(0.2)  # polled: a stage takes minutes
+                running.append((start_stage(args, log_path), args, log_path, time.perf_counter()))
+            time.sleep(0.2)  # polled: a stage takes seconds to minutes
             for stage in [stage for stage in running if stage[0].poll() is not None]:
-                proc, args, log_path, log, t0 = stage
+                proc, args, log_path, t0 = stage
                 running.remove(stage)
-                log.close()
                 seconds[log_path] = time.perf_counter() - t0
                 if proc.returncode != 0:
                     raise _failure(args, proc.returncode, log_path)
     finally:
-        for proc, _, _, log, _ in running:
+        for proc, _, _, _ in running:
             proc.kill()
             proc.wait()
-            log.close()
     return seconds
 
 

@@ -1,0 +1,72 @@
+"""The warm launcher (tests/warm.py): a run forked from it is the run a fresh process gives."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import TINY_RUN_ARGS
+from warm import ROOT, LauncherError
+
+
+def timed(key: str) -> bool:
+    """A metric that differs between two runs of the same command: how long a part took, or its rate."""
+    return key.startswith("t_") or key.endswith("_tok_s")
+
+
+def lines(path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_a_forked_run_is_the_process_run(warm, tiny_run, tmp_path):
+    """The first step of the suite's shared tiny run (a process) and of the same command forked from
+    the launcher: byte-identical rollouts, and the same metrics but for the timings."""
+    args = [a for a in TINY_RUN_ARGS if not a.startswith("max_steps=")]
+    result = warm.run(["credo.py", *args, "max_steps=1", f"out_dir={tmp_path}"])
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert f"[credo] run written to {tmp_path / 'credo'}" in result.stdout
+    forked, process = tmp_path / "credo", tiny_run
+    assert lines(forked / "rollouts" / "step_000000.jsonl") == lines(process / "rollouts" / "step_000000.jsonl")
+    mine, theirs = (json.loads(lines(run / "metrics.jsonl")[0]) for run in (forked, process))
+    assert mine.keys() == theirs.keys()
+    untimed = [key for key in mine if not timed(key)]
+    assert len(untimed) > 20
+    assert {key: mine[key] for key in untimed} == {key: theirs[key] for key in untimed}
+
+
+def test_a_refused_argument_is_the_processs_exit_and_line(warm):
+    argv = ["credo.py", "tiny", "nosuchkey=1"]
+    process = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    forked = warm.run(argv)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (process.returncode, process.stdout, process.stderr)
+    assert forked.returncode == 1 and "unknown config key 'nosuchkey'" in forked.stderr
+
+
+def test_a_killed_run_reports_its_signal(warm, tmp_path):
+    child = warm.spawn(["credo.py", "tiny", f"out_dir={tmp_path}"], tmp_path / "log")
+    child.kill()
+    assert child.wait(timeout=60) == -9 and child.returncode == -9
+
+
+def test_a_run_that_outlives_its_timeout_is_killed(warm, tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired):
+        warm.run(["credo.py", "tiny", f"out_dir={tmp_path}"], timeout=0.5)
+    # the killed child's status arrived, and the launcher forks the next run
+    assert warm.run(["credo.py", "tiny", "nosuchkey=1"]).returncode == 1
+
+
+def test_an_environment_the_imports_did_not_see_is_refused(warm):
+    launcher = warm.of(dict(os.environ))
+    result = launcher.run(["credo.py", "--help"], ROOT, {**os.environ, "CREDO_VERBOSE": "1"}, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == "warm launcher: CREDO_VERBOSE differ from the launcher's: start a process\n"
+
+
+def test_only_the_checkouts_credo_and_eval_are_forked(warm, tmp_path):
+    with pytest.raises(LauncherError, match="runs credo.py, eval.py, not '-c'"):
+        warm.spawn(["-c", "print(1)"], tmp_path / "log")
+    launcher = warm.of(dict(os.environ))
+    with pytest.raises(LauncherError, match=f"not of {tmp_path}"):
+        launcher.spawn(["credo.py", "--help"], tmp_path, dict(os.environ), tmp_path / "log")
