@@ -18,19 +18,6 @@ import credo
 TIMEOUT_S = 900
 
 
-def tiny(out_dir, *overrides, check=True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        ["bash", "run.sh", "tiny", f"out_dir={out_dir}", "save_every=100", *overrides],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    if check:
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
-
-
 # The engine/trainer log-prob gap of a run whose engine holds the trainer's weights. It is the
 # float noise of two implementations: about 4e-7 a token on the tiny run, once 3.4e-5 on a resumed
 # step in CI (same samples, same losses); an engine one push behind gives 7.7e-3 (measured by
@@ -59,7 +46,7 @@ def rollouts(run_dir) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, tiny_run, capsys):
+def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(warm, tmp_path, tiny_run, capsys):
     """The straight run is the suite's shared tiny run (conftest's tiny_run: three steps, a checkpoint
     after each); the preempted one checkpoints only when it is stopped. Checkpoints draw no random
     numbers, so the two take the same steps."""
@@ -141,7 +128,13 @@ def test_sigterm_checkpoints_and_resume_auto_matches_a_straight_run(tmp_path, ti
     assert json.loads((stopped / "trainer_state.json").read_text())["step"] == stopped_at
     assert f"SIGTERM: stopped after step {stopped_at} of 3" in output and "resume=auto" in output
 
-    resumed = tiny(tmp_path, "max_steps=3", "run_name=preempted", "resume=auto", "report_to=tensorboard,wandb")
+    # The resume, forked from the warm launcher (tests/warm.py): `python credo.py` as run.sh execs it.
+    resumed = warm.run(
+        ["credo.py", "tiny", f"out_dir={tmp_path}", "save_every=100", "max_steps=3", "run_name=preempted"]
+        + ["resume=auto", "report_to=tensorboard,wandb"],
+        timeout=TIMEOUT_S,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
     assert f"[credo] resumed from step {stopped_at} of 3: " in resumed.stdout  # the resume says where it starts
     assert metrics(run_dir) == metrics(straight)  # the same losses, rewards, questions
     assert max(logprob_gaps(run_dir)) < SYNCED_GAP  # the resumed engine got the checkpoint's weights
