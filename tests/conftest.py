@@ -4,7 +4,8 @@ failure under CI=true; every test that uses them is marked `real_parts`), the ti
 once by worlds/tiny.py, cached under .cache/tiny), the toy world (`toy_world`: the shipped one,
 worlds/toy_world/, checked, never built), the Hugging Face hub faked (`hub`, from fixture
 records) or offline (`hub_offline`), the code sandbox's isolation modes and leftover checks
-(helpers in sandbox_cases.py), and the device of the tests that can run on a GPU (`device`: cpu
+(helpers in sandbox_cases.py), the warm launcher of the tests' credo.py and eval.py runs (`warm`,
+`warm_stages`: tests/warm.py), and the device of the tests that can run on a GPU (`device`: cpu
 unless CREDO_TEST_DEVICE=cuda)."""
 
 import glob
