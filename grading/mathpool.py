@@ -125,12 +125,13 @@ class _MathWorker:
         return self.proc.stdout.fileno()
 
     def send(self, index: int, completion: str, gold: str, timeout_s: float) -> None:
-        """Hand item ``index`` to this (idle, ready) worker."""
+        """Hand item ``index`` to this (idle, ready) worker. The item is the worker's only once
+        its request is in the pipe: a worker that dies before the write has cost no item."""
         request = {"i": index, "completion": completion, "gold": gold, "timeout_s": timeout_s}
-        self.item = index
-        self.deadline = time.monotonic() + timeout_s
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
+        self.item = index
+        self.deadline = time.monotonic() + timeout_s
 
     def read_messages(self) -> list[dict] | None:
         """Messages that are complete now; ``None`` once the worker is gone."""
@@ -244,7 +245,6 @@ class _MathPool:
                     worker.send(index, *batch.items[index], timeout_s)
                 except (BrokenPipeError, ValueError):  # died while idle: not the item's fault
                     batch.queue.appendleft(index)
-                    worker.item = None
                     self._replace(worker, batch, WORKER_DIED)
 
     def _wait(self) -> list[tuple[_MathWorker, list[dict] | None]]:

@@ -75,7 +75,8 @@ def test_an_item_whose_worker_dies_fails_with_that_reason():
     """A worker that dies while it grades an item costs that item only, and says so: its verdict
     is a grading error naming the dead worker, not a timeout, and the pool grades on. The worker is
     stopped (SIGSTOP) before it is given the item, so it dies holding it however loaded the machine
-    is: it can neither grade the item first nor be killed before it has one."""
+    is: it can neither grade the item first nor be killed before it has one (``worker.item`` is set
+    once the request is in the pipe)."""
     verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1)
     verdicts = []
     worker = mathpool._POOL.workers[0]
@@ -93,6 +94,19 @@ def test_an_item_whose_worker_dies_fails_with_that_reason():
     assert verdicts == [verifier.Verdict(passed=False, reason="error: the math worker died")]
     assert verdicts[0].grading_error
     assert verifier.verify_math_batch([(r"\boxed{7}", "7")], workers=1) == [True]
+
+
+def test_a_worker_that_died_idle_costs_no_item():
+    """A worker that is gone before it is handed an item costs no item: the write to its pipe
+    fails, the item goes back to the queue, and the worker's replacement grades it. The worker is
+    killed and reaped between two batches, so it is dead, not dying, when the item is sent."""
+    verifier.verify_math_batch([(r"\boxed{1}", "1")], workers=1)
+    worker = mathpool._POOL.workers[0]
+    worker.proc.kill()
+    worker.proc.wait(60)
+    verdicts = verifier.grade([r"\boxed{5}"], ["5"], "math", workers=1, timeout_s=30.0)
+    assert verdicts == [verifier.Verdict(passed=True, reason="correct")]
+    assert mathpool._POOL.workers[0] is not worker
 
 
 def _wait_until_the_thread_is_gone(thread):
