@@ -4,10 +4,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from conftest import TINY_RUN_ARGS
-from warm import ROOT, LauncherError
+from warm import ROOT, Launcher, LauncherError
 
 
 def timed(key: str) -> bool:
@@ -70,3 +73,58 @@ def test_only_the_checkouts_credo_and_eval_are_forked(warm, tmp_path):
     launcher = warm.of(dict(os.environ))
     with pytest.raises(LauncherError, match=f"not of {tmp_path}"):
         launcher.spawn(["credo.py", "--help"], tmp_path, dict(os.environ), tmp_path / "log")
+
+
+def test_a_launcher_started_by_a_thread_that_has_ended_serves_on():
+    """A launcher outlives the thread that started it (worlds/toy_tables.py's runs start it from a pool's
+    thread): it forks a run after that thread is gone, as the kernel sees it, and ends when closed."""
+    started = []
+    thread = threading.Thread(target=lambda: started.append(Launcher.start()))
+    thread.start()
+    thread.join()
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/self/task/{thread.native_id}").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not Path(f"/proc/self/task/{thread.native_id}").exists(), "the thread never ended"
+    (launcher,) = started
+    result = launcher.run(["credo.py", "tiny", "nosuchkey=1"], ROOT, dict(os.environ), timeout=120)
+    assert result.returncode == 1 and "unknown config key 'nosuchkey'" in result.stderr
+    launcher.close()
+    assert launcher.proc.returncode == 0
+
+
+PARENT = """
+import os, sys, time
+sys.path.insert(0, {tests!r})
+from warm import Launcher, ROOT
+launcher = Launcher.start()
+child = launcher.spawn(["credo.py", "tiny", "out_dir=" + {out!r}], ROOT, dict(os.environ), {log!r})
+print(launcher.proc.pid, child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def gone(pid: int) -> bool:
+    """Whether `pid` has exited (a zombie not yet reaped by its parent counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_launcher_whose_test_process_is_killed_ends_with_its_runs(tmp_path):
+    """SIGKILL to the test process: its launcher and the run it forked end too (no orphan run)."""
+    code = PARENT.format(tests=str(ROOT / "tests"), out=str(tmp_path), log=str(tmp_path / "log"))
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        launcher_pid, child_pid = map(int, parent.stdout.readline().split())
+        parent.kill()
+        parent.wait(60)
+        deadline = time.monotonic() + 60
+        while not (gone(launcher_pid) and gone(child_pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gone(launcher_pid) and gone(child_pid)
+    finally:
+        parent.kill()
+        parent.wait(60)
+        parent.stdout.close()

@@ -10,8 +10,8 @@ a fresh process gives.
 What a fork cannot give, it refuses: it forks only while the launcher has one thread (a fork copies
 only the forking thread; another thread's locks would stay held in the child), and a run whose
 environment differs from the launcher's in a variable read while the libraries import (IMPORT_TIME)
-fails with a line naming it. The launcher ends with the test process (PR_SET_PDEATHSIG), and each
-child with the launcher.
+fails with a line naming it. The launcher ends with the test process (it watches its parent: a
+PR_SET_PDEATHSIG would end it with the thread that started it), and each child with the launcher.
 
 Not here: the tests of run.sh, of signals (SIGTERM, Ctrl-C) and of torchrun: they start real processes.
 
@@ -31,8 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from processes import end_with_parent
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -74,7 +72,6 @@ class Launcher:
             env=dict(os.environ if env is None else env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            preexec_fn=end_with_parent,
         )
         launcher = cls(proc)
         ready = launcher._reply(timeout=600)
@@ -118,8 +115,11 @@ class Launcher:
         if Path(cwd).resolve() != ROOT:  # its imports are this checkout's: a copy's scripts need a process
             raise LauncherError(f"the launcher runs the scripts of {ROOT}, not of {cwd}: start a process")
         request = {"argv": argv, "cwd": str(cwd), "env": dict(env), "stdout": str(log), "stderr": str(stderr or log)}
-        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise LauncherError(f"the launcher ended (exit {self.proc.wait()}) before {argv[0]} could start") from None
         while True:
             reply = self._reply(timeout=60)
             if "started" in reply:

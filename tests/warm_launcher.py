@@ -129,6 +129,11 @@ def settle() -> None:
 
 
 def serve() -> None:
+    """Fork one child per request until stdin closes and the last child has ended. The launcher
+    ends with the test process by watching its parent (polled with the requests): a parent that is
+    gone kills every child and ends it. Not PR_SET_PDEATHSIG: the kernel sends that when the *thread*
+    that started the launcher ends, and a test may start it from a pool's thread (worlds/toy_tables.py)."""
+    parent = os.getppid()
     settle()
     requests, replies = os.dup(0), os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDWR), 0)
@@ -140,6 +145,10 @@ def serve() -> None:
     reply({"ready": True})
     children, buffer, reading = set(), b"", True
     while reading or children:
+        if os.getppid() != parent:  # the test process is gone (killed): so are its runs
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+            os._exit(1)
         readable, _, _ = select.select([requests] if reading else [], [], [], 0.05)
         if readable:
             chunk = os.read(requests, 65536)
