@@ -42,6 +42,7 @@ import torch
 import losses
 import methods
 import rollout as ro
+from kernels.logprobs import Head
 from methods import registrar
 from schema import Config
 
@@ -61,7 +62,7 @@ class Slot(NamedTuple):
     """The model at the slot of N rollouts, as a model read sees it."""
 
     hidden: tuple[torch.Tensor, ...]  # P x [N, H] final hidden states: at the slot, then after each forced token
-    head: torch.Tensor  # [V, H] the output head (logits = hidden @ head.T)
+    head: Head  # the output head (logits = hidden @ head.T; under LoRA its trained rows beside it)
     token_id: Callable[[str], int]  # the id of one token (policy.Policy.token_id)
 
     def ids(self, tokens: Sequence[str]) -> list[int]:
@@ -69,11 +70,11 @@ class Slot(NamedTuple):
 
     def logits(self, position: int, tokens: Sequence[str]) -> torch.Tensor:
         """[N, K] the logits of `tokens` at `position` (0: the slot), fp32, without a softmax."""
-        return self.hidden[position].float() @ self.head[self.ids(tokens)].float().T
+        return self.hidden[position].float() @ self.head.rows_of(self.ids(tokens)).T
 
     def log_softmax(self, position: int) -> torch.Tensor:
         """[N, V] the log-probs of every token at `position` under the full softmax, fp32."""
-        return torch.log_softmax(self.hidden[position].float() @ self.head.float().T, dim=-1)
+        return torch.log_softmax(self.head.logits(self.hidden[position]), dim=-1)
 
 
 @dataclass(frozen=True)
@@ -201,8 +202,8 @@ def auto_read(prompt: str) -> Read | None:
 
 def readout_of_slot(slot: Slot) -> torch.Tensor:
     """eq:readout from two rows of the head: z_H - z_L in fp32 (losses.readout_logits), no softmax."""
-    z_diff = losses.readout_logits(slot.hidden[0], slot.head, *slot.ids([ro.CONF_HIGH, ro.CONF_LOW]))  # [N]
-    return losses.readout(z_diff, torch.zeros_like(z_diff))
+    rows = slot.head.rows_of(slot.ids([ro.CONF_HIGH, ro.CONF_LOW]))  # [2, H] fp32: W_H, W_L
+    return losses.readout(losses.readout_logits(slot.hidden[0], rows, 0, 1), torch.tensor(0.0))  # [N]
 
 
 @register_model_read(

@@ -41,7 +41,7 @@ from typing import Literal
 import yaml
 
 from rollout import DOMAINS
-from schema import BY_DOMAIN, Config, hints
+from schema import BY_DOMAIN, PEFT_ADAPTER_CONFIG, Config, hints
 
 ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = ROOT / "configs"
@@ -349,6 +349,11 @@ def validate_config(cfg: Config) -> None:
         )
     if not cfg.kl_coef >= 0:
         raise ValueError(f"kl_coef={cfg.kl_coef!r} must be >= 0 (0: no KL term, no reference model)")
+    if cfg.lora_rank and methods.needs_reference(cfg) and (Path(str(cfg.model)) / PEFT_ADAPTER_CONFIG).exists():
+        raise ValueError(
+            f"kl_coef={cfg.kl_coef!r} with lora_rank={cfg.lora_rank}: model={cfg.model} holds LoRA adapters, so the "
+            f"base with its adapters off is not the starting model the KL term needs; start from merged weights"
+        )
     method, channel, read = cfg.method, cfg.channel, _confidence().read_of_config(cfg)
     reads = methods.method_of(method).reads  # what the method's rewards score (methods.py)
     readout_channel = channel.startswith("readout")

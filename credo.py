@@ -34,8 +34,10 @@ Simplifications, on purpose (read them before forking):
   * One optimizer step per rollout batch, so the update is on-policy: the "old" log-probs of
     `eq:grpo` are the detached current ones (rho = 1), and the clip only matters if you add
     inner epochs.
-  * No KL term by default (tab:hyper's KL coefficient is 0): kl_coef > 0 loads the starting
-    model a second time, frozen, in the compute dtype (`load_reference`).
+  * No KL term by default (tab:hyper's KL coefficient is 0): kl_coef > 0 reads the starting
+    model's log-probs, under LoRA from the same weights with the adapters off
+    (adapters/lora.adapters_off), else from a second, frozen copy in the compute dtype
+    (`load_reference`).
   * Credit needs every group member's c before any gradient, so step 4 reads it apart from the
     update: by default from the engine, which holds each rollout in its prefix cache and has the
     same weights (one decode step a rollout); credit_confidence=trainer reads it with a no-grad
@@ -57,6 +59,7 @@ from __future__ import annotations
 from infra import startup  # noqa: F401  first: library logging and Ctrl-C, before torch and vLLM load
 
 # isort: split
+import contextlib
 import math
 import random
 import signal
@@ -239,7 +242,7 @@ class Learner:
     optimizer: torch.optim.Optimizer
     cfg: Config
     plan: ConfidencePlan | None = None  # None: confidence.plan(cfg)
-    reference: Policy | None = None  # the frozen starting model, where a loss term needs it
+    reference: Policy | None = None  # the frozen starting model where a loss term needs it (LoRA: adapters off)
 
     def __post_init__(self):
         self.plan = self.plan or confidence.plan(self.cfg)
@@ -306,8 +309,9 @@ def term_inputs(learner: Learner, step: Step, rows: list[int], mb: Batch, fwd: p
     dev = fwd.logp.device
     ref_logp = None
     if "reference" in needs:
-        with torch.no_grad():
-            ref_logp = pol.forward(learner.reference, mb, packed=learner.cfg.pack_sequences).logp  # [n, T]
+        off = lora.adapters_off(learner.policy.model) if learner.reference is None else contextlib.nullcontext()
+        with torch.no_grad(), off:
+            ref_logp = pol.forward(learner.reference or learner.policy, mb, packed=learner.cfg.pack_sequences).logp
     return methods.TermInputs(
         logp=fwd.logp,
         conf=pol.model_confidence(fwd, learner.plan.model_read) if "confidence" in needs else None,
@@ -560,7 +564,7 @@ def setup(cfg: Config) -> Run:
     )
     policy.model = parallel.shard_model(policy.model, world, policy.dtype)
     run.learner = Learner(policy, make_optimizer(policy.model, cfg, world.device.type), cfg, plan)
-    if methods.needs_reference(cfg):
+    if methods.needs_reference(cfg) and not lora.applied(policy.model):
         run.learner.reference = load_reference(cfg, world, policy)
     if resume:
         run.start_step, stream.cursor = restore_state(resume, run.learner.optimizer, policy.model, world)

@@ -392,12 +392,11 @@ def sequence_token_sum_norm(mask: torch.Tensor, constant: float) -> torch.Tensor
 def readout_logits(h_slot: torch.Tensor, lm_head: torch.Tensor, high_id: int, low_id: int) -> torch.Tensor:
     """z_H - z_L at the slot (`eq:readout`), fp32, from the final hidden state there.
 
-    h_slot: [N, H] the hidden state whose next-token distribution is the slot (the last
-    token of `<confidence>`); lm_head: [V, H]. Only two rows of lm_head are needed:
-    z_H - z_L = h_slot . (W_H - W_L), the logits the slot's full distribution would give,
-    without a softmax; c = readout(z_H, z_L) = sigmoid(z_H - z_L).
+    h_slot: [N, H] the hidden state whose next-token distribution is the slot (the last token of
+    `<confidence>`); lm_head: [V, H], or just its rows. z_H - z_L = h_slot . (W_H - W_L), each row
+    upcast first: the full distribution's logits, without a softmax; c = sigmoid(z_H - z_L).
 
     >>> readout_logits(torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 0.0], [3.0, 1.0], [1.0, 1.0]]), 1, 2)
     tensor([2.])
     """
-    return h_slot.float() @ (lm_head[high_id] - lm_head[low_id]).float()  # [N]
+    return h_slot.float() @ (lm_head[high_id].float() - lm_head[low_id].float())  # [N]

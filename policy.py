@@ -261,7 +261,7 @@ def forward(
     the output head (the readout's two rows of H and L: the auxiliary head of tab:decompose).
     Computed in policy.dtype (autocast) over fp32 weights; logp is fp32, and so is every read of c."""
     model, dtype = policy.model, policy.dtype
-    lm_head = lora.output_head(model)  # [V, H]
+    lm_head = lora.output_head(model)  # kernels.logprobs.Head: [V, H], any trained rows beside it
     with torch.autocast(model.device.type, dtype=dtype, enabled=dtype != torch.float32):
         states = packing.run_layers(
             model,

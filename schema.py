@@ -23,6 +23,7 @@ BY_DOMAIN = (
     "by_domain"  # a default that config.load_config fills from configs/<domain>.yaml (tab:hyper's per-domain values)
 )
 AUTO = Literal["auto"]
+PEFT_ADAPTER_CONFIG = "adapter_config.json"  # the file that marks a directory as PEFT (LoRA) adapters
 
 
 def _field(default, help: str, source: str = ""):

@@ -3,7 +3,8 @@ rows of the embedding and the output head trained in full, over a frozen model; 
 the engine is pushed; the adapter files that PEFT loads.
 
     lora.apply(model, cfg, (high_id, low_id))   # in place; adapters start at B = 0: the same model
-    head = lora.output_head(model)              # [V, H] the head the losses read (trained rows in place)
+    head = lora.output_head(model)              # kernels.logprobs.Head: the matrix, the trained rows beside it
+    with lora.adapters_off(model): ...          # the starting model: a KL term's reference, no second copy
     engine_weights = lora.merged_weights(model) # (HF name, full tensor): any model, with or without LoRA
     lora.save_adapter(state, ckpt_dir, model)   # adapter_config.json + adapter_model.safetensors (PEFT's)
     lora.load_adapter(model, ckpt_dir)          # what save_adapter wrote, back into an applied model
@@ -11,13 +12,19 @@ the engine is pushed; the adapter files that PEFT loads.
 Why the reserved rows are separate parameters: `<CONF_HIGH>`/`<CONF_LOW>` are new tokens, and no
 adapter on a projection can learn a row of the embedding or of the head. Their rows are read
 through forward hooks (the embedding's output, the head's logits for HF generation) and through
-`output_head` (the trainer's log-probs and eq:readout's slot, which read the head's matrix
-directly). The rows are whole rows, as PEFT's `trainable_token_indices` saves them
-(`trainable_tokens_delta` holds the rows' values, not a difference). A tied head shares one pair.
+`output_head` (the trainer's log-probs and eq:readout's slot read the head's matrix directly,
+with the rows beside it: no [V, H] copy with the rows in place). The rows are whole rows, as
+PEFT's `trainable_token_indices` saves them (`trainable_tokens_delta` holds the rows' values,
+not a difference). A tied head shares one pair.
 
-Precision: the wrapped projections' frozen weights are stored in the compute dtype (bf16 on a
-GPU: autocast would cast them to it anyway, so the forward is the same); norms, the embedding
-and the head stay fp32, as in full fine-tuning. Adapters and rows are fp32 master weights.
+The adapters and both hooks share one Switch: `adapters_off` turns them all off, which gives
+back the starting model exactly (B = 0 and the rows' start are the model's), so a KL term's
+reference is a no-grad forward of the same weights.
+
+Precision: the wrapped projections' frozen weights, and an untied head, are stored in the
+compute dtype (bf16 on a GPU: autocast would cast them to it anyway, so the forward is the
+same; the log-probs accumulate in fp32, the readout's two rows are upcast); norms and the
+embedding stay fp32, as in full fine-tuning. Adapters and rows are fp32 master weights.
 
 Not here: the config keys (schema.py), the optimizer (credo.make_optimizer takes what trains),
 the checkpoint's other files (infra/checkpoint.py), the memory estimate (infra/memfit.py).
@@ -25,6 +32,7 @@ the checkpoint's other files (infra/checkpoint.py), the memory estimate (infra/m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Iterator
@@ -34,9 +42,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from schema import Config
+from kernels import logprobs as logprob_kernels
+from schema import PEFT_ADAPTER_CONFIG, Config
 
-ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = PEFT_ADAPTER_CONFIG, "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."  # PEFT's names: the wrapped model's, under base_model.model
 ROWS_KEY = "token_adapter.trainable_tokens_delta"  # PEFT's TrainableTokens weight, under the wrapped module
 
@@ -47,12 +56,21 @@ def targets_of(cfg: Config) -> list[str]:
     return [t.strip() for t in targets if t.strip()]
 
 
+class Switch:
+    """Whether a model's adapters and reserved-row hooks are on (adapters_off turns them off)."""
+
+    def __init__(self) -> None:
+        self.on = True
+
+
 class LoRALinear(nn.Module):
     """y = base(x) + (alpha / r) B A x: the frozen `base_layer` and the adapters `lora_A` [r, in] and
-    `lora_B` [out, r], named as PEFT names them. B starts at 0, A as PEFT initialises it."""
+    `lora_B` [out, r], named as PEFT names them. B starts at 0, A as PEFT initialises it. With the
+    switch off, y = base(x)."""
 
-    def __init__(self, base_layer: nn.Linear, rank: int, alpha: float, dtype: torch.dtype):
+    def __init__(self, base_layer: nn.Linear, rank: int, alpha: float, dtype: torch.dtype, switch: Switch):
         super().__init__()
+        self.switch = switch
         self.base_layer = base_layer.requires_grad_(False).to(dtype)
         device = base_layer.weight.device
         self.lora_A = nn.Linear(base_layer.in_features, rank, bias=False, device=device, dtype=torch.float32)
@@ -62,6 +80,8 @@ class LoRALinear(nn.Module):
         self.scaling = alpha / rank
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.switch.on:
+            return self.base_layer(x)
         return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
 
     def merged_weight(self, base: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -74,6 +94,7 @@ class ReservedRows(nn.Module):
 
     def __init__(self, matrix: torch.Tensor, ids: tuple[int, ...]):
         super().__init__()
+        self.id_list = tuple(ids)
         self.register_buffer("ids", torch.tensor(ids, dtype=torch.long, device=matrix.device), persistent=False)
         self.rows = nn.Parameter(matrix.detach()[list(ids)].float().clone())
 
@@ -83,8 +104,10 @@ class ReservedRows(nn.Module):
         return matrix.index_copy(0, self.ids, rows.to(matrix.dtype))
 
 
-def _embed_hook(reserved: ReservedRows):
+def _embed_hook(reserved: ReservedRows, switch: Switch):
     def hook(module, args, out):  # out: [..., H] the embedding of args[0], ids [...]
+        if not switch.on:
+            return out
         hit = args[0][..., None] == reserved.ids  # [..., K]
         rows = reserved.rows.to(out.dtype)[hit.int().argmax(dim=-1)]  # [..., H]
         return torch.where(hit.any(dim=-1, keepdim=True), rows, out)
@@ -92,8 +115,10 @@ def _embed_hook(reserved: ReservedRows):
     return hook
 
 
-def _head_hook(reserved: ReservedRows):
+def _head_hook(reserved: ReservedRows, switch: Switch):
     def hook(module, args, out):  # out: [..., V] logits of args[0], hidden [..., H]
+        if not switch.on:
+            return out
         hidden = args[0]
         columns = hidden.to(reserved.rows.dtype) @ reserved.rows.T  # [..., K]
         return out.index_copy(-1, reserved.ids, columns.to(out.dtype))
@@ -112,7 +137,8 @@ def apply_settings(
 ) -> None:
     """Every module named in `targets` in the decoder gets LoRALinear adapters; the reserved rows
     of the embedding (and of an untied head) become ReservedRows under the decoder (so FSDP2
-    shards them with the embedding); every other parameter is frozen."""
+    shards them with the embedding); every other parameter is frozen, an untied head stored in
+    `compute_dtype`."""
     if not isinstance(rank, int) or rank < 1:
         raise ValueError(f"LoRA needs a rank >= 1, got {rank!r}")
     if not alpha > 0:
@@ -121,13 +147,13 @@ def apply_settings(
     if not targets:
         raise ValueError("lora_targets is empty: name the decoder's linear modules that get adapters")
     model.requires_grad_(False)
-    decoder = model.get_decoder()
+    decoder, switch = model.get_decoder(), Switch()
     found, names = set(), {n.rpartition(".")[2] for n, m in decoder.named_modules() if isinstance(m, nn.Linear)}
     for name, module in list(decoder.named_modules()):
         leaf = name.rpartition(".")[2]
         if leaf in targets and isinstance(module, nn.Linear):
             parent = decoder.get_submodule(name.rpartition(".")[0]) if "." in name else decoder
-            setattr(parent, leaf, LoRALinear(module, rank, alpha, compute_dtype))
+            setattr(parent, leaf, LoRALinear(module, rank, alpha, compute_dtype, switch))
             found.add(leaf)
     missing = sorted(targets - found)
     if missing:
@@ -138,10 +164,12 @@ def apply_settings(
         )
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     decoder.credo_embed_rows = ReservedRows(embedding.weight, reserved_ids)
-    embedding.register_forward_hook(_embed_hook(decoder.credo_embed_rows))
+    embedding.register_forward_hook(_embed_hook(decoder.credo_embed_rows, switch))
     if head.weight is not embedding.weight:
         decoder.credo_head_rows = ReservedRows(head.weight, reserved_ids)
-    head.register_forward_hook(_head_hook(head_rows(model)))
+        head.to(compute_dtype)
+    head.register_forward_hook(_head_hook(head_rows(model), switch))
+    model.credo_lora_switch = switch
     model.credo_lora = {"rank": rank, "alpha": float(alpha), "targets": sorted(targets)}
 
 
@@ -156,11 +184,31 @@ def head_rows(model) -> ReservedRows:
     return getattr(decoder, "credo_head_rows", None) or decoder.credo_embed_rows
 
 
-def output_head(model) -> torch.Tensor:
-    """[V, H] the output head as the trainer reads it (logits = hidden @ head.T): the model's, with
-    the trained reserved rows in place under LoRA (a copy, through which their gradient flows)."""
-    head = model.get_output_embeddings().weight
-    return head_rows(model).over(head) if applied(model) else head
+def output_head(model) -> logprob_kernels.Head:
+    """The output head as the trainer reads it (logits = hidden @ head.T): the model's matrix and,
+    under LoRA with the adapters on, the trained reserved rows beside it (their gradient flows
+    through them; the matrix gets none and is not copied)."""
+    weight = model.get_output_embeddings().weight
+    if not applied(model) or not model.credo_lora_switch.on:
+        return logprob_kernels.Head(weight)
+    rows = head_rows(model)
+    return logprob_kernels.Head(weight, rows.id_list, rows.rows)
+
+
+@contextlib.contextmanager
+def adapters_off(model):
+    """Within it, `model` is the starting model: every adapter and both reserved-row hooks off, and
+    output_head without the trained rows. For a no-grad read (a KL term's reference)."""
+    if not applied(model):
+        raise ValueError("adapters_off needs a LoRA model (lora.apply); this one has no adapters")
+    switch = model.credo_lora_switch
+    if not switch.on:
+        raise RuntimeError("the adapters are already off: adapters_off does not nest")
+    switch.on = False
+    try:
+        yield model
+    finally:
+        switch.on = True
 
 
 def trainable(model) -> list[tuple[str, nn.Parameter]]:

@@ -239,7 +239,8 @@ def estimate_memory(
     only the T = lora_parameter_count trainable parameters hold that state; the other weights are
     frozen (training_state_bytes), without gradient or AdamW state.
     A loss term with a frozen reference (kl_coef > 0) adds its bf16 shards (2 P / W) to both
-    phases, and in the update its gathered root unit and two gathered layers under FSDP2.
+    phases, and in the update its gathered root unit and two gathered layers under FSDP2; under
+    LoRA nothing (the reference is the same weights with the adapters off).
     """
     checkpointing = cfg.activation_checkpointing is True if checkpointing is None else checkpointing
     params, layer_params = parameter_counts(shape)
@@ -272,14 +273,14 @@ def training_state_bytes(cfg: Config, shape: dict) -> dict[str, int]:
     all alike: a rank holds 1 / W), in the update and in the rollout phase (gradients freed).
     Full fine-tuning: fp32 weights, gradients, AdamW m and v for every parameter (16 P; 12 P).
     LoRA (adapters/lora.py): that for the T trainable parameters (16 T; 12 T); the target
-    projections' frozen weights in the compute dtype, every other frozen weight (embedding, head,
-    norms, projections without adapters) in fp32, as in full fine-tuning."""
+    projections' frozen weights and an untied head in the compute dtype, every other frozen
+    weight (embedding, norms, projections without adapters) in fp32, as in full fine-tuning."""
     params = parameter_counts(shape)[0]
     if cfg.lora_rank == 0:
         return {"update": 16 * params, "rollout": 12 * params}
     trainable = lora_parameter_count(shape, cfg.lora_rank, cfg.lora_targets)
-    targeted = target_weight_count(shape, cfg.lora_targets)
-    frozen = compute_bytes(cfg) * targeted + 4 * (params - targeted - reserved_row_count(shape))
+    low = target_weight_count(shape, cfg.lora_targets) + untied_head_count(shape)  # in the compute dtype
+    frozen = compute_bytes(cfg) * low + 4 * (params - low - reserved_row_count(shape))
     return {"update": 16 * trainable + frozen, "rollout": 12 * trainable + frozen}
 
 
@@ -289,25 +290,31 @@ def target_weight_count(shape: dict, targets: str | list) -> int:
     return shape["num_hidden_layers"] * sum(i * o for i, o in (features[name] for name in lora_modules(targets)))
 
 
+def untied_head_count(shape: dict) -> int:
+    """Weights of an untied output head ([V, H]; 0 when it is the embedding): frozen in the
+    compute dtype under LoRA."""
+    return 0 if shape.get("tie_word_embeddings", True) else shape["vocab_size"] * shape["hidden_size"]
+
+
 def gathered_bytes(cfg: Config, shape: dict, world_size: int) -> float:
     """Bytes per GPU a forward and backward hold beyond the shards. One process: autocast's bf16
     copies of the fp32 weights it used, kept until backward (2 P). FSDP2: the gathered root unit
     (embeddings/head, kept until backward) and its fp32 gradient, and two gathered layers (one
     prefetched), in the compute dtype. LoRA: autocast's copies of the adapters and of the fp32
-    frozen weights only (2 (P - targeted)), or under FSDP2 the gathered root unit and layers with
-    their adapters; and in either case the head the trainer reads (adapters/lora.output_head: an fp32
-    [V, H] copy with the trained rows in place) and that copy's fp32 gradient, [V, H] each."""
+    frozen weights only (2 (P - targeted - untied head)), or under FSDP2 the gathered root unit and
+    layers with their adapters. No copy of the head: the trainer reads it in its own dtype, the
+    trained rows beside it (kernels.logprobs.Head)."""
     params, layer_params = parameter_counts(shape)
     root_params = params - shape["num_hidden_layers"] * layer_params
     if cfg.lora_rank == 0:
         return 2 * params if world_size == 1 else (2 + 4) * root_params + 2 * 2 * layer_params
     dtype_bytes = compute_bytes(cfg)
-    head_copy = (4 + 4) * shape["vocab_size"] * shape["hidden_size"]
     if world_size == 1:
-        return head_copy + (0 if dtype_bytes == 4 else 2 * (params - target_weight_count(shape, cfg.lora_targets)))
+        low = target_weight_count(shape, cfg.lora_targets) + untied_head_count(shape)
+        return 0 if dtype_bytes == 4 else 2 * (params - low)
     adapters = lora_layer_count(shape, cfg.lora_rank, cfg.lora_targets)
     root = dtype_bytes * root_params + 4 * reserved_row_count(shape)
-    return head_copy + root + 2 * dtype_bytes * (layer_params + adapters)
+    return root + 2 * dtype_bytes * (layer_params + adapters)
 
 
 def activation_bytes(cfg: Config, shape: dict, checkpointing: bool) -> float:
@@ -325,8 +332,9 @@ def activation_bytes(cfg: Config, shape: dict, checkpointing: bool) -> float:
 def reference_bytes(cfg: Config, params: int, root_params: int, layer_params: int, world_size: int) -> dict:
     """Bytes per GPU of the frozen reference model (methods.needs_reference), in the update and in
     the rollout phase: its bf16 shards, and in the update under FSDP2 its gathered root unit and
-    two gathered layers (one prefetched); nothing without one."""
-    if not methods.needs_reference(cfg):
+    two gathered layers (one prefetched); nothing without one, or under LoRA (the policy's own
+    weights with the adapters off, adapters/lora.adapters_off)."""
+    if not methods.needs_reference(cfg) or cfg.lora_rank:
         return {"update": 0.0, "rollout": 0.0}
     shards = 2 * params / world_size
     gathered = 0 if world_size == 1 else 2 * root_params + 2 * 2 * layer_params
@@ -399,7 +407,7 @@ def lora_label(cfg: Config) -> str:
     frozen = "fp32" if compute_bytes(cfg) == 4 else "bf16"
     return (
         f"LoRA rank {cfg.lora_rank} on {','.join(lora_modules(cfg.lora_targets))} and the reserved tokens' rows, "
-        f"those projections frozen in {frozen}, the other weights in fp32"
+        f"those projections and an untied head frozen in {frozen}, the other weights in fp32"
     )
 
 

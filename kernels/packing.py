@@ -269,7 +269,9 @@ class States(NamedTuple):
             return self.hidden[torch.arange(len(pos), device=device), to_device(pos, device)]
         return self.hidden[0, to_device(self.packing.index(pos), device)]
 
-    def logprobs(self, lm_head: torch.Tensor, input_ids: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    def logprobs(
+        self, lm_head: torch.Tensor | logprob_kernels.Head, input_ids: torch.Tensor, scored: torch.Tensor
+    ) -> torch.Tensor:
         """[N, L-1] fp32 log pi_T of each row's next token at the host mask `scored`'s columns, 0
         elsewhere (no vocabulary projection for the others)."""
         device = self.hidden.device

@@ -18,6 +18,7 @@ import policy as pol
 import rollout as ro
 from confidence import READS, Slot
 from evaluation import report
+from kernels.logprobs import Head
 
 DOC = config.ROOT / "docs" / "forking.md"
 STEP = re.compile(r"(?:Append this to|write) `([^`]+)`:\n\n```(python|yaml)\n(.*?)```", re.S)
@@ -61,7 +62,8 @@ def random_slot(tokenizer, positions: int = 1, seed: int = 0) -> Slot:
     generator = torch.Generator().manual_seed(seed)
     vocab = len(tokenizer)
     hidden = tuple(torch.randn(3, 8, generator=generator) for _ in range(positions))  # P x [3, 8]
-    return Slot(hidden, torch.randn(vocab, 8, generator=generator), functools.partial(confidence.token_id, tokenizer))
+    head = Head(torch.randn(vocab, 8, generator=generator))
+    return Slot(hidden, head, functools.partial(confidence.token_id, tokenizer))
 
 
 # --- the built-in reads by hand ------------------------------------------------------------------
@@ -86,21 +88,22 @@ def test_the_builtin_reads_and_what_they_declare():
 def test_the_readout_is_eq_readout_in_fp32_exactly_and_equals_its_log_prob_form(tokenizer):
     slot = random_slot(tokenizer)
     high, low = slot.ids([ro.CONF_HIGH, ro.CONF_LOW])
-    z_diff = slot.hidden[0].float() @ (slot.head[high] - slot.head[low]).float()  # [3] as losses.readout_logits
+    w = slot.head.weight  # [V, H]
+    z_diff = slot.hidden[0].float() @ (w[high].float() - w[low].float())  # [3] as losses.readout_logits
     assert torch.equal(READS["readout"].of_slot(slot), torch.sigmoid(z_diff))
-    logp = torch.log_softmax(slot.hidden[0] @ slot.head.T, dim=-1)[:, [high, low]]  # [3, 2] what a server gives
+    logp = torch.log_softmax(slot.hidden[0] @ slot.head.weight.T, dim=-1)[:, [high, low]]  # [3, 2] what a server gives
     torch.testing.assert_close(READS["readout"].from_logprobs(logp), torch.sigmoid(z_diff), atol=1e-6, rtol=0)
 
 
 def test_the_digit_expectation_reads_the_teacher_forced_positions(tokenizer):
     slot = random_slot(tokenizer, positions=3)
     int_ids, dec_ids = slot.ids(["0", "1"]), slot.ids([str(d) for d in range(10)])
-    p_int = torch.softmax(slot.hidden[0] @ slot.head[int_ids].T, dim=-1)  # [3, 2]
-    q_dec = torch.softmax(slot.hidden[2] @ slot.head[dec_ids].T, dim=-1)  # [3, 10] after "0."
+    p_int = torch.softmax(slot.hidden[0] @ slot.head.weight[int_ids].T, dim=-1)  # [3, 2]
+    q_dec = torch.softmax(slot.hidden[2] @ slot.head.weight[dec_ids].T, dim=-1)  # [3, 10] after "0."
     expected = p_int[:, 1] + p_int[:, 0] * (q_dec @ torch.arange(10.0)) / 10
     torch.testing.assert_close(READS["digit_exp"].of_slot(slot), expected, atol=1e-6, rtol=0)
     # its log-prob form (what `ask` computes from prompt log-probs) gives the same c
-    logp_at = [torch.log_softmax(h @ slot.head.T, dim=-1) for h in slot.hidden]  # P x [3, V]
+    logp_at = [torch.log_softmax(h @ slot.head.weight.T, dim=-1) for h in slot.hidden]  # P x [3, V]
     logp = torch.cat([logp_at[0][:, int_ids], logp_at[2][:, dec_ids]], dim=1)  # [3, 12]
     torch.testing.assert_close(READS["digit_exp"].from_logprobs(logp), expected, atol=1e-6, rtol=0)
 
@@ -118,7 +121,7 @@ def test_the_numeral_is_the_parsed_report(tokenizer):
 def test_a_read_without_its_own_slot_form_reads_the_full_softmax(p_high, tokenizer):
     slot = random_slot(tokenizer)
     (high,) = slot.ids([ro.CONF_HIGH])
-    expected = torch.softmax(slot.hidden[0] @ slot.head.T, dim=-1)[:, high]  # [3]
+    expected = torch.softmax(slot.hidden[0] @ slot.head.weight.T, dim=-1)[:, high]  # [3]
     torch.testing.assert_close(p_high.of_slot(slot), expected, atol=1e-6, rtol=0)
     assert (p_high.prompts, p_high.model, p_high.forced, p_high.label) == (
         confidence.READOUT_PROMPTS,

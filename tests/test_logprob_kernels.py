@@ -151,3 +151,63 @@ def test_compiled_logprob_blocks_match_the_eager_ones(backend, device):
     token_logprobs(hidden[:, :7], head, ids[:, :7], blocks=blocks).sum().backward()  # 18 rows: blocks of 4 and 2
     assert counters["stats"]["unique_graphs"] == graphs  # no recompilation (T = 1 either)
     torch._dynamo.reset()
+
+
+def naive_head_logprobs(hidden, head: logprobs.Head, targets, t: float):
+    """log softmax(hidden @ W'.T / T)[targets] with W' the [V, H] copy of the head's weight with its
+    reserved rows in place: the route that Head exists to avoid."""
+    full = head.weight.float().index_copy(0, torch.tensor(head.ids), head.rows)
+    return torch.log_softmax(hidden.float() @ full.T / t, dim=-1).gather(1, targets[:, None]).squeeze(1)
+
+
+@pytest.mark.parametrize("backend", [None, "aot_eager"])
+def test_a_head_with_reserved_rows_gives_the_log_probs_and_gradients_of_the_rows_in_place(backend):
+    """A Head (the matrix, frozen, and trained reserved rows beside it): the log-probs of the naive
+    [V, H] copy with the rows in place, and its gradients, to the rows ([K, H]) and the hidden states,
+    to 1e-5; the matrix gets none. Targets include both reserved ids; eager blocks of 4 rows, or
+    compiled ones of 5 (a shorter last block)."""
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    m, h, v, ids = 13, 8, 50, (3, 7)
+    weight = torch.randn(v, h)
+    rows = torch.randn(len(ids), h).requires_grad_()
+    hidden = torch.randn(m, h).requires_grad_()
+    targets = torch.randint(0, v, (m,))
+    targets[:2] = torch.tensor(ids)
+    head, upstream = logprobs.Head(weight, ids, rows), torch.randn(m)
+    blocks = logprobs.compile_logprob_blocks(backend, chunk_tokens=5) if backend else None
+    got = logprobs.selected_logprobs(hidden, head, targets, chunk_tokens=4, blocks=blocks, temperature=0.7)
+    want = naive_head_logprobs(hidden, head, targets, 0.7)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    for g, w in zip(
+        torch.autograd.grad((got * upstream).sum(), (hidden, rows)),
+        torch.autograd.grad((want * upstream).sum(), (hidden, rows)),
+    ):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert not weight.requires_grad
+    torch._dynamo.reset()
+
+
+def test_head_logits_upcast_a_bf16_head_in_blocks_and_take_the_reserved_rows(monkeypatch):
+    """Head.logits of a bf16 matrix (VOCAB_BLOCK = 7 rows here: 50 = 7 x 7 + 1) is fp32 and equals
+    hidden @ W'.T with W' the fp32 copy with the rows in place, values and gradients to 1e-5
+    relative; rows_of reads a trained row for a reserved id and the matrix's row (upcast) otherwise."""
+    monkeypatch.setattr(logprobs, "VOCAB_BLOCK", 7)
+    torch.manual_seed(4)
+    weight = torch.randn(50, 8).bfloat16()
+    rows = torch.randn(2, 8).requires_grad_()
+    hidden = torch.randn(5, 8).requires_grad_()
+    head = logprobs.Head(weight, (3, 7), rows)
+    got = head.logits(hidden)
+    full = weight.float().index_copy(0, torch.tensor([3, 7]), rows)
+    want = hidden @ full.T
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    upstream = torch.randn(5, 50)
+    for g, w in zip(
+        torch.autograd.grad((got * upstream).sum(), (hidden, rows)),
+        torch.autograd.grad((want * upstream).sum(), (hidden, rows)),
+    ):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    picked = head.rows_of([7, 1])
+    assert torch.equal(picked[0], rows[1]) and torch.equal(picked[1], weight[1].float())

@@ -140,6 +140,62 @@ def test_with_zero_adapters_the_loss_and_gradients_are_full_fine_tunings(tiny_di
         assert keep_lora.grads[q.lora_A.weight].abs().max() == 0
 
 
+def test_the_kl_reference_with_the_adapters_off_is_a_frozen_copy_of_the_starting_model(tiny_dir):
+    """Under LoRA the update reads the KL term's reference through adapters_off (learner.reference
+    None, no second model): after a real update has moved the adapters and rows, its log-probs are
+    a frozen deep copy's of the starting model to 1e-6, the k3 KL from the two readings agrees to
+    1e-6 and is > 0, and the policy is the trained one again after the context."""
+    cfg = lora_config("lr=0.05")
+    start = tiny_policy(tiny_dir)
+    frozen = dataclasses.replace(start, model=copy.deepcopy(start.model).requires_grad_(False))
+    lora.apply(start.model, cfg, (start.high_id, start.low_id))
+    one_update(start, cfg, credo.make_optimizer(start.model, cfg, "cpu"))  # the adapters and rows move
+    rollouts = method_rollouts(cfg, start.tokenizer)
+    batch = method_batch(cfg, start.tokenizer, rollouts)
+    with torch.no_grad():
+        trained = pol.forward(start, batch).logp  # [N, L-1]
+        with lora.adapters_off(start.model):
+            off = pol.forward(start, batch).logp
+        copy_logp = pol.forward(frozen, batch).logp
+        again = pol.forward(start, batch).logp
+    completion = batch.completion_mask.bool()
+    torch.testing.assert_close(off[completion], copy_logp[completion], atol=1e-6, rtol=0)
+    assert (trained[completion] - copy_logp[completion]).abs().max() > 1e-3  # the update did move the policy
+    torch.testing.assert_close(again, trained, atol=0, rtol=0)
+    # The loop's KL term, with the reference read each way
+    kl_cfg = dataclasses.replace(cfg, kl_coef=0.5)
+    kl = {}
+    for name, learner_policy, reference in (("off", start, None), ("copy", copy.deepcopy(start), frozen)):
+        step = credo.make_step(kl_cfg, 100, batch, outcomes_of(rollouts, A), rollouts)
+        learner = credo.Learner(learner_policy, Keep(p for _, p in lora.trainable(learner_policy.model)), kl_cfg)
+        learner.reference = reference
+        kl[name] = credo.train_step(learner, step).terms["kl"]
+    assert kl["off"] > 0 and kl["off"] == pytest.approx(kl["copy"], abs=1e-6)
+
+
+def test_adapters_off_needs_a_lora_model_and_does_not_nest(tiny_dir):
+    policy = tiny_policy(tiny_dir)
+    with pytest.raises(ValueError, match="adapters_off needs a LoRA model"):
+        with lora.adapters_off(policy.model):
+            pass
+    lora.apply(policy.model, lora_config(), (policy.high_id, policy.low_id))
+    with lora.adapters_off(policy.model):
+        assert lora.output_head(policy.model).ids == ()
+        with pytest.raises(RuntimeError, match="already off"):
+            with lora.adapters_off(policy.model):
+                pass
+    assert lora.output_head(policy.model).ids == (policy.high_id, policy.low_id)
+
+
+def test_a_kl_term_from_a_lora_adapter_directory_is_refused_at_config_load(tmp_path):
+    """Where `model` holds adapters, the base with them off is not the starting model: kl_coef > 0
+    with lora_rank > 0 is refused in one line naming both keys, before torch loads."""
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"kl_coef=0\.01 with lora_rank=2: model=.* holds LoRA adapters"):
+        lora_config(f"model={tmp_path}", "kl_coef=0.01")
+    assert lora_config(f"model={tmp_path}").kl_coef == 0  # without the KL term it loads
+
+
 def test_a_target_that_is_not_a_linear_module_is_refused_with_the_ones_there_are(tiny_dir):
     policy = tiny_policy(tiny_dir)
     with pytest.raises(ValueError, match=r"lora_targets names \['qkv'\].*its linear modules: \['down_proj'"):

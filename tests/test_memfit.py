@@ -130,14 +130,15 @@ def test_full_fine_tuning_estimates_are_those_before_lora():
 
 def test_lora_holds_training_state_for_the_trainable_parameters_only():
     """Qwen3-8B at rank 32 (T = 87,310,336 trainable, R = 16,384 of them reserved rows, P = 8,190,735,360;
-    the seven projections' weights: 36 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 12288) = 6,945,767,424):
-    the rollout phase holds 12 T + 2 x projections + 4 x the rest (P - projections - R) bytes of weights
-    and state over W ranks instead of 12 P, 2 bytes more per projection weight with precision=fp32; the
+    the seven projections' weights: 36 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 12288) = 6,945,767,424,
+    and the untied head's 151,936 x 4,096, both frozen in bf16): the rollout phase holds 12 T + 2 x those
+    + 4 x the rest (P - those - R) bytes of weights and state over W ranks instead of 12 P, 2 bytes more
+    per bf16 weight with precision=fp32; the
     update is far below full fine-tuning's and fits one 80 GiB GPU with activation checkpointing, where
     full fine-tuning does not."""
     full, shape = config.load_config("math"), memfit.QWEN3_SHAPES["Qwen/Qwen3-8B"]
     lora = dataclasses.replace(full, lora_rank=32)
-    trainable, projections = 87_310_336, 6_945_767_424
+    trainable, projections = 87_310_336, 6_945_767_424 + 151_936 * 4096
     rest = 8_190_735_360 - projections - 16_384
     for world in (1, 8):
         est = memfit.estimate_memory(lora, shape, world, 80.0, checkpointing=True)
@@ -169,8 +170,8 @@ def test_the_cli_takes_lora_overrides(capsys):
     memfit._fit_cli(["math", "model=Qwen/Qwen3-8B", "lora_rank=32", "activation_checkpointing=true"])
     out = capsys.readouterr().out
     assert "87.3 M trainable parameters (1.07%)" in out
-    assert "GPU    80 GiB x  1: update    37.4 GiB, rollout   49.6 GiB" in out and "-> fits" in out
+    assert "GPU    80 GiB x  1: update    30.4 GiB, rollout   48.4 GiB" in out and "-> fits" in out
     memfit._fit_cli(["math", "--table", "lora_rank=32"])
     out = capsys.readouterr().out
     assert "LoRA rank 32 on q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" in out
-    assert "| Qwen3-8B | 8.2 B, 87.3 M trained | 80 GiB | yes, AC (37 / 50 GiB, KV 9 seqs) |" in out
+    assert "| Qwen3-8B | 8.2 B, 87.3 M trained | 80 GiB | yes, AC (30 / 48 GiB, KV 9 seqs) |" in out

@@ -28,6 +28,7 @@ import policy as pol
 import rollout as ro
 from confidence import READS
 from infra import parallel, runlog
+from kernels.logprobs import Head
 from kernels.packing import pack_rows
 from rollout import Rollout
 
@@ -385,7 +386,7 @@ def test_forward_log_probs_are_at_the_sampling_temperature_and_the_readout_is_ra
 
 def test_the_model_s_c_is_a_registered_read_of_the_slot():
     """model_confidence applies a read (confidence.py) to the forward's slot: 0.5 on a row without one."""
-    head = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # [V=3, H=2]: z_H = h_0, z_L = h_1
+    head = Head(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]))  # [V=3, H=2]: z_H = h_0, z_L = h_1
     slot = confidence.Slot((torch.tensor([[2.0, 0.0], [7.0, 7.0]]),), head, {ro.CONF_HIGH: 1, ro.CONF_LOW: 2}.get)
     fwd = pol.Forward(logp=None, slot=slot, has_slot=torch.tensor([True, False]))
     assert pol.model_confidence(fwd, READS["readout"]).tolist() == pytest.approx([1 / (1 + math.exp(-2.0)), 0.5])
