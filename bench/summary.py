@@ -88,6 +88,26 @@ def credit_source(r: dict) -> tuple[str, str]:
     return what, "; ".join(parts)
 
 
+def lora_memory(r: dict) -> tuple[str, str]:
+    rows = r["rows"]
+    commits = list(dict.fromkeys(row["commit"] for row in rows))  # this commit, then the one before
+    parts = []
+    for name in dict.fromkeys(row["model"] for row in rows):
+        for use_lora, use_kl in ((True, True), (True, False), (False, True)):
+            cell = [row for row in rows if (row["model"], row["lora"], row["kl"]) == (name, use_lora, use_kl)]
+            by_commit = {row["commit"]: row for row in cell}
+            if len(by_commit) < 2:
+                continue
+            now, before = (by_commit[c] for c in commits[:2])
+            label = f"{name} {'LoRA' if use_lora else 'full'}{' + KL' if use_kl else ''}"
+            parts.append(
+                f"{label}: peak {before['peak_mib']:,.0f} -> **{now['peak_mib']:,.0f} MiB**, "
+                f"step {before['step_s']:.2f} -> {now['step_s']:.2f} s"
+            )
+    what = "peak memory (CPU resident set above the libraries) and time of one update, LoRA and KL on and off"
+    return what, f"{commits[-1]} -> {commits[0]}: " + "; ".join(parts)
+
+
 # What docs/results.md reports: the result file's stem, and how its row reads the JSON.
 ROWS: dict[str, Callable[[dict], tuple[str, str]]] = {
     "logprobs_cpu": logprobs,
@@ -96,6 +116,7 @@ ROWS: dict[str, Callable[[dict], tuple[str, str]]] = {
     "rollout_cpu": rollout,
     "verifier": verifier,
     "credit_source_cpu": credit_source,
+    "lora_cpu": lora_memory,
 }
 
 
@@ -124,6 +145,17 @@ MEASURES: dict[str, tuple[str, ...]] = {
         "confidence.py",
         "adapters",
         "bench/bench_credit_source.py",
+    ),
+    "lora_cpu": (
+        "credo.py",
+        "policy.py",
+        "adapters",
+        "losses.py",
+        "methods.py",
+        "confidence.py",
+        "kernels",
+        "bench/bench_step.py",
+        "bench/bench_lora.py",
     ),
 }
 
