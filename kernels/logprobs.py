@@ -45,8 +45,10 @@ class Head(NamedTuple):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, V] fp32 logits of hidden [N, H], the matmul in fp32. A low-precision weight (frozen:
         LoRA's) is upcast VOCAB_BLOCK rows at a time (_Fp32Logits); the reserved ids' from their rows."""
-        h = hidden.float()
-        logits = h @ self.weight.T if self.weight.dtype == torch.float32 else _Fp32Logits.apply(h, self.weight)
+        h, low = hidden.float(), self.weight.dtype != torch.float32
+        if low and self.weight.requires_grad:
+            raise ValueError(f"Head.logits trains an fp32 head only; this {self.weight.dtype} head requires grad")
+        logits = _Fp32Logits.apply(h, self.weight) if low else h @ self.weight.T
         ids = self.ids_on(hidden.device)
         return logits if ids is None else logits.index_copy(1, ids, h @ self.rows.T)
 
@@ -69,8 +71,6 @@ class _Fp32Logits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # grad: [N, V] fp32
         (weight,) = ctx.saved_tensors
-        if ctx.needs_input_grad[1]:
-            raise RuntimeError("Head.logits does not train a low-precision head: it is frozen (LoRA's)")
         grads = grad.split(VOCAB_BLOCK, dim=1)
         return sum(g @ block.float() for g, block in zip(grads, weight.split(VOCAB_BLOCK))), None
 

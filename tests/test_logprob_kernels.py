@@ -211,3 +211,5 @@ def test_head_logits_upcast_a_bf16_head_in_blocks_and_take_the_reserved_rows(mon
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
     picked = head.rows_of([7, 1])
     assert torch.equal(picked[0], rows[1]) and torch.equal(picked[1], weight[1].float())
+    with pytest.raises(ValueError, match="trains an fp32 head only; this torch.bfloat16 head requires grad"):
+        logprobs.Head(weight.clone().requires_grad_()).logits(hidden)
