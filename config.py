@@ -349,6 +349,14 @@ def validate_config(cfg: Config) -> None:
         )
     if not cfg.kl_coef >= 0:
         raise ValueError(f"kl_coef={cfg.kl_coef!r} must be >= 0 (0: no KL term, no reference model)")
+    if cfg.lora_quant != "none" and not cfg.lora_rank:
+        raise ValueError(
+            f"lora_quant={cfg.lora_quant} needs lora_rank > 0: a 4-bit base is frozen, only adapters train over it"
+        )
+    if cfg.lora_quant != "none" and importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError(
+            f"lora_quant={cfg.lora_quant} needs bitsandbytes, which is not installed: bash run.sh setup installs it"
+        )
     if cfg.lora_rank and methods.needs_reference(cfg) and (Path(str(cfg.model)) / PEFT_ADAPTER_CONFIG).exists():
         raise ValueError(
             f"kl_coef={cfg.kl_coef!r} with lora_rank={cfg.lora_rank}: model={cfg.model} holds LoRA adapters, so the "

@@ -534,7 +534,9 @@ def setup(cfg: Config) -> Run:
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    policy = pol.load_policy(str(resume or cfg.model), world.load_device, pol.compute_dtype(cfg), cfg.temperature)
+    policy = pol.load_policy(
+        str(resume or cfg.model), world.load_device, pol.compute_dtype(cfg), cfg.temperature, quantize=cfg.lora_quant
+    )
     policy.model.config.use_cache = False
     lora.for_run(policy.model, cfg, (policy.high_id, policy.low_id), policy.dtype)  # lora_rank > 0: adapters/lora.py
     checkpointing, why = memfit.decide_checkpointing(

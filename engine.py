@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from adapters import lora
+from adapters import lora, quant
 from confidence import ConfidencePlan
 from rollout import (
     CONF_CLOSE,
@@ -537,7 +537,7 @@ def make_engine(
         return HFEngine(model, tokenizer, cfg, plan, dtype)
     tokenizer_dir = Path(run_dir) / "tokenizer"
     tokenizer.save_pretrained(tokenizer_dir)  # the engine must see the reserved tokens
-    model.config.save_pretrained(tokenizer_dir)  # vLLM reads a config.json beside the tokenizer
+    quant.plain_config(model.config).save_pretrained(tokenizer_dir)  # vLLM reads a config.json beside the tokenizer
     source = lora.base_of(model_dir)  # a LoRA checkpoint's base: the push below brings the merged weights
     rows_on_disk = _vocab_rows(source)
     if rows_on_disk != model.get_input_embeddings().weight.shape[0]:

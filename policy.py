@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import confidence
 import rollout as ro
-from adapters import lora
+from adapters import lora, quant
 from confidence import ConfidencePlan
 from kernels import logprobs as logprob_kernels
 from kernels import packing
@@ -120,15 +120,24 @@ def load_policy(
     dtype: torch.dtype = torch.float32,
     temperature: float = 1.0,
     weights_dtype: torch.dtype = torch.float32,
+    quantize: str = "none",
 ) -> Policy:
     """The policy model and its tokenizer, with the reserved tokens in place; `temperature`: the
     rollouts' sampling temperature (sampling_temperature). Weights in fp32 (the master weights
     AdamW needs), or `weights_dtype` for a model nothing trains (a frozen reference). A LoRA
-    run's checkpoint (adapters/lora.py) loads as its base model with its adapters applied."""
+    run's checkpoint (adapters/lora.py) loads as its base model with its adapters applied.
+    `quantize` (lora_quant): nf4 loads the base's linear layers in 4 bits (adapters/quant.py)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(lora.base_of(model_dir), dtype=weights_dtype).to(device)
+    base = lora.base_of(model_dir)
+    if quantize == "none":
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=weights_dtype).to(device)
+    else:  # bitsandbytes places the packed weights as it loads them: no .to() after
+        settings = quant.quantization_config(quantize, dtype)
+        model = AutoModelForCausalLM.from_pretrained(
+            base, dtype=weights_dtype, quantization_config=settings, device_map={"": device}
+        )
     high_id, low_id = add_reserved_tokens(model, tokenizer)
     if lora.is_adapter(model_dir):
         lora.apply_saved(model, model_dir, (high_id, low_id), dtype)

@@ -278,6 +278,11 @@ class Config:
         "decoder modules given adapters (comma-separated): every attention and MLP projection, as LoRA Without "
         "Regret (2025) advises for RL",
     )
+    lora_quant: Literal["none", "nf4"] = _field(
+        "none",
+        "QLoRA: nf4 packs the frozen base's linear layers (not the head) in 4 bits (bitsandbytes; "
+        "adapters/quant.py); needs lora_rank > 0, one process",
+    )
     # --- derived at load, not settable
     config_name: str = _field("", "the config file's name (derived)")
 

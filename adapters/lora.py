@@ -24,7 +24,9 @@ reference is a no-grad forward of the same weights.
 Precision: the wrapped projections' frozen weights, and an untied head, are stored in the
 compute dtype (bf16 on a GPU: autocast would cast them to it anyway, so the forward is the
 same; the log-probs accumulate in fp32, the readout's two rows are upcast); norms and the
-embedding stay fp32, as in full fine-tuning. Adapters and rows are fp32 master weights.
+embedding stay fp32, as in full fine-tuning. Adapters and rows are fp32 master weights. Under
+QLoRA (lora_quant=nf4, adapters/quant.py) the projections stay packed in 4 bits and are
+dequantized inside each matmul.
 
 Not here: the config keys (schema.py), the optimizer (credo.make_optimizer takes what trains),
 the checkpoint's other files (infra/checkpoint.py), the memory estimate (infra/memfit.py).
@@ -42,6 +44,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from adapters import quant
 from kernels import logprobs as logprob_kernels
 from schema import PEFT_ADAPTER_CONFIG, Config
 
@@ -71,7 +74,9 @@ class LoRALinear(nn.Module):
     def __init__(self, base_layer: nn.Linear, rank: int, alpha: float, dtype: torch.dtype, switch: Switch):
         super().__init__()
         self.switch = switch
-        self.base_layer = base_layer.requires_grad_(False).to(dtype)
+        base_layer.requires_grad_(False)
+        # A 4-bit base (QLoRA, adapters/quant.py) keeps its packed weight: its layer dequantizes to dtype itself.
+        self.base_layer = base_layer if quant.is_quantized(base_layer.weight) else base_layer.to(dtype)
         device = base_layer.weight.device
         self.lora_A = nn.Linear(base_layer.in_features, rank, bias=False, device=device, dtype=torch.float32)
         self.lora_B = nn.Linear(rank, base_layer.out_features, bias=False, device=device, dtype=torch.float32)
@@ -225,9 +230,10 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF checkpoint name, full tensor) of every weight, one at a time in module order: a model's
-    parameters as they are, or under LoRA the merged projections (W + (alpha / r) B A, fp32) and the
-    embedding and head with the trained rows in place. What the engine is pushed, and what a merged
-    checkpoint holds. Under FSDP2 each tensor is all-gathered: every rank iterates in step."""
+    parameters as they are, or under LoRA the merged projections (W + (alpha / r) B A, fp32; a 4-bit
+    W of QLoRA dequantized) and the embedding and head with the trained rows in place. What the
+    engine is pushed, and what a merged checkpoint holds. Under FSDP2 each tensor is all-gathered:
+    every rank iterates in step."""
     lora = applied(model)
     decoder = model.get_decoder()
     embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
@@ -237,7 +243,7 @@ def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     for name, param in model.named_parameters(remove_duplicate=True):
         if lora and (".lora_A." in name or ".lora_B." in name or ".credo_" in name):
             continue
-        tensor = _full(param)
+        tensor = quant.dequantized(param) if quant.is_quantized(param) else _full(param)
         if id(param) in rows:
             tensor = rows[id(param)].over(tensor.float(), _full(rows[id(param)].rows))
         module_name, _, leaf = name.rpartition(".")

@@ -8,9 +8,11 @@ What one step holds on each GPU, in its update and in its rollout phase, is list
 `estimate_memory`'s docstring: for full fine-tuning (lora_rank=0, the paper's) every weight's
 fp32 master, gradient and AdamW state; with LoRA (lora_rank=r > 0) that state for the adapters
 and the reserved tokens' rows only (`lora_parameter_count`), the adapted projections frozen in
-the compute dtype and the other weights in fp32.
+the compute dtype and the other weights in fp32; with QLoRA (lora_quant=nf4) every projection
+packed in 4 bits instead.
 
     python -m infra.memfit math lora_rank=32           # the same with rank-32 adapters on lora_targets
+    python -m infra.memfit math lora_rank=32 lora_quant=nf4   # QLoRA: a 4-bit base
 
 Does not hold: the runtime (infra/parallel.py: process groups, sharding, reductions) or the model
 (policy.py); it reads a model's config.json, never its weights.
@@ -84,6 +86,9 @@ QWEN3_SHAPES = {
 GIB = 2**30
 CUDA_OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation (a rule of thumb)
 VLLM_ASLEEP_GIB = 1.0  # what a level-1 sleeping engine keeps on the GPU (CUDA graphs, buffers)
+# Bytes per weight of NF4 with double quantization: 4 bits + 0.127 bits of quantization constants
+# (an fp32 scale per 64 weights, itself quantized to 8 bits per block of 256): QLoRA (Dettmers et al. 2023).
+NF4_BYTES = 4.127 / 8
 
 
 def shape_of(config: dict) -> dict:
@@ -279,9 +284,20 @@ def training_state_bytes(cfg: Config, shape: dict) -> dict[str, int]:
     if cfg.lora_rank == 0:
         return {"update": 16 * params, "rollout": 12 * params}
     trainable = lora_parameter_count(shape, cfg.lora_rank, cfg.lora_targets)
-    low = target_weight_count(shape, cfg.lora_targets) + untied_head_count(shape)  # in the compute dtype
-    frozen = compute_bytes(cfg) * low + 4 * (params - low - reserved_row_count(shape))
+    low, packed = frozen_low_precision_counts(cfg, shape)
+    frozen = compute_bytes(cfg) * low + NF4_BYTES * packed + 4 * (params - low - packed - reserved_row_count(shape))
     return {"update": 16 * trainable + frozen, "rollout": 12 * trainable + frozen}
+
+
+def frozen_low_precision_counts(cfg: Config, shape: dict) -> tuple[int, int]:
+    """Frozen weights under LoRA stored below fp32: (in the compute dtype, packed in 4 bits). LoRA:
+    the target projections and an untied head in the compute dtype. QLoRA (lora_quant=nf4): every
+    projection of every layer packed (transformers quantizes each linear layer but the head), an
+    untied head in the compute dtype."""
+    if cfg.lora_quant == "nf4":
+        packed = shape["num_hidden_layers"] * sum(i * o for i, o in projection_features(shape).values())
+        return untied_head_count(shape), packed
+    return target_weight_count(shape, cfg.lora_targets) + untied_head_count(shape), 0
 
 
 def target_weight_count(shape: dict, targets: str | list) -> int:
@@ -310,8 +326,7 @@ def gathered_bytes(cfg: Config, shape: dict, world_size: int) -> float:
         return 2 * params if world_size == 1 else (2 + 4) * root_params + 2 * 2 * layer_params
     dtype_bytes = compute_bytes(cfg)
     if world_size == 1:
-        low = target_weight_count(shape, cfg.lora_targets) + untied_head_count(shape)
-        return 0 if dtype_bytes == 4 else 2 * (params - low)
+        return 0 if dtype_bytes == 4 else 2 * (params - sum(frozen_low_precision_counts(cfg, shape)))
     adapters = lora_layer_count(shape, cfg.lora_rank, cfg.lora_targets)
     root = dtype_bytes * root_params + 4 * reserved_row_count(shape)
     return root + 2 * dtype_bytes * (layer_params + adapters)
@@ -405,10 +420,10 @@ def lora_label(cfg: Config) -> str:
     if cfg.lora_rank == 0:
         return ""
     frozen = "fp32" if compute_bytes(cfg) == 4 else "bf16"
-    return (
-        f"LoRA rank {cfg.lora_rank} on {','.join(lora_modules(cfg.lora_targets))} and the reserved tokens' rows, "
-        f"those projections and an untied head frozen in {frozen}, the other weights in fp32"
-    )
+    trained = f"LoRA rank {cfg.lora_rank} on {','.join(lora_modules(cfg.lora_targets))} and the reserved tokens' rows"
+    if cfg.lora_quant == "nf4":
+        return f"{trained} over QLoRA's base: every projection packed in 4 bits (NF4), an untied head in {frozen}"
+    return f"{trained}, those projections and an untied head frozen in {frozen}, the other weights in fp32"
 
 
 def fit_table(cfg: Config, models: list[str], gpus_gib: list[float], world_sizes: list[int]) -> str:
@@ -457,7 +472,7 @@ def _fit_cli(argv: list[str]) -> None:
         share = trainable / parameter_counts(shape)[0]
         print(f"# {lora_label(cfg)}: {trainable / 1e6:.1f} M trainable parameters ({share:.2%})")
     for gpu in (24.0, 80.0, 141.0):
-        for w in (1, 8, 16):
+        for w in (1,) if cfg.lora_quant != "none" else (1, 8, 16):  # QLoRA runs in one process
             est = estimate_memory(cfg, shape, w, gpu)
             print(
                 f"GPU {gpu:5.0f} GiB x {w:2d}: update {est['update_gib']:7.1f} GiB, "

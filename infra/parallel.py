@@ -162,7 +162,12 @@ def main_print(world: World, *args, **kwargs) -> None:
 
 def check_world(cfg: Config, world: World) -> None:
     """The step's questions (per_device_batch_size x grad_accum / group_size, the same for every
-    world size) must split into equal whole-group slices across ranks."""
+    world size) must split into equal whole-group slices across ranks; a QLoRA run has one rank."""
+    if cfg.lora_quant != "none" and world.world_size > 1:
+        raise ValueError(
+            f"lora_quant={cfg.lora_quant} runs in one process: FSDP2 does not shard bitsandbytes' packed 4-bit "
+            f"weights; use NPROC=1, or lora_quant=none across {world.world_size} ranks"
+        )
     rollouts = cfg.per_device_batch_size * cfg.grad_accum
     questions = rollouts // cfg.group_size
     if questions % world.world_size:

@@ -120,6 +120,7 @@ def test_with_zero_adapters_the_loss_and_gradients_are_full_fine_tunings(tiny_di
     cfg = lora_config("max_grad_norm=null")
     for full in with_untied_and_tied(tiny_dir):
         adapted = dataclasses.replace(full, model=copy.deepcopy(full.model))
+        torch.manual_seed(0)  # A's initialisation: the same draw whatever ran before in this process
         lora.apply(adapted.model, cfg, (full.high_id, full.low_id))
         keep_full, keep_lora = Keep(full.model.parameters()), Keep(p for _, p in lora.trainable(adapted.model))
         stats_full, stats_lora = one_update(full, cfg, keep_full), one_update(adapted, cfg, keep_lora)
@@ -136,7 +137,10 @@ def test_with_zero_adapters_the_loss_and_gradients_are_full_fine_tunings(tiny_di
         q_full = full.model.get_decoder().layers[0].self_attn.q_proj.weight
         q = adapted.model.get_decoder().layers[0].self_attn.q_proj
         expected_b = q.scaling * keep_full.grads[q_full] @ q.lora_A.weight.T  # [out, r]
-        torch.testing.assert_close(keep_lora.grads[q.lora_B.weight], expected_b, rtol=1e-4, atol=1e-7)
+        # fp32 sums over the layer's inputs in two orders: an element near 0 can differ by a few ulps of
+        # the largest terms, so the bound is relative to the tensor's scale, not to each element
+        scale = float(expected_b.abs().max())
+        torch.testing.assert_close(keep_lora.grads[q.lora_B.weight], expected_b, rtol=1e-4, atol=1e-5 * scale)
         assert keep_lora.grads[q.lora_A.weight].abs().max() == 0
 
 

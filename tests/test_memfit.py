@@ -158,6 +158,34 @@ def test_lora_holds_training_state_for_the_trainable_parameters_only():
     assert not memfit.estimate_memory(full, shape, 1, 80.0, checkpointing=True)["fits"]
 
 
+def test_qlora_packs_every_projection_in_nf4_bytes():
+    """Qwen3-8B at rank 32 with lora_quant=nf4: the seven projections (6,945,767,424 weights, all of
+    them, whatever lora_targets says) at 4.127 / 8 bytes each, the untied head in bf16, the rest in
+    fp32; one GPU's update and rollout hold that much less than LoRA's: (2 - 4.127 / 8) bytes a
+    projection weight; the CLI names the base and shows one process only."""
+    shape, lora = memfit.QWEN3_SHAPES["Qwen/Qwen3-8B"], dataclasses.replace(config.load_config("math"), lora_rank=32)
+    qlora = dataclasses.replace(lora, lora_quant="nf4")
+    trainable, projections, head = 87_310_336, 6_945_767_424, 151_936 * 4096
+    rest = 8_190_735_360 - projections - head - 16_384
+    held = memfit.training_state_bytes(qlora, shape)["rollout"]
+    assert held == pytest.approx(12 * trainable + 4.127 / 8 * projections + 2 * head + 4 * rest, rel=1e-12)
+    one_q, one_l = (memfit.estimate_memory(c, shape, 1, 80.0, checkpointing=True) for c in (qlora, lora))
+    saved = (2 - 4.127 / 8) * projections / 2**30
+    assert one_l["rollout_gib"] - one_q["rollout_gib"] == pytest.approx(saved, rel=1e-9)
+    q_only = dataclasses.replace(qlora, lora_targets="q_proj")
+    assert (
+        memfit.training_state_bytes(q_only, shape)["rollout"]
+        < memfit.training_state_bytes(dataclasses.replace(q_only, lora_quant="none"), shape)["rollout"] - projections
+    )  # every projection packed, not only the targets
+
+
+def test_the_cli_shows_qlora_in_one_process(capsys):
+    memfit._fit_cli(["math", "model=Qwen/Qwen3-8B", "lora_rank=64", "lora_quant=nf4", "activation_checkpointing=true"])
+    out = capsys.readouterr().out
+    assert "over QLoRA's base: every projection packed in 4 bits (NF4), an untied head in bf16" in out
+    assert "GPU    80 GiB x  1: update    22.1 GiB, rollout   39.8 GiB" in out and " x  8:" not in out
+
+
 def test_lora_adds_its_rank_r_intermediates_to_the_activations():
     """r values a target module a token in the compute dtype: 2 x 32 x 7 = 448 bytes a layer, x 36 layers
     = 16,128 for Qwen3-8B without checkpointing; one live layer's 448 with it."""
