@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from transformers import AutoConfig
 
 from adapters import lora, quant
 from confidence import ConfidencePlan
@@ -557,7 +558,5 @@ def make_engine(
 
 def _vocab_rows(model_dir: str) -> int:
     """Rows of the embedding matrix as stored at `model_dir` (local or hub id)."""
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(model_dir)
     return int(getattr(config, "vocab_size", None) or config.get_text_config().vocab_size)

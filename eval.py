@@ -15,7 +15,7 @@ them. One record per (sample, source) goes to samples.jsonl; evaluation/report.p
 them into tables and evaluation/figures.py draws the figures.
 
 Holds: checkpoint description, evaluation sets, the generate-grade-read pass and the CLI.
-Does not hold: metrics (evaluation/metrics.py), tables (evaluation/report.py), figures (evaluation/figures.py).
+Does not hold: metrics (metrics.py), tables (evaluation/report.py), figures (evaluation/figures.py).
 """
 
 from __future__ import annotations

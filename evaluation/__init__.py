@@ -1,6 +1,6 @@
-"""Evaluation beyond the CLI (eval.py): what a checkpoint's samples are turned into.
+"""Evaluation beyond the CLI (eval.py): what a checkpoint's samples are turned into. The metrics
+themselves (app:data) are the method's, at the top level (metrics.py).
 
-metrics.py   ECE, AUROC, Brier and accuracy (app:data)
 report.py    evaluation records and the tables of a report
 figures.py   reliability diagrams and the figures of a report
 tables.py    configs/tables.yaml: which configs and evaluations regenerate a table of the paper

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from transformers import AutoTokenizer
 
 import confidence
 import config
@@ -410,8 +411,6 @@ def open_client(ckpt: str, server: str | None = None, timeout_s: float = 300.0, 
     """A Client for `ckpt`, through the server at `server` or a vLLM engine in this process;
     `settings` are inference_config's (channel, domain, max_tokens, temperature, seed). The
     checkpoint is checked before any engine starts, the server before any question."""
-    from transformers import AutoTokenizer
-
     cfg = inference_config(ckpt, **settings)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     tokens = slot_tokens(tokenizer, cfg, ckpt)

@@ -1,7 +1,7 @@
 """The paper's evaluation figures: `fig:reliability` (equal-mass bins, Wilson intervals),
 `fig:collapse` and `fig:riskcov`, as PNG and PDF, one set per (domain, scope).
 
-Holds: drawing only. The numbers behind each figure come from evaluation/metrics.py, the pools from
+Holds: drawing only. The numbers behind each figure come from metrics.py, the pools from
 evaluation/report.py's records. matplotlib is imported when a figure is drawn (the Agg backend), so
 nothing else pays for it.
 """
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.metrics import aurc, ece, reliability_points, selective_curve, tie_tax, value_concentration
 from evaluation.report import (
     DOMAIN_TITLES,
     SCOPE_TITLES,
@@ -23,6 +22,7 @@ from evaluation.report import (
     row_sort_key,
     validate_record,
 )
+from metrics import aurc, ece, reliability_points, selective_curve, tie_tax, value_concentration
 from rollout import DOMAINS
 
 METHOD_COLORS = {"Base": "C7", "GRPO": "C0", "RLCR": "C2", "DCPO": "C1", "CREDO": "C3"}

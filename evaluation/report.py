@@ -3,7 +3,7 @@
 
 Holds: the record schema (`validate_record`), the aggregation per (row, run, set), per
 (row, set) and per (row, domain) with the spread across runs, and the Markdown/CSV/JSON
-writers. Does not hold: the metrics of one pool (evaluation/metrics.py), figures (evaluation/figures.py), nor
+writers. Does not hold: the metrics of one pool (metrics.py), figures (evaluation/figures.py), nor
 generation and scoring (eval.py).
 
 Records, seeds, domains: see `validate_record` and `aggregate`. A record whose confidence
@@ -23,7 +23,7 @@ import numpy as np
 
 import confidence
 from evaluation.evalsets import EVAL_SETS, SET_TITLES
-from evaluation.metrics import METRIC_KEYS, calibration_metrics
+from metrics import METRIC_KEYS, calibration_metrics
 from rollout import DOMAINS
 
 DOMAIN_TITLES = {"math": "Mathematics", "code": "Code"}

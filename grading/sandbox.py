@@ -92,6 +92,7 @@ working directory (``grading/sandbox_resources.py``), math grading (``verifier.p
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import marshal
 import math
@@ -282,8 +283,6 @@ def _detect_sandbox_config() -> _SandboxConfig:
 def _landlock_abi() -> int:
     """The kernel's Landlock ABI version (0 without Landlock); the plain-mode
     harness restricts file access with it (see ``sandbox_lockdown.landlock``)."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     landlock_create_ruleset, version_flag = 444, 1
     return max(0, libc.syscall(landlock_create_ruleset, None, ctypes.c_size_t(0), ctypes.c_uint32(version_flag)))

@@ -4,7 +4,7 @@ whose grader failed on some rollouts says so on stderr.
 
 Holds: the step's metrics from its rollouts, outcomes and update statistics (`step_metrics`),
 the engine/trainer log-prob agreement, the phase timings (`timed`), and the writers. The calibration numbers come from
-evaluation/metrics.py, the one implementation the evaluation uses too. Does not hold: the loop.
+metrics.py, the one implementation the evaluation uses too. Does not hold: the loop.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 import config
+import metrics
 import verifier
-from evaluation import metrics
 from infra import parallel
 from methods import Credit
 from schema import Config

@@ -5,11 +5,10 @@ concern is one folder named for it, opening (its `__init__.py`) with what it hol
 are about concepts, not line counts:
 
 * the top level is exactly TOP_LEVEL, and every folder of ours is one of FOLDERS;
-* no import of ours inside a function, and no import cycle;
-* no upward import: the method's modules never import a folder above them (the run
-  infrastructure, evaluation, the worlds, dataset preparation), the folders beneath the
-  method (kernels, grading) import nothing of the top level, and nothing imports the entry
-  points (credo, eval);
+* no import inside a function but those of DEFERRED_IMPORTS, each with its reason; no import cycle;
+* imports only go down: every folder has a layer (FOLDERS), a module imports its own layer's and
+  lower layers' modules, two folders of one layer never import each other (the method's layer
+  excepted: adapters/ reads a Config), and nothing imports the entry points (credo, eval);
 * the loop reaches the sandbox only through the verifier, and never loads the dataset
   converters (dataprep);
 * one training step reads in at most STEP_LINES lines over at most STEP_FILES modules
@@ -33,6 +32,7 @@ TOP_LEVEL = {
     "methods",  # the registries research changes: rewards, target, calibration loss, advantages, loss terms
     "confidence",  # the confidence channel: every registered read of c, and a run's plan
     "losses",  # the paper's equations, one pure function each
+    "metrics",  # the paper's metrics (app:data): ECE, Brier, AUROC, AURC, one pure function each
     "policy",  # model, batches, THE forward, the readout
     "engine",  # vLLM and HF generation
     "verifier",  # a_i: math-verify and the code sandbox, behind one door
@@ -41,11 +41,19 @@ TOP_LEVEL = {
     "eval",  # the evaluation CLI
 }
 ENTRY_POINTS = ("credo", "eval")  # run, never imported
-# Each folder and the layer it sits in: a module may import its own layer's and lower layers'
-# modules, never a higher layer's. The method (the top level) is layer 1.
-FOLDERS = {"kernels": 0, "grading": 0, "adapters": 1, "infra": 2, "evaluation": 2, "dataprep": 2, "worlds": 3}
+# Each folder and the layer it sits in, from the bottom: a module may import its own layer's and
+# lower layers' modules, never a higher layer's. The method (the top level) is layer 1.
+FOLDERS = {
+    "kernels": 0,  # log-probs and packing: tensors in, tensors out
+    "grading": 0,  # what the verifier runs apart from the trainer
+    "adapters": 1,  # LoRA and QLoRA over the method's model, reading its Config
+    "infra": 2,  # processes, checkpoints, a run's record, memory fit: the loop's machinery
+    "evaluation": 3,  # reports, figures, tables, serve and ask: over checkpoints that infra/ wrote
+    "dataprep": 4,  # bash run.sh prepare, which names the evaluation sets
+    "worlds": 5,  # the tiny and toy worlds, which train and evaluate
+}
 METHOD_LAYER = 1
-ENTRY_LAYER = 4  # credo and eval sit above everything they run
+ENTRY_LAYER = 6  # credo and eval sit above everything they run
 SPLICED = {"grading.sandbox_child"}  # its imports are replaced by text (grading/sandbox.py), never run
 MAX_CHAIN = 7  # modules in the longest import chain from an entry point
 STEP_LINES, STEP_FILES = 800, 5  # what a reader reads for one step (bench/step_lines.py)
@@ -172,16 +180,62 @@ def test_every_module_opens_with_a_docstring():
     assert [name for name, path in MODULES.items() if not ast.get_docstring(ast.parse(path.read_text()))] == []
 
 
-# The imports of ours inside a function, and why: config.py validates a run's file, keys and
-# values before it reads methods.py's and confidence.py's registries, so that `import config` loads
-# no torch and run.sh reports a config mistake in a second, before the heavy libraries load
-# (config._methods, config._confidence).
-IMPORTS_INSIDE_A_FUNCTION = {("config", "methods"), ("config", "confidence")}
+# Every import inside a function, (module, top-level name imported), and why it waits.
+_ON_USE = "third-party, on use: only a download or a hub source needs it"
+_PLOTS = "matplotlib (a second to import, and it picks a backend): only when a figure is drawn"
+_MATH = "math-verify and sympy (seconds): in the math worker only, the trainer never loads them"
+_CHILD = "spliced as text into the sandbox child's script (grading/sandbox.py), where each call imports its own"
+DEFERRED_IMPORTS = {
+    # config.py validates a run's file, keys and values before it reads the registries, so that
+    # `import config` loads no torch and a config mistake is one line in a second (run.sh checks first)
+    ("config", "methods"): "its registries import torch: config.py stays free of it (config._methods)",
+    ("config", "confidence"): "its reads import torch: config.py stays free of it (config._confidence)",
+    ("adapters.quant", "bitsandbytes"): "seconds to import, and only a QLoRA run (lora_quant=nf4) needs it",
+    ("engine", "vllm"): "seconds to import, and only the vLLM engine needs it (engine=hf runs without)",
+    ("infra.runlog", "torch"): "torch.utils.tensorboard needs the tensorboard package: only report_to=tensorboard",
+    ("infra.runlog", "wandb"): "an optional logger: only report_to=wandb",
+    ("infra.realparts", "huggingface_hub"): _ON_USE,
+    ("problems", "huggingface_hub"): _ON_USE,
+    ("dataprep.data", "huggingface_hub"): _ON_USE,
+    ("dataprep.convert", "pyarrow"): "third-party, on use: only the hub's parquet files need it",
+    ("evaluation.curves", "matplotlib"): _PLOTS,
+    ("evaluation.figures", "matplotlib"): _PLOTS,
+    ("grading.mathjudge", "math_verify"): _MATH,
+    ("grading.mathjudge", "latex2sympy2_extended"): _MATH,
+    ("grading.mathjudge", "sympy"): _MATH,
+    ("grading.mathpool", "tqdm"): "a math worker imports grading/mathpool.py and runs on the standard library alone",
+    ("grading.sandbox_child", "atexit"): _CHILD,
+    ("grading.sandbox_child", "signal"): _CHILD,
+    ("grading.sandbox_child", "resource"): _CHILD,
+    ("grading.sandbox_lockdown", "ctypes"): _CHILD,
+    ("grading.sandbox_lockdown", "resource"): _CHILD,
+    ("grading.typed_json", "_json"): _CHILD,
+    ("grading.typed_json", "json"): _CHILD,
+    ("worlds.tiny", "tokenizers"): "only a build needs it; tiny.ensure checks the cached recipe without it",
+    ("worlds.tiny", "transformers"): "only a build needs it; tiny.ensure checks the cached recipe without it",
+}
 
 
-def test_no_module_imports_ours_inside_a_function():
-    inside = {(name, imported) for name in MODULES for imported, line, nested in imports_of_ours(name) if nested}
-    assert inside == IMPORTS_INSIDE_A_FUNCTION
+def deferred_imports(name: str) -> set[tuple[str, str]]:
+    """(module, top-level name) of each import inside a function of module `name`."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import):
+                    found |= {(name, alias.name.split(".")[0]) for alias in inner.names}
+                elif isinstance(inner, ast.ImportFrom) and inner.module and inner.level == 0:
+                    found.add((name, inner.module.split(".")[0]))
+    return found
+
+
+def test_every_import_inside_a_function_is_named_with_its_reason():
+    found = set().union(*(deferred_imports(name) for name in MODULES))
+    assert found == set(DEFERRED_IMPORTS), (
+        sorted(found - set(DEFERRED_IMPORTS)),
+        sorted(set(DEFERRED_IMPORTS) - found),
+    )
+    assert all(DEFERRED_IMPORTS.values())
 
 
 def test_no_import_cycle():
@@ -196,6 +250,11 @@ def test_nothing_imports_the_entry_points():
     } == {}
 
 
+def folder_of(name: str) -> str:
+    """A module's folder, or "" for the top level."""
+    return name.split(".")[0] if "." in name else ""
+
+
 def test_no_upward_import():
     upward = sorted(
         (name, imported)
@@ -204,6 +263,27 @@ def test_no_upward_import():
         if layer(imported) > layer(name)
     )
     assert upward == []
+
+
+def test_two_folders_of_one_layer_never_import_each_other():
+    """Within a layer only the method's modules and adapters/ share arrows (adapters/ reads a
+    Config; the model's modules load adapters): any other pair of one layer would be a tie in the
+    house's order, where a cycle between folders can grow."""
+    sideways = sorted(
+        (name, imported)
+        for name, imported_set in import_graph().items()
+        for imported in imported_set
+        if layer(imported) == layer(name)
+        and folder_of(imported) != folder_of(name)
+        and layer(name) != METHOD_LAYER
+    )
+    assert sideways == []
+
+
+def test_the_layers_by_hand():
+    """infra/ sits below evaluation/ (which reads the checkpoints infra/ writes), and both below worlds/."""
+    assert layer("infra.runlog") < layer("evaluation.report") < layer("worlds.toy")
+    assert layer("metrics") == METHOD_LAYER and layer("credo") == ENTRY_LAYER
 
 
 def test_the_loop_reaches_the_sandbox_only_through_the_verifier_and_never_the_converters():

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from evaluation import metrics
+import metrics
 
 
 def test_docstring_examples_hold():

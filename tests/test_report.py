@@ -15,7 +15,7 @@ import pytest
 import eval as ev
 from evaluation import figures, report
 from evaluation.evalsets import EVAL_SETS
-from evaluation.metrics import calibration_metrics, reliability_points
+from metrics import calibration_metrics, reliability_points
 
 
 def test_docstring_examples_hold():

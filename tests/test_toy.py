@@ -20,7 +20,7 @@ import shutil
 import numpy as np
 import pytest
 
-from evaluation import metrics
+import metrics
 from infra import checkpoint
 from worlds import toy, toy_build, toy_tables
 

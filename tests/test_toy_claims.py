@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_toy_tables import fake_result
 
-from evaluation.metrics import auroc
+from metrics import auroc
 from worlds import toy, toy_build, toy_claims, toy_tables
 from worlds.toy_tables import aggregate, markdown_tables
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from evaluation.metrics import auroc
+from metrics import auroc
 from policy import RESERVED_TOKENS, add_reserved_tokens, init_reserved_rows
 from rollout import build_prompt_ids, system_prompt
 from worlds import tiny

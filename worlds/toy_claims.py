@@ -7,7 +7,7 @@ quantiles of Student's t it needs: `t_within`, `t_quantile`), and the
 claims themselves (`claims`), as pure functions of the
 aggregated rows `{row: {column: (mean, half-width), "seeds": [...]}}` that toy_tables.aggregate
 makes (rows named as toy_tables.ROWS, the warm start `BASE`). Does not hold: the rows, jobs or
-tables (worlds/toy_tables.py), nor the metrics of one pool (evaluation/metrics.py).
+tables (worlds/toy_tables.py), nor the metrics of one pool (metrics.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from evaluation.metrics import auroc
+from metrics import auroc
 
 BASE = "base"  # the warm start read through its verbalized numeral (tab:main's Base row)
 BASE_READOUT = "base_readout"  # the warm start read through the readout: CREDO's before

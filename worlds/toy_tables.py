@@ -10,7 +10,7 @@ Holds: the rows (each a `credo.py configs/toy.yaml` override set and the channel
 through), one job per row and training seed (train, then evaluate the last checkpoint on the
 held-out split), and the tables and figure made from the jobs' results. It does not hold the
 world (worlds/toy_build.py; the shipped one is worlds/toy_world/), the loop (credo.py), the
-metrics (evaluation/metrics.py, evaluation/report.py) or the claims and their statistics
+metrics (metrics.py, evaluation/report.py) or the claims and their statistics
 (worlds/toy_claims.py).
 
 Each finished job leaves `<out>/<row>/s<seed>/result.json`, written last: an interrupted run

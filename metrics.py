@@ -1,4 +1,5 @@
-"""Calibration metrics of one pool of (confidence, correctness) pairs (`app:data`, `fig:collapse`).
+"""The paper's calibration metrics of one pool of (confidence, correctness) pairs (`app:data`,
+`fig:collapse`), one pure function each, as losses.py holds its equations.
 
 Holds: ECE, Brier, AUROC, the selective-prediction curve with AURC and acc@tau, and the
 collapse statistics (effective levels, top share, tie tax), as pure numpy functions that
