@@ -255,28 +255,24 @@ def folder_of(name: str) -> str:
     return name.split(".")[0] if "." in name else ""
 
 
+def arrows() -> list[tuple[str, str]]:
+    """(importer, imported) of every import of ours, sorted."""
+    return sorted((name, imported) for name, imported_set in import_graph().items() for imported in imported_set)
+
+
 def test_no_upward_import():
-    upward = sorted(
-        (name, imported)
-        for name, imported_set in import_graph().items()
-        for imported in imported_set
-        if layer(imported) > layer(name)
-    )
-    assert upward == []
+    assert [(name, imported) for name, imported in arrows() if layer(imported) > layer(name)] == []
 
 
 def test_two_folders_of_one_layer_never_import_each_other():
     """Within a layer only the method's modules and adapters/ share arrows (adapters/ reads a
     Config; the model's modules load adapters): any other pair of one layer would be a tie in the
     house's order, where a cycle between folders can grow."""
-    sideways = sorted(
+    sideways = [
         (name, imported)
-        for name, imported_set in import_graph().items()
-        for imported in imported_set
-        if layer(imported) == layer(name)
-        and folder_of(imported) != folder_of(name)
-        and layer(name) != METHOD_LAYER
-    )
+        for name, imported in arrows()
+        if layer(imported) == layer(name) and folder_of(imported) != folder_of(name) and layer(name) != METHOD_LAYER
+    ]
     assert sideways == []
 
 
