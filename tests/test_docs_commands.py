@@ -50,6 +50,7 @@ ELSEWHERE = {
     "bash run.sh math seed=44 kappa=0.5 max_steps=100": "Qwen3-8B: GPUs and the hub",
     "NPROC=8 bash run.sh math activation_checkpointing=true": "8 GPUs and the hub",
     "bash run.sh rlcr domain=code seed=44": "Qwen3-8B on DeepCoder: GPUs and the hub",
+    "bash run.sh math lora_rank=32 lora_quant=nf4 lr=2e-5": "Qwen3-8B under QLoRA: a GPU and the hub",
     "bash run.sh fixtures": "downloads from the hub",
     "bash run.sh gpucheck": "a GPU machine",
     "bash run.sh eval --ckpt runs/math-s43/ckpt/step_001187,runs/math-s44/ckpt/step_001187 --sets math500,aime24": (

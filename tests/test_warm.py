@@ -47,6 +47,34 @@ def test_a_refused_argument_is_the_processs_exit_and_line(warm):
     assert forked.returncode == 1 and "unknown config key 'nosuchkey'" in forked.stderr
 
 
+def test_runs_spawned_from_many_threads_each_get_their_own_child(warm, tmp_path):
+    """worlds/toy_tables.py starts its stages from a thread pool: each thread's Child is its own run
+    (its pid, its exit status, its log), whatever the others do meanwhile: a thread waiting on its run
+    must not take the reply that answers another thread's spawn. Half the runs fail on a key
+    named for their thread (exit 1), half print the config's help (exit 0)."""
+    results, errors = {}, []
+
+    def one(i: int) -> None:
+        try:
+            argv = ["credo.py", "tiny", f"nosuchkey{i}=1"] if i % 2 else ["credo.py", "--help-config"]
+            time.sleep(0.25 * i)  # staggered: most spawns come while other threads wait on their runs
+            child = warm.spawn(argv, tmp_path / f"log{i}")
+            results[i] = (child.pid, child.wait(timeout=120))
+        except BaseException as error:  # noqa: BLE001  reported below, with the thread it happened in
+            errors.append((i, error))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert errors == [] and sorted(results) == list(range(12))
+    assert len({pid for pid, _ in results.values()}) == 12
+    assert {i: code for i, (_, code) in results.items()} == {i: i % 2 for i in range(12)}
+    for i in range(1, 12, 2):
+        assert f"nosuchkey{i}" in (tmp_path / f"log{i}").read_text()
+
+
 def test_a_killed_run_reports_its_signal(warm, tmp_path):
     child = warm.spawn(["credo.py", "tiny", f"out_dir={tmp_path}"], tmp_path / "log")
     child.kill()

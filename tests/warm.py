@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,12 +58,17 @@ class LauncherError(RuntimeError):
 
 class Launcher:
     """The test side: requests go to the launcher's stdin, one JSON line each; its replies (a child's
-    pid, then its exit status) come back on its stdout."""
+    pid, then its exit status) come back on its stdout. Threads may share it (worlds/toy_tables.py
+    starts its stages from a thread pool): one lock orders the requests and the reading of replies,
+    so that a "started" reply reaches the thread whose request it answers."""
+
+    POLL_S = 0.2  # how long a wait holds the lock at a time, so that other threads can spawn
 
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
         self.buffer = b""
         self.status: dict[int, int] = {}  # pid -> exit status, as its reply arrives
+        self.lock = threading.Lock()
 
     @classmethod
     def start(cls, env: dict | None = None) -> Launcher:
@@ -99,14 +105,15 @@ class Launcher:
             self.status[reply["exited"]] = reply["status"]
         return reply
 
-    def _pending(self, timeout: float | None) -> None:
+    def _pending(self, timeout: float) -> None:
         """Take the replies that have arrived (waiting up to `timeout` s for the first)."""
-        try:
-            self._reply(timeout)
-            while b"\n" in self.buffer or select.select([self.proc.stdout], [], [], 0)[0]:
-                self._reply(0)
-        except TimeoutError:
-            pass
+        with self.lock:
+            try:
+                self._reply(timeout)
+                while b"\n" in self.buffer or select.select([self.proc.stdout], [], [], 0)[0]:
+                    self._reply(0)
+            except TimeoutError:
+                pass
 
     def spawn(self, argv: list[str], cwd: Path, env: dict, log: Path, stderr: Path | None = None) -> Child:
         """Start `python *argv` in `cwd` with `env`, stdout to `log` and stderr to `stderr` (or `log`)."""
@@ -115,15 +122,18 @@ class Launcher:
         if Path(cwd).resolve() != ROOT:  # its imports are this checkout's: a copy's scripts need a process
             raise LauncherError(f"the launcher runs the scripts of {ROOT}, not of {cwd}: start a process")
         request = {"argv": argv, "cwd": str(cwd), "env": dict(env), "stdout": str(log), "stderr": str(stderr or log)}
-        try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            raise LauncherError(f"the launcher ended (exit {self.proc.wait()}) before {argv[0]} could start") from None
-        while True:
-            reply = self._reply(timeout=60)
-            if "started" in reply:
-                return Child(self, reply["started"])
+        with self.lock:  # the launcher answers requests in order: the next "started" is this one's
+            try:
+                self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                raise LauncherError(
+                    f"the launcher ended (exit {self.proc.wait()}) before {argv[0]} could start"
+                ) from None
+            while True:
+                reply = self._reply(timeout=60)
+                if "started" in reply:
+                    return Child(self, reply["started"])
 
     def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
         """As subprocess.run(python *argv, capture_output=True, text=True, timeout=timeout)."""
@@ -167,8 +177,8 @@ class Child:
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            left = Launcher.POLL_S if deadline is None else min(Launcher.POLL_S, deadline - time.monotonic())
+            if left <= 0:
                 raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
             self.launcher._pending(left)
         return self.returncode
@@ -188,12 +198,14 @@ class Launchers:
 
     def __init__(self):
         self.started: dict[tuple, Launcher] = {}
+        self.lock = threading.Lock()  # two threads asking for one launcher start it once
 
     def of(self, env: dict) -> Launcher:
         key = tuple(env.get(var) for var in IMPORT_TIME)
-        if key not in self.started:
-            self.started[key] = Launcher.start(env)
-        return self.started[key]
+        with self.lock:
+            if key not in self.started:
+                self.started[key] = Launcher.start(env)
+            return self.started[key]
 
     def run(self, argv: list[str], env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
         env = dict(os.environ if env is None else env)
